@@ -1,0 +1,351 @@
+//! Account endpoints with a dashboard session: the current user, their projects, key regeneration and
+//! project members (spec §4.12, decisions 2-4). OWNER and ADMIN manage members and keys; only an OWNER
+//! deletes a project or makes someone OWNER; a project always keeps at least one OWNER.
+
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+
+use super::auth::{UserOut, require_session, role_in, user};
+use super::body::{Fields, Reply, json_object};
+use super::state;
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+use crate::security;
+use crate::state::AppState;
+use crate::store::accounts::{Member, Project, Role};
+
+/// A project. `public` and `secret` appear only when a project is created and when its keys are
+/// regenerated (decision 3); the store keeps only their digests.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct ProjectOut {
+    pub id: String,
+    pub name: String,
+    pub disabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl ProjectOut {
+    pub fn new(p: &Project, role: Option<Role>, keys: Option<&security::KeyPair>) -> Self {
+        ProjectOut {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            disabled: p.disabled,
+            role: role.map(|r| r.as_str().to_string()),
+            public: keys.map(|k| k.public.clone()),
+            secret: keys.map(|k| k.secret.clone()),
+            created_at: rfc3339(p.created_at),
+            updated_at: rfc3339(p.updated_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct MemberOut {
+    pub user_id: String,
+    pub email: Option<String>,
+    pub name: Option<String>,
+    /// OWNER, ADMIN or MEMBER
+    pub role: String,
+    pub created_at: String,
+}
+
+impl From<&Member> for MemberOut {
+    fn from(m: &Member) -> Self {
+        MemberOut {
+            user_id: m.user.clone(),
+            email: m.email.clone(),
+            name: m.name.clone(),
+            role: m.role.as_str().to_string(),
+            created_at: rfc3339(m.created_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ProjectBody {
+    /// 1 to 100 characters
+    name: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct InviteBody {
+    /// email of an existing Herald user
+    email: String,
+    /// OWNER, ADMIN or MEMBER (default MEMBER)
+    role: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct RoleBody {
+    /// OWNER, ADMIN or MEMBER
+    role: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DeletedOut {
+    success: bool,
+}
+
+pub fn router() -> Router {
+    Router::new()
+        .push(
+            Router::with_path("users/@me").hoop(require_session).get(me).push(
+                Router::with_path("projects")
+                    .get(list_projects)
+                    .post(create_project)
+                    .push(Router::with_path("{id}").patch(update_project).delete(delete_project))
+                    .push(Router::with_path("{id}/regenerate-keys").post(regenerate_keys)),
+            ),
+        )
+        .push(
+            Router::with_path("projects/{id}/members")
+                .hoop(require_session)
+                .get(list_members)
+                .post(add_member)
+                .push(Router::with_path("{user_id}").patch(update_member).delete(remove_member)),
+        )
+}
+
+/// The logged-in user.
+#[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UserOut)))]
+pub async fn me(depot: &mut Depot) -> Result<Reply, ApiError> {
+    Reply::ok(&UserOut::from(&user(depot)?))
+}
+
+/// Projects the user belongs to, newest membership first, with the user's role.
+#[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = Vec<ProjectOut>)))]
+pub async fn list_projects(depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let list = st.store.projects_of_user(&u.id).await?;
+    let out: Vec<ProjectOut> = list.iter().map(|p| ProjectOut::new(&p.project, Some(p.role), None)).collect();
+    Reply::ok(&out)
+}
+
+/// Creates a project with the user as OWNER; the answer carries the new key pair, shown only now.
+#[endpoint(tags("account"), security(("session" = [])), request_body = ProjectBody, responses((status_code = 201, body = ProjectOut)))]
+pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let name = f.text("name", true, 100);
+    f.finish()?;
+    let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+    let (project, keys) = new_project(&st, &name, Some(&u.id)).await?;
+    Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
+}
+
+/// Creates a project and its keys (used by the API and by `herald project create`).
+pub async fn new_project(
+    st: &AppState,
+    name: &str,
+    owner: Option<&str>,
+) -> Result<(Project, security::KeyPair), ApiError> {
+    let keys = security::generate_key_pair();
+    let id = uuid::Uuid::now_v7().to_string();
+    let project = st
+        .store
+        .create_project(
+            &id,
+            name,
+            &security::key_digest(&keys.public),
+            &security::key_digest(&keys.secret),
+            owner,
+            st.clock.now_ms(),
+        )
+        .await?;
+    Ok((project, keys))
+}
+
+fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
+    if role >= min {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "Only a project {} can {what}",
+            if min == Role::Owner { "OWNER" } else { "OWNER or ADMIN" }
+        )))
+    }
+}
+
+/// Renames a project (OWNER or ADMIN).
+#[endpoint(tags("account"), security(("session" = [])), request_body = ProjectBody, responses((status_code = 200, body = ProjectOut)))]
+pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let id = id.into_inner();
+    let role = role_in(&st, &id, &u).await?;
+    need(role, Role::Admin, "change project settings")?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let name = f.text("name", false, 100);
+    f.finish()?;
+    let project = match name {
+        Some(n) => st.store.rename_project(&id, &n, st.clock.now_ms()).await?,
+        None => st.store.project(&id).await?,
+    }
+    .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+    Reply::ok(&ProjectOut::new(&project, Some(role), None))
+}
+
+/// Deletes a project and its data (OWNER only). Its keys stop working at once.
+#[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = DeletedOut)))]
+pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let id = id.into_inner();
+    need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
+    st.store.delete_project(&id).await?;
+    st.keys.invalidate_project(&id);
+    Reply::ok(&DeletedOut { success: true })
+}
+
+/// Replaces both keys (OWNER or ADMIN). The old pair stops working immediately, with no grace period.
+#[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = ProjectOut)))]
+pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let id = id.into_inner();
+    let role = role_in(&st, &id, &u).await?;
+    need(role, Role::Admin, "regenerate keys")?;
+    let keys = security::generate_key_pair();
+    let project = st
+        .store
+        .set_project_keys(
+            &id,
+            &security::key_digest(&keys.public),
+            &security::key_digest(&keys.secret),
+            st.clock.now_ms(),
+        )
+        .await?;
+    st.keys.invalidate_project(&id);
+    let project = project.ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+    Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
+}
+
+/// Members of a project (any member may list them).
+#[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = Vec<MemberOut>)))]
+pub async fn list_members(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let id = id.into_inner();
+    role_in(&st, &id, &u).await?;
+    let members = st.store.members(&id).await?;
+    Reply::ok(&members.iter().map(MemberOut::from).collect::<Vec<_>>())
+}
+
+fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
+    f.one_of("role", required, &["OWNER", "ADMIN", "MEMBER"]).and_then(|r| Role::parse(&r))
+}
+
+/// Adds an existing Herald user to the project (OWNER or ADMIN; only an OWNER grants OWNER).
+#[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 201, body = MemberOut)))]
+pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let id = id.into_inner();
+    let role = role_in(&st, &id, &u).await?;
+    need(role, Role::Admin, "add members")?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let email = f.email("email", true);
+    let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
+    f.finish()?;
+    let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+    if new_role == Role::Owner {
+        need(role, Role::Owner, "make someone OWNER")?;
+    }
+    let invitee = st.store.user_by_email(&email).await?.ok_or_else(|| {
+        ApiError::not_found("USER_NOT_FOUND", format!("No Herald user has the email {email}; they must sign up first"))
+    })?;
+    match st.store.add_member(&id, &invitee.id, new_role, st.clock.now_ms()).await {
+        Ok(()) => {}
+        Err(crate::store::StoreError::Conflict(_)) => {
+            return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let m = Member {
+        user: invitee.id.clone(),
+        role: new_role,
+        created_at: st.clock.now_ms(),
+        email: Some(invitee.email.clone()),
+        name: invitee.name.clone(),
+    };
+    Reply::created(&MemberOut::from(&m))
+}
+
+/// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last
+/// OWNER cannot be demoted: 409).
+#[endpoint(tags("members"), security(("session" = [])), request_body = RoleBody, responses((status_code = 200, body = MemberOut)))]
+pub async fn update_member(
+    id: PathParam<String>,
+    user_id: PathParam<String>,
+    req: &mut Request,
+    depot: &mut Depot,
+) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let (id, target) = (id.into_inner(), user_id.into_inner());
+    let role = role_in(&st, &id, &u).await?;
+    need(role, Role::Admin, "change roles")?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let new_role = parse_role(&mut f, true);
+    f.finish()?;
+    let new_role = new_role.ok_or_else(|| ApiError::Internal("validated role missing".into()))?;
+    let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
+        ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
+    })?;
+    if current.role == Role::Owner || new_role == Role::Owner {
+        need(role, Role::Owner, "change an OWNER or grant OWNER")?;
+    }
+    st.store.set_member_role(&id, &target, new_role).await?;
+    let members = st.store.members(&id).await?;
+    let m = members.iter().find(|m| m.user == target).ok_or_else(|| {
+        ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
+    })?;
+    Reply::ok(&MemberOut::from(m))
+}
+
+/// Removes a member. Anyone may leave; OWNER or ADMIN remove others (only an OWNER removes an OWNER);
+/// the last OWNER cannot leave (409).
+#[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = DeletedOut)))]
+pub async fn remove_member(
+    id: PathParam<String>,
+    user_id: PathParam<String>,
+    depot: &mut Depot,
+) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let (id, target) = (id.into_inner(), user_id.into_inner());
+    let role = role_in(&st, &id, &u).await?;
+    let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
+        ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
+    })?;
+    if target != u.id {
+        need(role, Role::Admin, "remove members")?;
+        if current.role == Role::Owner {
+            need(role, Role::Owner, "remove an OWNER")?;
+        }
+    }
+    st.store.remove_member(&id, &target).await?;
+    Reply::ok(&DeletedOut { success: true })
+}

@@ -1,0 +1,345 @@
+//! Authentication: dashboard sessions (`/auth/*`, the `herald_token` cookie of decision 4) and API keys
+//! (`Authorization: Bearer pk_…|sk_…`, spec §5 and decisions 1-2), plus the per-project rate limit
+//! (decision 8) applied once the caller is known.
+
+use std::sync::Arc;
+
+use salvo::http::cookie::{Cookie, SameSite, time::Duration as CookieDuration};
+use salvo::oapi::ToSchema;
+use salvo::prelude::*;
+use serde::Serialize;
+
+use super::body::{Fields, Reply, json_object};
+use super::state;
+use crate::error::ApiError;
+use crate::ratelimit::Decision;
+use crate::security::{self, KeyKind, SessionClaims};
+use crate::state::{AppState, KeyEntry};
+use crate::store::accounts::{Role, User};
+
+pub const COOKIE: &str = "herald_token";
+const SESSION_DAYS: i64 = 7;
+
+/// A user as the API shows it.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct UserOut {
+    pub id: String,
+    pub email: String,
+    pub name: Option<String>,
+    pub created_at: String,
+}
+
+impl From<&User> for UserOut {
+    fn from(u: &User) -> Self {
+        UserOut {
+            id: u.id.clone(),
+            email: u.email.clone(),
+            name: u.name.clone(),
+            created_at: crate::clock::rfc3339(u.created_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct SignupBody {
+    email: String,
+    /// 8 to 256 characters
+    password: String,
+    name: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct LoginBody {
+    email: String,
+    password: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct OkOut {
+    success: bool,
+}
+
+pub fn router() -> Router {
+    Router::with_path("auth")
+        .hoop(rate_limit_by_ip)
+        .push(Router::with_path("signup").post(signup))
+        .push(Router::with_path("login").post(login))
+        .push(Router::with_path("logout").get(logout))
+}
+
+fn session_cookie(st: &AppState, user_id: &str) -> Cookie<'static> {
+    let now = st.clock.now_ms() / 1000;
+    let claims = SessionClaims { sub: user_id.to_string(), iat: now, exp: now + SESSION_DAYS * 86_400 };
+    let token = security::sign_jwt(&st.session_key, &claims);
+    Cookie::build((COOKIE, token))
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(st.config.public_url.starts_with("https://"))
+        .path("/")
+        .max_age(CookieDuration::days(SESSION_DAYS))
+        .build()
+}
+
+/// Create a user account (and log it in). Refused with 403 when the deployment disabled sign-ups.
+#[endpoint(tags("auth"), request_body = SignupBody, responses((status_code = 201, body = UserOut)))]
+pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    if st.config.disable_signups {
+        return Err(ApiError::Forbidden("Sign-ups are disabled on this Herald server".into()));
+    }
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let email = f.email("email", true);
+    let password = f.string("password", true, 8, 256);
+    let name = f.string("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    f.finish()?;
+    let (Some(email), Some(password)) = (email, password) else {
+        return Err(ApiError::Internal("validated fields missing".into()));
+    };
+    let user = create_user(&st, &email, &password, name.as_deref()).await?;
+    res.add_cookie(session_cookie(&st, &user.id));
+    Reply::created(&UserOut::from(&user))
+}
+
+/// Creates a user with a hashed password; 409 when the email is taken.
+pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, ApiError> {
+    let pw = password.to_string();
+    let hash = tokio::task::spawn_blocking(move || security::hash_password(&pw))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(ApiError::Internal)?;
+    let id = uuid::Uuid::now_v7().to_string();
+    match st.store.create_user(&id, email, name, &hash, st.clock.now_ms()).await {
+        Ok(u) => Ok(u),
+        Err(crate::store::StoreError::Conflict(_)) => {
+            Err(ApiError::Conflict(format!("A user with the email {email} already exists")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Log in with email and password; sets the session cookie.
+#[endpoint(tags("auth"), request_body = LoginBody, responses((status_code = 200, body = UserOut)))]
+pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let email = f.email("email", true);
+    let password = f.string("password", true, 1, 256);
+    f.finish()?;
+    let (Some(email), Some(password)) = (email, password) else {
+        return Err(ApiError::Internal("validated fields missing".into()));
+    };
+    let user = st.store.user_by_email(&email).await?;
+    // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
+    let hash = user.as_ref().map(|u| u.password_hash.clone()).unwrap_or_else(|| DUMMY_HASH.clone());
+    let ok = tokio::task::spawn_blocking(move || security::verify_password(&password, &hash))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    match user {
+        Some(u) if ok => {
+            res.add_cookie(session_cookie(&st, &u.id));
+            Reply::ok(&UserOut::from(&u))
+        }
+        _ => Err(ApiError::Unauthorized("Invalid email or password".into())),
+    }
+}
+
+/// A real hash of a random password: login against an unknown email costs the same as a wrong password.
+static DUMMY_HASH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| security::hash_password(&security::generate_secret()).unwrap_or_default());
+
+/// Log out: clears the session cookie.
+#[endpoint(tags("auth"), responses((status_code = 200, body = OkOut)))]
+pub async fn logout(res: &mut Response) -> Result<Reply, ApiError> {
+    let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
+    res.add_cookie(expired);
+    Reply::ok(&OkOut { success: true })
+}
+
+/// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one.
+pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError> {
+    let token = req
+        .cookie(COOKIE)
+        .map(|c| c.value().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::Unauthorized("Log in first: this endpoint needs a dashboard session".into()))?;
+    let claims = security::verify_session(&st.session_key, &token, st.clock.now_ms() / 1000)
+        .ok_or_else(|| ApiError::Unauthorized("The session is invalid or expired; log in again".into()))?;
+    st.store
+        .user(&claims.sub)
+        .await?
+        .ok_or_else(|| ApiError::Unauthorized("The session's user no longer exists".into()))
+}
+
+/// Applies the rate limit for `key` and writes the RateLimit headers.
+pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<(), ApiError> {
+    if !st.limiter.enabled() {
+        return Ok(());
+    }
+    let d: Decision = st.limiter.check(key);
+    let h = res.headers_mut();
+    for (name, v) in [
+        ("ratelimit-limit", d.limit as u64),
+        ("ratelimit-remaining", d.remaining as u64),
+        ("ratelimit-reset", d.reset_secs),
+    ] {
+        if let Ok(v) = v.to_string().parse() {
+            h.insert(name, v);
+        }
+    }
+    if d.allowed { Ok(()) } else { Err(ApiError::RateLimited { limit: d.limit, retry_after_secs: d.retry_after_secs }) }
+}
+
+/// Rate limit for unauthenticated account endpoints, per client address.
+#[handler]
+async fn rate_limit_by_ip(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
+    let Ok(st) = state(depot) else { return };
+    let key = format!("ip:{}", req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip).unwrap_or(""));
+    if let Err(e) = apply_rate_limit(&st, &key, res) {
+        e.write(req, depot, res).await;
+        ctrl.skip_rest();
+    }
+}
+
+/// The project a request acts on, once authenticated.
+#[derive(Debug, Clone)]
+pub struct ProjectCtx {
+    pub project_id: String,
+    /// True for a secret key or a dashboard session; false for a public key.
+    pub secret: bool,
+    /// The dashboard user, when authenticated by session cookie.
+    pub user_id: Option<String>,
+}
+
+/// Which keys an endpoint accepts.
+#[derive(Clone, Copy)]
+pub enum KeyRule {
+    /// Only the secret key (every endpoint but track).
+    SecretOnly,
+    /// Public or secret key (`POST /v1/track`, decision 1).
+    AnyKey,
+}
+
+/// Middleware: authenticates by API key (or by session cookie plus `X-Project-Id`, decision 4), checks
+/// the key type, applies the project's rate limit and puts a [`ProjectCtx`] in the depot.
+pub struct ApiKeyAuth(pub KeyRule);
+
+#[async_trait]
+impl Handler for ApiKeyAuth {
+    async fn handle(&self, req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
+        let result = async {
+            let st = state(depot)?;
+            let ctx = authenticate(req, &st, self.0).await?;
+            apply_rate_limit(&st, &format!("project:{}", ctx.project_id), res)?;
+            Ok::<_, ApiError>(ctx)
+        }
+        .await;
+        match result {
+            Ok(ctx) => {
+                depot.insert_typed(ctx);
+            }
+            Err(e) => {
+                e.write(req, depot, res).await;
+                ctrl.skip_rest();
+            }
+        }
+    }
+}
+
+async fn authenticate(req: &Request, st: &Arc<AppState>, rule: KeyRule) -> Result<ProjectCtx, ApiError> {
+    let header: Option<String> = req.header("authorization");
+    let Some(header) = header.filter(|h| !h.trim().is_empty()) else {
+        // Dashboard session with an explicit project.
+        if req.cookie(COOKIE).is_some() {
+            let user = session_user(req, st).await?;
+            let project: Option<String> = req.header("x-project-id");
+            let project =
+                project.ok_or_else(|| ApiError::MissingAuth("Send X-Project-Id with a dashboard session".into()))?;
+            st.store
+                .membership(&project, &user.id)
+                .await?
+                .ok_or_else(|| ApiError::Forbidden("You are not a member of this project".into()))?;
+            return Ok(ProjectCtx { project_id: project, secret: true, user_id: Some(user.id) });
+        }
+        return Err(ApiError::MissingAuth("Missing API key: send Authorization: Bearer <key>".into()));
+    };
+    let key = header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .map(str::trim)
+        .ok_or_else(|| ApiError::InvalidApiKey("The Authorization header must be: Bearer <API key>".into()))?;
+    let kind = security::key_kind(key).ok_or_else(|| ApiError::InvalidApiKey("Invalid API key".into()))?;
+    let digest = security::key_digest(key);
+    let entry = match st.keys.get(&digest) {
+        Some(e) => e,
+        None => {
+            let (project, is_secret) = st
+                .store
+                .project_by_key_hash(&digest)
+                .await?
+                .ok_or_else(|| ApiError::InvalidApiKey("Invalid API key".into()))?;
+            let e = KeyEntry { project_id: project.id, is_secret, disabled: project.disabled };
+            st.keys.put(digest, e.clone());
+            e
+        }
+    };
+    // The prefix and the stored kind must agree (a pk_ string can never match a secret digest, but be strict).
+    if entry.is_secret != (kind == KeyKind::Secret) {
+        return Err(ApiError::InvalidApiKey("Invalid API key".into()));
+    }
+    if matches!(rule, KeyRule::SecretOnly) && !entry.is_secret {
+        return Err(ApiError::InvalidApiKey(
+            "This endpoint requires a secret key (sk_…); public keys only work on POST /v1/track".into(),
+        ));
+    }
+    if entry.disabled {
+        return Err(ApiError::ProjectDisabled);
+    }
+    Ok(ProjectCtx { project_id: entry.project_id, secret: entry.is_secret, user_id: None })
+}
+
+/// The authenticated project of this request (set by [`ApiKeyAuth`]).
+pub fn project(depot: &Depot) -> Result<ProjectCtx, ApiError> {
+    depot.get_typed::<ProjectCtx>().cloned().map_err(|_| ApiError::Internal("route is missing ApiKeyAuth".into()))
+}
+
+/// Middleware: requires a dashboard session and applies the rate limit per user.
+#[handler]
+pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
+    let result = async {
+        let st = state(depot)?;
+        let user = session_user(req, &st).await?;
+        apply_rate_limit(&st, &format!("user:{}", user.id), res)?;
+        Ok::<_, ApiError>(user)
+    }
+    .await;
+    match result {
+        Ok(user) => {
+            depot.insert_typed(user);
+        }
+        Err(e) => {
+            e.write(req, depot, res).await;
+            ctrl.skip_rest();
+        }
+    }
+}
+
+/// The logged-in user of this request (set by [`require_session`]).
+pub fn user(depot: &Depot) -> Result<User, ApiError> {
+    depot.get_typed::<User>().cloned().map_err(|_| ApiError::Internal("route is missing require_session".into()))
+}
+
+/// The caller's role in a project; 404 when the caller is not a member (the project's existence is not
+/// revealed to outsiders).
+pub async fn role_in(st: &AppState, project: &str, user: &User) -> Result<Role, ApiError> {
+    st.store
+        .membership(project, &user.id)
+        .await?
+        .map(|m| m.role)
+        .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {project} not found")))
+}

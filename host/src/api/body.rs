@@ -1,0 +1,211 @@
+//! Reading request bodies and checking their fields, and the success reply type.
+//!
+//! Bodies are read as JSON objects (malformed JSON or a non-object: 400; over 50 MB: 413). Field checks
+//! collect every problem of a body before answering 422 with dotted field paths (decision 6).
+
+use salvo::http::ParseError;
+use salvo::http::StatusCode;
+use salvo::oapi::{Components, EndpointOutRegister, Operation};
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::error::{ApiError, FieldError};
+
+/// The largest request body Herald reads.
+pub const MAX_BODY_BYTES: usize = 50 * 1024 * 1024;
+
+/// Reads the body as a JSON object. An empty body counts as `{}`.
+pub async fn json_object(req: &mut Request) -> Result<Map<String, Value>, ApiError> {
+    let bytes = match req.payload_with_max_size(MAX_BODY_BYTES).await {
+        Ok(b) => b.clone(),
+        Err(ParseError::PayloadTooLarge) => return Err(ApiError::PayloadTooLarge { limit_mb: MAX_BODY_BYTES >> 20 }),
+        Err(e) => return Err(ApiError::MalformedBody(format!("Cannot read the request body: {e}"))),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(ApiError::MalformedBody("The request body must be a JSON object".into())),
+        Err(e) => Err(ApiError::MalformedBody(format!("Malformed JSON in the request body: {e}"))),
+    }
+}
+
+/// Field checks over one JSON object, collecting every error.
+pub struct Fields<'a> {
+    obj: &'a Map<String, Value>,
+    prefix: String,
+    pub errors: Vec<FieldError>,
+}
+
+impl<'a> Fields<'a> {
+    pub fn new(obj: &'a Map<String, Value>) -> Self {
+        Fields { obj, prefix: String::new(), errors: Vec::new() }
+    }
+
+    fn path(&self, name: &str) -> String {
+        if self.prefix.is_empty() { name.to_string() } else { format!("{}.{name}", self.prefix) }
+    }
+
+    pub fn error(&mut self, name: &str, code: &str, message: impl Into<String>) {
+        let received = self.obj.get(name).cloned().unwrap_or(Value::Null);
+        self.errors.push(FieldError::new(self.path(name), code, message, received));
+    }
+
+    fn present(&self, name: &str) -> Option<&'a Value> {
+        self.obj.get(name).filter(|v| !v.is_null())
+    }
+
+    /// A string field; `None` when absent (or null). Checks type and length (in characters).
+    pub fn string(&mut self, name: &str, required: bool, min: usize, max: usize) -> Option<String> {
+        match self.present(name) {
+            None => {
+                if required {
+                    self.error(name, "required", format!("{name} is required"));
+                }
+                None
+            }
+            Some(Value::String(s)) => {
+                let n = s.chars().count();
+                if n < min {
+                    self.error(name, "too_small", format!("{name} must be at least {min} characters"));
+                    None
+                } else if n > max {
+                    self.error(name, "too_big", format!("{name} must be at most {max} characters"));
+                    None
+                } else {
+                    Some(s.clone())
+                }
+            }
+            Some(_) => {
+                self.error(name, "invalid_type", format!("{name} must be a string"));
+                None
+            }
+        }
+    }
+
+    /// A trimmed string that must not be blank.
+    pub fn text(&mut self, name: &str, required: bool, max: usize) -> Option<String> {
+        let s = self.string(name, required, 0, max)?;
+        let t = s.trim().to_string();
+        if t.is_empty() {
+            self.error(name, if required { "required" } else { "too_small" }, format!("{name} must not be empty"));
+            return None;
+        }
+        Some(t)
+    }
+
+    /// An email address: trimmed and lowercased (decision 11).
+    pub fn email(&mut self, name: &str, required: bool) -> Option<String> {
+        let s = self.string(name, required, 0, 320)?;
+        let e = s.trim().to_lowercase();
+        if !is_email(&e) {
+            self.error(name, "invalid_string", format!("{name} must be a valid email address"));
+            return None;
+        }
+        Some(e)
+    }
+
+    pub fn boolean(&mut self, name: &str) -> Option<bool> {
+        match self.present(name) {
+            None => None,
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                self.error(name, "invalid_type", format!("{name} must be a boolean"));
+                None
+            }
+        }
+    }
+
+    /// A string that must be one of `allowed`.
+    pub fn one_of(&mut self, name: &str, required: bool, allowed: &[&str]) -> Option<String> {
+        let s = self.string(name, required, 0, 64)?;
+        if !allowed.contains(&s.as_str()) {
+            self.error(name, "invalid_enum_value", format!("{name} must be one of {}", allowed.join(", ")));
+            return None;
+        }
+        Some(s)
+    }
+
+    /// Ends the checks: 422 with every collected error, if any.
+    pub fn finish(self) -> Result<(), ApiError> {
+        if self.errors.is_empty() { Ok(()) } else { Err(ApiError::Validation(self.errors)) }
+    }
+}
+
+/// Syntax check of an address within RFC 5321 limits: one `@`, a local part of 1..64 characters without
+/// spaces or control characters, a domain of 1..253 characters with at least one dot and labels of
+/// letters, digits and hyphens.
+pub fn is_email(s: &str) -> bool {
+    if s.len() > 254 {
+        return false;
+    }
+    let Some((local, domain)) = s.rsplit_once('@') else { return false };
+    if local.is_empty() || local.len() > 64 || local.contains('@') {
+        return false;
+    }
+    if local.starts_with('.') || local.ends_with('.') || local.contains("..") {
+        return false;
+    }
+    if !local.chars().all(|c| c.is_ascii_graphic() && !"()<>[]\\,;:\"".contains(c)) {
+        return false;
+    }
+    if domain.len() > 253 || !domain.contains('.') {
+        return false;
+    }
+    domain.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    }) && !domain.rsplit('.').next().unwrap_or("").chars().all(|c| c.is_ascii_digit())
+}
+
+/// A successful reply: a status and a JSON body (documented per endpoint with `responses(...)`).
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn ok<T: Serialize>(body: &T) -> Result<Reply, ApiError> {
+        Self::with(StatusCode::OK, body)
+    }
+    pub fn created<T: Serialize>(body: &T) -> Result<Reply, ApiError> {
+        Self::with(StatusCode::CREATED, body)
+    }
+    pub fn with<T: Serialize>(status: StatusCode, body: &T) -> Result<Reply, ApiError> {
+        let body = serde_json::to_value(body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(Reply { status, body })
+    }
+}
+
+#[async_trait]
+impl Writer for Reply {
+    async fn write(self, _req: &mut Request, _depot: &mut Depot, res: &mut Response) {
+        res.status_code(self.status);
+        res.render(Json(self.body));
+    }
+}
+
+impl EndpointOutRegister for Reply {
+    fn register(_components: &mut Components, _operation: &mut Operation) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_email;
+
+    #[test]
+    fn email_syntax() {
+        for ok in ["a@b.co", "first.last+tag@example.com", "x@sub.domain-name.org", "o'neil@example.ie"] {
+            assert!(is_email(ok), "{ok}");
+        }
+        for bad in ["", "a", "a@", "@b.co", "a@b", "a b@c.co", "a@b..co", "a@-b.co", ".a@b.co", "a@b.c_o", "a@1.2"] {
+            assert!(!is_email(bad), "{bad}");
+        }
+        assert!(!is_email(&format!("{}@b.co", "a".repeat(65))));
+    }
+}

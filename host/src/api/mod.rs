@@ -1,0 +1,123 @@
+//! The HTTP API: routing, cross-cutting middleware (request id, logging, metrics, error catcher,
+//! authentication, rate limit) and one file per resource. Only this module knows salvo.
+//!
+//! Must not import: surrealdb.
+
+pub mod accounts;
+pub mod auth;
+pub mod body;
+pub mod cli;
+pub mod system;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use salvo::catcher::Catcher;
+use salvo::http::StatusCode;
+use salvo::oapi::OpenApi;
+use salvo::oapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityScheme};
+use salvo::oapi::swagger_ui::SwaggerUi;
+use salvo::prelude::*;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Depot key of the request id.
+pub const REQUEST_ID: &str = "request_id";
+
+/// Puts the shared state into the depot of every request.
+struct InjectState(Arc<AppState>);
+
+#[async_trait]
+impl Handler for InjectState {
+    async fn handle(&self, _req: &mut Request, depot: &mut Depot, _res: &mut Response, _ctrl: &mut FlowCtrl) {
+        depot.insert_typed(self.0.clone());
+    }
+}
+
+/// The shared state of a request.
+pub fn state(depot: &Depot) -> Result<Arc<AppState>, ApiError> {
+    depot.get_typed::<Arc<AppState>>().cloned().map_err(|_| ApiError::Internal("application state missing".into()))
+}
+
+/// Request id, `X-Request-ID` header, one log line and metrics per request.
+#[handler]
+async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
+    let started = Instant::now();
+    let incoming: Option<String> = req.header("x-request-id");
+    let id = incoming
+        .filter(|s| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    depot.insert(REQUEST_ID, id.clone());
+    if let Ok(v) = id.parse() {
+        res.headers_mut().insert("x-request-id", v);
+    }
+    ctrl.call_next(req, depot, res).await;
+    let status = res.status_code.unwrap_or(StatusCode::OK).as_u16();
+    let route = match req.matched_path() {
+        "" => "(unmatched)".to_string(),
+        p => format!("/{}", p.trim_start_matches('/')),
+    };
+    let elapsed = started.elapsed();
+    crate::metrics::request_finished(req.method().as_str(), &route, status, elapsed);
+    tracing::info!(
+        method = %req.method(),
+        route = %route,
+        status,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
+        request_id = %id,
+        "request"
+    );
+}
+
+/// Gives every error response without a body the envelope: unknown routes (404), wrong methods (405),
+/// panics (500).
+#[handler]
+async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) {
+    let status = res.status_code.unwrap_or(StatusCode::NOT_FOUND);
+    let err = match status {
+        StatusCode::NOT_FOUND => {
+            ApiError::RouteNotFound { method: req.method().to_string(), path: req.uri().path().to_string() }
+        }
+        StatusCode::METHOD_NOT_ALLOWED => {
+            ApiError::BadRequest(format!("Method {} is not allowed on {}", req.method(), req.uri().path()))
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge { limit_mb: body::MAX_BODY_BYTES / 1024 / 1024 },
+        s if s.is_server_error() => ApiError::Internal(format!("unhandled {s}")),
+        s => ApiError::BadRequest(s.canonical_reason().unwrap_or("Bad request").to_string()),
+    };
+    let mut json = err.body(&crate::error::request_id(depot));
+    if status == StatusCode::METHOD_NOT_ALLOWED
+        && let Some(e) = json.get_mut("error")
+    {
+        e["code"] = "METHOD_NOT_ALLOWED".into();
+        e["statusCode"] = 405.into();
+    }
+    res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { err.status() });
+    res.render(Json(json));
+}
+
+/// All API routes (the ones that appear in the OpenAPI document).
+pub fn api_router() -> Router {
+    Router::new().push(system::router()).push(auth::router()).push(accounts::router())
+}
+
+/// The OpenAPI 3.1 document generated from the handlers.
+pub fn openapi(router: &Router) -> OpenApi {
+    OpenApi::new("Herald API", env!("CARGO_PKG_VERSION"))
+        .add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)))
+        .add_security_scheme("session", SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(auth::COOKIE))))
+        .merge_router(router)
+}
+
+/// The whole service: routes, the OpenAPI document, the reference UI and the middleware.
+pub fn service(state: Arc<AppState>) -> Service {
+    let api = api_router();
+    let doc = openapi(&api);
+    let router = Router::new()
+        .hoop(salvo::prelude::CatchPanic::new())
+        .push(api)
+        .push(doc.into_router("/openapi.json"))
+        .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));
+    Service::new(router).hoop(InjectState(state)).hoop(request_context).catcher(Catcher::new(catch_errors))
+}

@@ -1,0 +1,239 @@
+//! Settings: command-line flags, then `HERALD_*` environment variables, then an optional `herald.toml`,
+//! then defaults (that order of precedence). `Settings` is what the CLI and the TOML file fill in;
+//! [`Config`] is the resolved, validated result the rest of the host uses.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde::Deserialize;
+
+/// Every setting, each optional so that the sources can be layered. Flag names are the TOML keys with
+/// `-` instead of `_`; environment variables are `HERALD_` + the key in upper case.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Address to listen on [default: 127.0.0.1:3000]
+    #[arg(long, env = "HERALD_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Database: `surrealkv://PATH` (embedded, on disk), `mem://` (in memory) or `ws://HOST:PORT`
+    /// (a SurrealDB server) [default: surrealkv://herald-data]
+    #[arg(long, env = "HERALD_DB")]
+    pub db: Option<String>,
+    /// SurrealDB namespace [default: herald]
+    #[arg(long, env = "HERALD_DB_NAMESPACE")]
+    pub db_namespace: Option<String>,
+    /// SurrealDB database name [default: herald]
+    #[arg(long, env = "HERALD_DB_DATABASE")]
+    pub db_database: Option<String>,
+    /// User for a remote SurrealDB server (root user)
+    #[arg(long, env = "HERALD_DB_USER")]
+    pub db_user: Option<String>,
+    /// Password for a remote SurrealDB server
+    #[arg(long, env = "HERALD_DB_PASSWORD", hide_env_values = true)]
+    pub db_password: Option<String>,
+    /// Public base URL, used for links in emails [default: http://<listen>]
+    #[arg(long, env = "HERALD_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Secret that signs cookies and tokens; generated and kept in the database when unset
+    #[arg(long, env = "HERALD_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Refuse POST /auth/signup [default: false]
+    #[arg(long, env = "HERALD_DISABLE_SIGNUPS")]
+    pub disable_signups: Option<bool>,
+    /// Log format: text or json [default: text]
+    #[arg(long, env = "HERALD_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter in tracing's EnvFilter syntax [default: info]
+    #[arg(long, env = "HERALD_LOG")]
+    pub log: Option<String>,
+    /// API requests per minute per project; 0 turns the limit off [default: 1000]
+    #[arg(long, env = "HERALD_RATE_LIMIT_PER_MINUTE")]
+    pub rate_limit_per_minute: Option<u32>,
+    /// Concurrent jobs per process [default: 8]
+    #[arg(long, env = "HERALD_JOB_CONCURRENCY")]
+    pub job_concurrency: Option<usize>,
+    /// Seconds a claimed job stays leased before another worker may take it over [default: 60]
+    #[arg(long, env = "HERALD_JOB_LEASE_SECS")]
+    pub job_lease_secs: Option<u64>,
+    /// Milliseconds between job-queue polls when idle [default: 500]
+    #[arg(long, env = "HERALD_JOB_POLL_MS")]
+    pub job_poll_ms: Option<u64>,
+    /// Path of the TOML settings file [default: ./herald.toml when it exists]
+    #[arg(long, env = "HERALD_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub db: String,
+    pub db_namespace: String,
+    pub db_database: String,
+    pub db_user: Option<String>,
+    pub db_password: Option<String>,
+    pub public_url: String,
+    pub secret: Option<String>,
+    pub disable_signups: bool,
+    pub log_format: LogFormat,
+    pub log: String,
+    pub rate_limit_per_minute: u32,
+    pub job_concurrency: usize,
+    pub job_lease_ms: i64,
+    pub job_poll_ms: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("invalid settings file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid setting {0}")]
+    Invalid(String),
+}
+
+impl Settings {
+    /// Fills every unset field of `self` from `other`.
+    fn or(self, other: Settings) -> Settings {
+        Settings {
+            listen: self.listen.or(other.listen),
+            db: self.db.or(other.db),
+            db_namespace: self.db_namespace.or(other.db_namespace),
+            db_database: self.db_database.or(other.db_database),
+            db_user: self.db_user.or(other.db_user),
+            db_password: self.db_password.or(other.db_password),
+            public_url: self.public_url.or(other.public_url),
+            secret: self.secret.or(other.secret),
+            disable_signups: self.disable_signups.or(other.disable_signups),
+            log_format: self.log_format.or(other.log_format),
+            log: self.log.or(other.log),
+            rate_limit_per_minute: self.rate_limit_per_minute.or(other.rate_limit_per_minute),
+            job_concurrency: self.job_concurrency.or(other.job_concurrency),
+            job_lease_secs: self.job_lease_secs.or(other.job_lease_secs),
+            job_poll_ms: self.job_poll_ms.or(other.job_poll_ms),
+            config: self.config.or(other.config),
+        }
+    }
+
+    /// Layers the TOML file (when there is one) under these settings and applies defaults.
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        let file = match &self.config {
+            Some(path) => Some(read_toml(path)?),
+            None if Path::new("herald.toml").exists() => Some(read_toml(Path::new("herald.toml"))?),
+            None => None,
+        };
+        let s = match file {
+            Some(f) => self.or(f),
+            None => self,
+        };
+        let listen = s.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 3000)));
+        let db = s.db.unwrap_or_else(|| "surrealkv://herald-data".to_string());
+        if !(db.starts_with("surrealkv://")
+            || db.starts_with("mem://")
+            || db == "memory"
+            || db.starts_with("ws://")
+            || db.starts_with("wss://"))
+        {
+            return Err(ConfigError::Invalid(format!("db = {db:?}: use surrealkv://PATH, mem:// or ws://HOST:PORT")));
+        }
+        let public_url = s.public_url.unwrap_or_else(|| format!("http://{listen}"));
+        let public_url = public_url.trim_end_matches('/').to_string();
+        if !(public_url.starts_with("http://") || public_url.starts_with("https://")) {
+            return Err(ConfigError::Invalid(format!(
+                "public_url = {public_url:?}: must start with http:// or https://"
+            )));
+        }
+        if let Some(secret) = &s.secret
+            && secret.len() < 16
+        {
+            return Err(ConfigError::Invalid("secret: must be at least 16 characters".into()));
+        }
+        Ok(Config {
+            listen,
+            db,
+            db_namespace: s.db_namespace.unwrap_or_else(|| "herald".into()),
+            db_database: s.db_database.unwrap_or_else(|| "herald".into()),
+            db_user: s.db_user,
+            db_password: s.db_password,
+            public_url,
+            secret: s.secret,
+            disable_signups: s.disable_signups.unwrap_or(false),
+            log_format: s.log_format.unwrap_or(LogFormat::Text),
+            log: s.log.unwrap_or_else(|| "info".into()),
+            rate_limit_per_minute: s.rate_limit_per_minute.unwrap_or(1000),
+            job_concurrency: s.job_concurrency.unwrap_or(8).max(1),
+            job_lease_ms: (s.job_lease_secs.unwrap_or(60).max(1) * 1000) as i64,
+            job_poll_ms: s.job_poll_ms.unwrap_or(500).max(10),
+        })
+    }
+}
+
+fn read_toml(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })
+}
+
+impl Config {
+    /// A configuration for tests: in-memory database, an ephemeral port, fixed secret.
+    pub fn for_tests() -> Config {
+        Settings {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            db: Some("mem://".into()),
+            secret: Some("test-secret-test-secret".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_or_else(|e| panic!("test config: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_file_and_file_beats_defaults() {
+        let dir = std::env::temp_dir().join(format!("herald-cfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("herald.toml");
+        std::fs::write(&path, "db = \"mem://\"\nrate_limit_per_minute = 5\nlisten = \"127.0.0.1:4000\"\n").unwrap();
+        let s = Settings { listen: Some("127.0.0.1:5000".parse().unwrap()), config: Some(path), ..Default::default() };
+        let c = s.resolve().unwrap();
+        assert_eq!(c.listen.port(), 5000);
+        assert_eq!(c.db, "mem://");
+        assert_eq!(c.rate_limit_per_minute, 5);
+        assert_eq!(c.public_url, "http://127.0.0.1:5000");
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_database_on_port_3000() {
+        let c = Settings { config: None, ..Default::default() }.resolve().unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(c.db, "surrealkv://herald-data");
+        assert_eq!(c.rate_limit_per_minute, 1000);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(Settings { db: Some("postgres://x".into()), ..Default::default() }.resolve().is_err());
+        assert!(Settings { secret: Some("short".into()), ..Default::default() }.resolve().is_err());
+        let dir = std::env::temp_dir().join(format!("herald-cfg-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.toml");
+        std::fs::write(&path, "unknown_key = 1\n").unwrap();
+        assert!(Settings { config: Some(path), ..Default::default() }.resolve().is_err());
+    }
+}

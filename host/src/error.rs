@@ -1,0 +1,209 @@
+//! The one table of public errors: each `ApiError` variant maps to an HTTP status, a machine-readable code
+//! and a message. This is the only place where response statuses for failures are chosen, and the only
+//! place that renders the error envelope of spec §7 (decisions 5-7).
+//!
+//! Must not import: `surrealdb` (store errors arrive already classified as [`crate::store::StoreError`]).
+
+use salvo::http::StatusCode;
+use salvo::oapi::{self, Components, EndpointOutRegister, Operation, ToSchema};
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::store::StoreError;
+
+/// One field-level problem in a request body (decision 6).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FieldError {
+    /// Dotted path of the field, for example `to.0.email`.
+    pub field: String,
+    pub message: String,
+    /// `invalid_string`, `required`, `too_big`, `too_small`, `invalid_type`, `invalid_enum_value`, ...
+    pub code: String,
+    /// What the request carried at that path (null when missing).
+    pub received: Value,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, code: &str, message: impl Into<String>, received: Value) -> Self {
+        Self { field: field.into(), message: message.into(), code: code.to_string(), received }
+    }
+}
+
+/// Every error a request can end with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    /// Malformed JSON or a body that is not a JSON object.
+    #[error("{0}")]
+    MalformedBody(String),
+    #[error("The request body is larger than the {limit_mb} MB limit")]
+    PayloadTooLarge { limit_mb: usize },
+    #[error("Validation failed")]
+    Validation(Vec<FieldError>),
+    /// The bare `{ "error": "..." }` 400 responses that spec §7 lists.
+    #[error("{0}")]
+    BareBadRequest(String),
+    #[error("{0}")]
+    MissingAuth(String),
+    #[error("{0}")]
+    InvalidApiKey(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("This project is disabled")]
+    ProjectDisabled,
+    /// A resource that does not exist (or belongs to another project): code such as `PROJECT_NOT_FOUND`.
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
+    #[error("No route matches {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("Rate limit exceeded: at most {limit} requests per minute for this project")]
+    RateLimited { limit: u32, retry_after_secs: u64 },
+    #[error("An unexpected error occurred")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::NotFound { code, message: message.into() }
+    }
+
+    pub fn field(field: &str, code: &str, message: &str, received: Value) -> Self {
+        ApiError::Validation(vec![FieldError::new(field, code, message, received)])
+    }
+
+    /// Status, code and suggestion of each variant: the table.
+    fn parts(&self) -> (StatusCode, &'static str, Option<&'static str>) {
+        use ApiError::*;
+        match self {
+            BadRequest(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST", None),
+            MalformedBody(_) => (
+                StatusCode::BAD_REQUEST,
+                "BAD_REQUEST",
+                Some("Send a valid JSON object with Content-Type: application/json"),
+            ),
+            PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", None),
+            Validation(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "VALIDATION_ERROR",
+                Some("Check the errors array for the fields that need fixing"),
+            ),
+            BareBadRequest(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST", None),
+            MissingAuth(_) => {
+                (StatusCode::UNAUTHORIZED, "MISSING_AUTH", Some("Send the header Authorization: Bearer <API key>"))
+            }
+            InvalidApiKey(_) => (
+                StatusCode::UNAUTHORIZED,
+                "INVALID_API_KEY",
+                Some("Use the project's current key; keys stop working as soon as they are regenerated"),
+            ),
+            Unauthorized(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED", Some("Log in with POST /auth/login")),
+            Forbidden(_) => (StatusCode::FORBIDDEN, "FORBIDDEN", None),
+            ProjectDisabled => (StatusCode::FORBIDDEN, "PROJECT_DISABLED", None),
+            NotFound { code, .. } => (StatusCode::NOT_FOUND, code, None),
+            RouteNotFound { .. } => (StatusCode::NOT_FOUND, "NOT_FOUND", Some("See /docs for the list of endpoints")),
+            Conflict(_) => (StatusCode::CONFLICT, "CONFLICT", None),
+            RateLimited { .. } => {
+                (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMIT_EXCEEDED", Some("Wait for the Retry-After seconds"))
+            }
+            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_SERVER_ERROR", None),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    /// The JSON body of this error, given the request id.
+    pub fn body(&self, request_id: &str) -> Value {
+        if let ApiError::BareBadRequest(message) = self {
+            return json!({ "error": message });
+        }
+        let (status, code, suggestion) = self.parts();
+        let mut error = json!({
+            "code": code,
+            "message": self.to_string(),
+            "statusCode": status.as_u16(),
+            "requestId": request_id,
+        });
+        if let ApiError::Validation(errors) = self {
+            error["errors"] = serde_json::to_value(errors).unwrap_or(Value::Array(vec![]));
+        }
+        if let ApiError::RateLimited { limit, retry_after_secs } = self {
+            error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });
+        }
+        if let Some(s) = suggestion {
+            error["suggestion"] = json!(s);
+        }
+        json!({ "success": false, "error": error, "timestamp": crate::clock::rfc3339(crate::clock::wall_now_ms()) })
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(m) => ApiError::Conflict(m),
+            StoreError::Validation(m) => ApiError::BadRequest(m),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// Request id of the current request (set by the request-context hoop).
+pub fn request_id(depot: &Depot) -> String {
+    depot.get::<String>(crate::api::REQUEST_ID).cloned().unwrap_or_default()
+}
+
+#[async_trait]
+impl Writer for ApiError {
+    async fn write(self, _req: &mut Request, depot: &mut Depot, res: &mut Response) {
+        if let ApiError::Internal(detail) = &self {
+            tracing::error!(error = %detail, "internal error");
+        }
+        if let ApiError::RateLimited { retry_after_secs, .. } = &self
+            && let Ok(v) = retry_after_secs.to_string().parse()
+        {
+            res.headers_mut().insert("Retry-After", v);
+        }
+        res.status_code(self.status());
+        res.render(Json(self.body(&request_id(depot))));
+    }
+}
+
+/// The error envelope as an OpenAPI schema (documentation only).
+#[derive(Serialize, ToSchema)]
+#[salvo(schema(name = "ErrorEnvelope"))]
+pub struct ErrorEnvelope {
+    pub success: bool,
+    pub error: ErrorBody,
+    pub timestamp: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub code: String,
+    pub message: String,
+    #[salvo(schema(rename = "statusCode"))]
+    #[serde(rename = "statusCode")]
+    pub status_code: u16,
+    #[salvo(schema(rename = "requestId"))]
+    #[serde(rename = "requestId")]
+    pub request_id: String,
+    pub errors: Option<Vec<FieldError>>,
+    pub details: Option<Value>,
+    pub suggestion: Option<String>,
+}
+
+impl EndpointOutRegister for ApiError {
+    fn register(components: &mut Components, operation: &mut Operation) {
+        let schema = ErrorEnvelope::to_schema(components);
+        let response =
+            oapi::Response::new("Error envelope (spec §7)").add_content("application/json", oapi::Content::new(schema));
+        operation.responses.insert("default", response);
+    }
+}

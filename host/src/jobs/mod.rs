@@ -1,0 +1,269 @@
+//! The durable job queue's workers and scheduler. Jobs are rows (see `store::jobs`); this module claims
+//! them under a lease, runs the registered handler for their kind, and records the outcome: done,
+//! retried with exponential backoff, or dead-lettered with the error after the last attempt. Recurring
+//! jobs are registered at start-up and queue themselves again after each run.
+//!
+//! Tests drive a worker step by step with [`Worker::run_once`] and a manual clock; `run` is the loop the
+//! server uses.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{Notify, Semaphore, watch};
+
+use crate::clock::SharedClock;
+use crate::store::jobs::Job;
+use crate::store::{Store, StoreError};
+
+pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type HandlerFn = Arc<dyn Fn(JobContext) -> JobFuture + Send + Sync>;
+
+/// What a handler gets: the job's payload and identity, and the shared services.
+#[derive(Clone)]
+pub struct JobContext {
+    pub id: String,
+    pub kind: String,
+    pub payload: Value,
+    pub attempt: i64,
+    pub store: Store,
+    pub clock: SharedClock,
+}
+
+/// Handlers by job kind.
+#[derive(Clone, Default)]
+pub struct Registry {
+    handlers: HashMap<String, HandlerFn>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register<F, Fut>(&mut self, kind: &str, f: F)
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.handlers.insert(kind.to_string(), Arc::new(move |ctx| Box::pin(f(ctx))));
+    }
+
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.handlers.keys().map(String::as_str)
+    }
+}
+
+/// Delay before retry `attempt` (1-based): 1 s, 2 s, 4 s, ... capped at one hour.
+pub fn backoff_ms(attempt: i64) -> i64 {
+    let exp = attempt.clamp(1, 13) - 1;
+    (1000i64 << exp).min(3_600_000)
+}
+
+/// Outcome of one job run, for tests and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    Retried {
+        at: i64,
+    },
+    Dead,
+    /// The lease was lost meanwhile; the outcome was not recorded.
+    LeaseLost,
+}
+
+#[derive(Clone)]
+pub struct WorkerOptions {
+    pub id: String,
+    pub concurrency: usize,
+    pub lease_ms: i64,
+    pub poll: Duration,
+}
+
+/// One worker: a process runs one, with `concurrency` job slots.
+#[derive(Clone)]
+pub struct Worker {
+    store: Store,
+    clock: SharedClock,
+    registry: Arc<Registry>,
+    opts: WorkerOptions,
+    wake: Arc<Notify>,
+}
+
+impl Worker {
+    pub fn new(store: Store, clock: SharedClock, registry: Registry, opts: WorkerOptions) -> Self {
+        Worker { store, clock, registry: Arc::new(registry), opts, wake: Arc::new(Notify::new()) }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.opts.id
+    }
+
+    /// Wakes the loop early (after enqueueing work that should run now).
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Claims up to `limit` runnable jobs and runs them to completion, in parallel. Returns the outcomes.
+    pub async fn run_once(&self, limit: usize) -> Result<Vec<(Job, Outcome)>, StoreError> {
+        let now = self.clock.now_ms();
+        let jobs = self.store.claim_jobs(&self.opts.id, now, self.opts.lease_ms, limit).await?;
+        let runs = jobs.into_iter().map(|job| {
+            let this = self.clone();
+            async move {
+                let outcome = this.execute(&job).await;
+                (job, outcome)
+            }
+        });
+        Ok(futures_util::future::join_all(runs).await)
+    }
+
+    /// Runs one claimed job and records its outcome.
+    async fn execute(&self, job: &Job) -> Outcome {
+        let started = std::time::Instant::now();
+        let result = match self.registry.handlers.get(&job.kind) {
+            None => Err(format!("no handler registered for job kind {:?}", job.kind)),
+            Some(handler) => {
+                let payload = serde_json::from_str(&job.payload).unwrap_or(Value::Null);
+                let ctx = JobContext {
+                    id: job.id.clone(),
+                    kind: job.kind.clone(),
+                    payload,
+                    attempt: job.attempts,
+                    store: self.store.clone(),
+                    clock: self.clock.clone(),
+                };
+                // Keep the lease alive while the handler runs; a panic in the handler fails the attempt.
+                let fut = tokio::spawn(handler(ctx));
+                let heartbeat = self.heartbeat(job.id.clone());
+                let res = tokio::select! {
+                    r = fut => r.unwrap_or_else(|e| Err(format!("job handler panicked: {e}"))),
+                    _ = heartbeat => Err("lease heartbeat stopped".into()),
+                };
+                res
+            }
+        };
+        let now = self.clock.now_ms();
+        let outcome = match result {
+            Ok(()) => match self.store.complete_job(&job.id, &self.opts.id, now).await {
+                Ok(true) => Outcome::Completed,
+                Ok(false) => Outcome::LeaseLost,
+                Err(e) => {
+                    tracing::error!(job = %job.id, error = %e, "cannot record job completion");
+                    Outcome::LeaseLost
+                }
+            },
+            Err(err) => {
+                let retry_at = (job.attempts < job.max_attempts).then(|| now + backoff_ms(job.attempts));
+                tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %err, "job failed");
+                match self.store.fail_job(&job.id, &self.opts.id, &err, retry_at, now).await {
+                    Ok(true) => match retry_at {
+                        Some(at) => Outcome::Retried { at },
+                        None if job.interval_ms.is_some() => {
+                            Outcome::Retried { at: now + job.interval_ms.unwrap_or(0) }
+                        }
+                        None => Outcome::Dead,
+                    },
+                    Ok(false) => Outcome::LeaseLost,
+                    Err(e) => {
+                        tracing::error!(job = %job.id, error = %e, "cannot record job failure");
+                        Outcome::LeaseLost
+                    }
+                }
+            }
+        };
+        crate::metrics::job_finished(&job.kind, &outcome, started.elapsed());
+        outcome
+    }
+
+    /// Extends the lease every third of its length, forever (dropped when the job ends).
+    async fn heartbeat(&self, id: String) {
+        let period = Duration::from_millis((self.opts.lease_ms / 3).max(10) as u64);
+        loop {
+            tokio::time::sleep(period).await;
+            let until = self.clock.now_ms() + self.opts.lease_ms;
+            if let Err(e) = self.store.extend_lease(&id, &self.opts.id, until).await {
+                tracing::warn!(job = %id, error = %e, "cannot extend job lease");
+            }
+        }
+    }
+
+    /// The worker loop: claims jobs into free slots until `shutdown` turns true, then waits for running
+    /// jobs to finish and releases any leases still held.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let slots = Arc::new(Semaphore::new(self.opts.concurrency));
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let free = slots.available_permits();
+            let mut claimed = 0;
+            if free > 0 {
+                match self.store.claim_jobs(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, free).await {
+                    Ok(jobs) => {
+                        claimed = jobs.len();
+                        for job in jobs {
+                            let Ok(permit) = slots.clone().acquire_owned().await else { break };
+                            let this = self.clone();
+                            tokio::spawn(async move {
+                                this.execute(&job).await;
+                                drop(permit);
+                            });
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot claim jobs"),
+                }
+            }
+            if claimed == 0 || slots.available_permits() == 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.opts.poll) => {}
+                    _ = self.wake.notified() => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+        // Finish running jobs: wait until every slot is free again.
+        let _all = slots.acquire_many(self.opts.concurrency as u32).await;
+        if let Err(e) = self.store.release_leases(&self.opts.id, self.clock.now_ms()).await {
+            tracing::warn!(error = %e, "cannot release job leases");
+        }
+        tracing::info!(worker = %self.opts.id, "job worker stopped");
+    }
+}
+
+/// The recurring jobs every Herald process registers at start-up.
+pub async fn register_recurring(store: &Store, now: i64) -> Result<(), StoreError> {
+    store.ensure_recurring(PURGE_JOBS, 3_600_000, now).await?;
+    Ok(())
+}
+
+pub const PURGE_JOBS: &str = "jobs.purge";
+
+/// Handlers of the host's own job kinds.
+pub fn builtin_registry() -> Registry {
+    let mut r = Registry::new();
+    r.register(PURGE_JOBS, |ctx: JobContext| async move {
+        // Keep finished jobs for a week for inspection.
+        let before = ctx.clock.now_ms() - 7 * 24 * 3_600_000;
+        ctx.store.purge_finished_jobs(before).await.map_err(|e| e.to_string())
+    });
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        assert_eq!(backoff_ms(1), 1000);
+        assert_eq!(backoff_ms(2), 2000);
+        assert_eq!(backoff_ms(3), 4000);
+        assert_eq!(backoff_ms(40), 3_600_000);
+    }
+}

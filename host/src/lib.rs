@@ -1,0 +1,137 @@
+//! Herald host: the server behind the `herald` binary. [`App::build`] assembles the whole application
+//! from a [`Config`] so tests boot the real thing in-process on an ephemeral port.
+//!
+//! Module map (see ARCHITECTURE.md): `api` (salvo, HTTP only) → `state`/`security`/`ratelimit`/`jobs`
+//! → `store` (the only module that imports surrealdb). `clock` is the only reader of the wall clock.
+
+pub mod api;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod jobs;
+pub mod metrics;
+pub mod ratelimit;
+pub mod security;
+pub mod state;
+pub mod store;
+pub mod telemetry;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use salvo::conn::tcp::TcpAcceptor;
+use salvo::server::ServerHandle;
+use salvo::{Listener, Server};
+use tokio::sync::watch;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::Config;
+use crate::jobs::{Registry, Worker, WorkerOptions};
+use crate::state::{AppState, KeyCache};
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen: {0}")]
+    Listen(std::io::Error),
+}
+
+/// The assembled application, not yet serving.
+pub struct App {
+    pub state: Arc<AppState>,
+    pub worker: Worker,
+}
+
+impl App {
+    /// Builds the application with the system clock.
+    pub async fn build(config: Config) -> Result<App, BuildError> {
+        Self::build_with(config, Arc::new(SystemClock), jobs::builtin_registry()).await
+    }
+
+    /// Builds the application with a given clock and job handlers (tests use a manual clock).
+    pub async fn build_with(config: Config, clock: SharedClock, registry: Registry) -> Result<App, BuildError> {
+        let store = Store::connect(&config).await?;
+        Self::from_store(config, store, clock, registry).await
+    }
+
+    /// Builds the application on an already connected (and migrated) store.
+    pub async fn from_store(
+        config: Config,
+        store: Store,
+        clock: SharedClock,
+        registry: Registry,
+    ) -> Result<App, BuildError> {
+        let secret = match &config.secret {
+            Some(s) => s.clone(),
+            None => store.setting_or_init("secret", security::generate_secret).await?,
+        };
+        jobs::register_recurring(&store, clock.now_ms()).await?;
+        let worker = Worker::new(
+            store.clone(),
+            clock.clone(),
+            registry,
+            WorkerOptions {
+                id: format!("worker-{}", uuid::Uuid::new_v4()),
+                concurrency: config.job_concurrency,
+                lease_ms: config.job_lease_ms,
+                poll: Duration::from_millis(config.job_poll_ms),
+            },
+        );
+        let state = Arc::new(AppState {
+            session_key: security::derive_key(&secret, "herald-session-v1"),
+            limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
+            keys: KeyCache::default(),
+            config,
+            store,
+            clock,
+        });
+        Ok(App { state, worker })
+    }
+
+    /// Starts serving on `listener` and running jobs. Returns at once with a handle.
+    pub async fn start(self, listener: tokio::net::TcpListener) -> Result<Running, BuildError> {
+        let addr = listener.local_addr().map_err(BuildError::Listen)?;
+        let acceptor = TcpAcceptor::try_from(listener).map_err(BuildError::Listen)?;
+        let server = Server::new(acceptor);
+        let handle = server.handle();
+        let service = api::service(self.state.clone());
+        let server_task = tokio::spawn(server.serve(service));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let worker_task = tokio::spawn(self.worker.clone().run(stop_rx));
+        Ok(Running { addr, state: self.state, handle, stop_tx, server_task, worker_task })
+    }
+
+    /// Binds the configured address and starts.
+    pub async fn listen(self) -> Result<Running, BuildError> {
+        let listener = tokio::net::TcpListener::bind(self.state.config.listen).await.map_err(BuildError::Listen)?;
+        self.start(listener).await
+    }
+}
+
+/// A running server.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    handle: ServerHandle,
+    stop_tx: watch::Sender<bool>,
+    server_task: tokio::task::JoinHandle<()>,
+    worker_task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Graceful shutdown: stop accepting, let requests in flight finish (up to 30 s), let running jobs
+    /// finish, release leases.
+    pub async fn shutdown(self) {
+        self.handle.stop_graceful(Some(Duration::from_secs(30)));
+        let _ = self.stop_tx.send(true);
+        let _ = self.server_task.await;
+        let _ = self.worker_task.await;
+    }
+}
+
+// `Listener` is imported for `TcpAcceptor`'s trait methods on some salvo versions.
+#[allow(unused_imports)]
+use Listener as _;

@@ -1,0 +1,106 @@
+//! The `herald` binary: parse the command line, then serve, migrate or administer.
+
+use clap::{Parser, Subcommand};
+use herald_host::config::Settings;
+use herald_host::store::Store;
+use herald_host::{App, telemetry};
+
+#[derive(Parser)]
+#[command(name = "herald", version, about = "Herald: self-hostable email messaging service")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP API and the job workers
+    Serve {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Apply database migrations and exit
+    Migrate {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Manage projects directly in the configured database
+    Project {
+        #[command(subcommand)]
+        command: ProjectCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ProjectCommand {
+    /// Create a project and print {id, name, public, secret} as JSON
+    Create {
+        /// Project name
+        name: String,
+        /// Also create (or reuse) this user as the project's OWNER
+        #[arg(long)]
+        owner: Option<String>,
+        /// Password for a new owner user
+        #[arg(long, requires = "owner")]
+        password: Option<String>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { settings } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, &config.log);
+            let app = App::build(config).await?;
+            let running = app.listen().await?;
+            tracing::info!(addr = %running.addr, "herald is listening");
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            running.shutdown().await;
+            Ok(())
+        }
+        Command::Migrate { settings } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, &config.log);
+            let store = Store::connect_only(&config).await?;
+            let applied = herald_host::store::migrate::apply(&store).await?;
+            println!("{}", serde_json::json!({ "applied": applied }));
+            Ok(())
+        }
+        Command::Project { command: ProjectCommand::Create { name, owner, password, settings } } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, "warn");
+            let app = App::build(config).await?;
+            let out = herald_host::api::cli::create_project(&app.state, &name, owner.as_deref(), password.as_deref())
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

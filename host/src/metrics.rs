@@ -1,0 +1,113 @@
+//! Process metrics in the Prometheus text format: requests by route and status, a request latency
+//! histogram, and job runs by kind and outcome. Job counts by state are read from the database when
+//! `/metrics` is scraped.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use crate::jobs::Outcome;
+
+const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+#[derive(Default)]
+struct Registry {
+    requests: BTreeMap<(String, String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+    jobs: BTreeMap<(String, &'static str), u64>,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut guard = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(&mut guard)
+}
+
+/// Records one finished request. `route` is the matched route pattern, never the raw path.
+pub fn request_finished(method: &str, route: &str, status: u16, elapsed: Duration) {
+    let secs = elapsed.as_secs_f64();
+    with(|r| {
+        *r.requests.entry((method.to_string(), route.to_string(), status)).or_default() += 1;
+        let h = r.latency.entry(route.to_string()).or_default();
+        h.count += 1;
+        h.sum += secs;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if secs <= *b {
+                h.counts[i] += 1;
+            }
+        }
+    });
+}
+
+pub fn job_finished(kind: &str, outcome: &Outcome, _elapsed: Duration) {
+    let label = match outcome {
+        Outcome::Completed => "completed",
+        Outcome::Retried { .. } => "retried",
+        Outcome::Dead => "dead",
+        Outcome::LeaseLost => "lease_lost",
+    };
+    with(|r| *r.jobs.entry((kind.to_string(), label)).or_default() += 1);
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Renders every metric; `job_states` are the current job counts by state.
+pub fn render(job_states: &[(String, i64)]) -> String {
+    let mut out = String::new();
+    with(|r| {
+        out.push_str("# HELP herald_http_requests_total HTTP requests by method, route and status.\n");
+        out.push_str("# TYPE herald_http_requests_total counter\n");
+        for ((m, route, status), n) in &r.requests {
+            let _ = writeln!(
+                out,
+                "herald_http_requests_total{{method=\"{}\",route=\"{}\",status=\"{status}\"}} {n}",
+                esc(m),
+                esc(route)
+            );
+        }
+        out.push_str("# HELP herald_http_request_duration_seconds HTTP request latency by route.\n");
+        out.push_str("# TYPE herald_http_request_duration_seconds histogram\n");
+        for (route, h) in &r.latency {
+            let route = esc(route);
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "herald_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {}",
+                    h.counts[i]
+                );
+            }
+            let _ = writeln!(
+                out,
+                "herald_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(out, "herald_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", h.sum);
+            let _ = writeln!(out, "herald_http_request_duration_seconds_count{{route=\"{route}\"}} {}", h.count);
+        }
+        out.push_str("# HELP herald_job_runs_total Job runs in this process by kind and outcome.\n");
+        out.push_str("# TYPE herald_job_runs_total counter\n");
+        for ((kind, outcome), n) in &r.jobs {
+            let _ = writeln!(out, "herald_job_runs_total{{kind=\"{}\",outcome=\"{outcome}\"}} {n}", esc(kind));
+        }
+    });
+    out.push_str("# HELP herald_jobs Jobs in the queue by state.\n");
+    out.push_str("# TYPE herald_jobs gauge\n");
+    for state in ["queued", "running", "completed", "dead"] {
+        let n = job_states.iter().find(|(s, _)| s == state).map(|(_, n)| *n).unwrap_or(0);
+        let _ = writeln!(out, "herald_jobs{{state=\"{state}\"}} {n}");
+    }
+    out
+}

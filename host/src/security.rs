@@ -1,0 +1,167 @@
+//! Credentials: API keys (decision 2), password hashing (argon2) and the dashboard session token
+//! (an HS256 JWT, decision 4). Pure functions apart from drawing random bytes.
+//!
+//! Must not import: salvo, surrealdb.
+
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+type HmacSha256 = Hmac<Sha256>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KeyKind {
+    Public,
+    Secret,
+}
+
+/// A freshly generated key pair, shown once.
+#[derive(Debug, Clone)]
+pub struct KeyPair {
+    pub public: String,
+    pub secret: String,
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    rand::rng().fill_bytes(&mut b);
+    b
+}
+
+/// `pk_` / `sk_` followed by 32 random bytes in hex.
+pub fn generate_key_pair() -> KeyPair {
+    KeyPair {
+        public: format!("pk_{}", hex::encode(random_bytes::<32>())),
+        secret: format!("sk_{}", hex::encode(random_bytes::<32>())),
+    }
+}
+
+/// The kind of a key, judged by its prefix and shape; `None` when it cannot be one of ours.
+pub fn key_kind(key: &str) -> Option<KeyKind> {
+    let (kind, rest) = if let Some(rest) = key.strip_prefix("pk_") {
+        (KeyKind::Public, rest)
+    } else if let Some(rest) = key.strip_prefix("sk_") {
+        (KeyKind::Secret, rest)
+    } else {
+        return None;
+    };
+    (rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_hexdigit())).then_some(kind)
+}
+
+/// The SHA-256 digest the store keeps instead of the key.
+pub fn key_digest(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+/// A random secret for signing, when the operator did not configure one.
+pub fn generate_secret() -> String {
+    hex::encode(random_bytes::<32>())
+}
+
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let salt = SaltString::encode_b64(&random_bytes::<16>()).map_err(|e| e.to_string())?;
+    Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
+}
+
+pub fn verify_password(password: &str, hash: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+}
+
+/// Claims of the session token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClaims {
+    /// user id
+    pub sub: String,
+    /// issued at, seconds
+    pub iat: i64,
+    /// expires, seconds
+    pub exp: i64,
+}
+
+/// Derives a purpose-specific key from the server secret, so one secret can sign several kinds of token
+/// without one kind being replayable as another.
+pub fn derive_key(secret: &str, purpose: &str) -> Vec<u8> {
+    let mut mac = HmacSha256::new_from_slice(secret.as_bytes()).unwrap_or_else(|_| unreachable_hmac());
+    mac.update(purpose.as_bytes());
+    mac.finalize().into_bytes().to_vec()
+}
+
+fn unreachable_hmac() -> HmacSha256 {
+    // HMAC accepts keys of any length; this is never reached.
+    HmacSha256::new_from_slice(b"herald").unwrap_or_else(|_| unreachable!("HMAC takes any key length"))
+}
+
+/// Signs claims as a compact HS256 JWT.
+pub fn sign_jwt<C: Serialize>(key: &[u8], claims: &C) -> String {
+    let header = URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(claims).unwrap_or_default());
+    let signing_input = format!("{header}.{payload}");
+    let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable_hmac());
+    mac.update(signing_input.as_bytes());
+    let sig = URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes());
+    format!("{signing_input}.{sig}")
+}
+
+/// Verifies an HS256 JWT's signature and expiry (`now_secs`) and returns its claims.
+pub fn verify_session(key: &[u8], token: &str, now_secs: i64) -> Option<SessionClaims> {
+    let mut parts = token.split('.');
+    let (header, payload, sig) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let header_json: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
+    if header_json.get("alg")?.as_str()? != "HS256" {
+        return None;
+    }
+    let mut mac = HmacSha256::new_from_slice(key).ok()?;
+    mac.update(header.as_bytes());
+    mac.update(b".");
+    mac.update(payload.as_bytes());
+    mac.verify_slice(&URL_SAFE_NO_PAD.decode(sig).ok()?).ok()?;
+    let claims: SessionClaims = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    (claims.exp > now_secs).then_some(claims)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_have_prefix_and_64_hex_chars_and_differ() {
+        let a = generate_key_pair();
+        let b = generate_key_pair();
+        assert_eq!(key_kind(&a.public), Some(KeyKind::Public));
+        assert_eq!(key_kind(&a.secret), Some(KeyKind::Secret));
+        assert_ne!(a.secret, b.secret);
+        assert_eq!(key_kind("sk_short"), None);
+        assert_eq!(key_kind("xx_0000000000000000000000000000000000000000000000000000000000000000"), None);
+        assert_eq!(key_digest("abc").len(), 64);
+    }
+
+    #[test]
+    fn passwords_verify_only_with_the_right_password() {
+        let h = hash_password("correct horse").unwrap();
+        assert!(verify_password("correct horse", &h));
+        assert!(!verify_password("wrong horse", &h));
+        assert!(!verify_password("correct horse", "not-a-hash"));
+    }
+
+    #[test]
+    fn session_tokens_check_signature_and_expiry() {
+        let key = derive_key("0123456789abcdef", "session");
+        let claims = SessionClaims { sub: "u1".into(), iat: 100, exp: 200 };
+        let t = sign_jwt(&key, &claims);
+        assert_eq!(verify_session(&key, &t, 150), Some(claims));
+        assert_eq!(verify_session(&key, &t, 200), None, "expired");
+        let other = derive_key("0123456789abcdef", "other");
+        assert_eq!(verify_session(&other, &t, 150), None, "wrong key");
+        let mut tampered = t.clone();
+        tampered.replace_range(t.len() - 3.., "AAA");
+        assert_eq!(verify_session(&key, &tampered, 150), None);
+    }
+}

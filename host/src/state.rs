@@ -1,0 +1,52 @@
+//! Shared application state handed to every request.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use crate::clock::SharedClock;
+use crate::config::Config;
+use crate::ratelimit::RateLimiter;
+use crate::store::Store;
+
+/// What an API key resolved to.
+#[derive(Debug, Clone)]
+pub struct KeyEntry {
+    pub project_id: String,
+    pub is_secret: bool,
+    pub disabled: bool,
+}
+
+/// Resolved API keys by digest, so a request does not need a database read to authenticate. Entries of
+/// a project are dropped when its keys are regenerated or it is deleted.
+#[derive(Default)]
+pub struct KeyCache {
+    map: RwLock<HashMap<String, KeyEntry>>,
+}
+
+impl KeyCache {
+    pub fn get(&self, digest: &str) -> Option<KeyEntry> {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).get(digest).cloned()
+    }
+    pub fn put(&self, digest: String, entry: KeyEntry) {
+        let mut m = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if m.len() > 50_000 {
+            m.clear();
+        }
+        m.insert(digest, entry);
+    }
+    pub fn invalidate_project(&self, project_id: &str) {
+        self.map.write().unwrap_or_else(|p| p.into_inner()).retain(|_, e| e.project_id != project_id);
+    }
+}
+
+pub struct AppState {
+    pub config: Config,
+    pub store: Store,
+    pub clock: SharedClock,
+    /// Key that signs session tokens (derived from the server secret).
+    pub session_key: Vec<u8>,
+    pub limiter: RateLimiter,
+    pub keys: KeyCache,
+}

@@ -1,0 +1,357 @@
+//! Users, projects, memberships and server settings.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Store, StoreError};
+use crate::vars;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct User {
+    pub id: String,
+    pub email: String,
+    pub name: Option<String>,
+    pub password_hash: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Project {
+    pub id: String,
+    pub name: String,
+    pub public_key_hash: String,
+    pub secret_key_hash: String,
+    pub disabled: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Role {
+    Member,
+    Admin,
+    Owner,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "OWNER" => Some(Role::Owner),
+            "ADMIN" => Some(Role::Admin),
+            "MEMBER" => Some(Role::Member),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "OWNER",
+            Role::Admin => "ADMIN",
+            Role::Member => "MEMBER",
+        }
+    }
+    /// OWNER and ADMIN manage members and keys.
+    pub fn can_manage(self) -> bool {
+        self >= Role::Admin
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Membership {
+    pub project: String,
+    pub user: String,
+    pub role: Role,
+    pub created_at: i64,
+}
+
+/// A member of a project with the user's public fields.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Member {
+    pub user: String,
+    pub role: Role,
+    pub created_at: i64,
+    pub email: Option<String>,
+    pub name: Option<String>,
+}
+
+/// A project of a user, with the user's role in it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProjectWithRole {
+    pub role: Role,
+    pub project: Project,
+}
+
+const USER_FIELDS: &str = "record::id(id) AS id, email, name, password_hash, created_at, updated_at";
+const PROJECT_FIELDS: &str =
+    "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, created_at, updated_at";
+
+impl Store {
+    // ---- settings ----
+
+    /// Reads a server setting.
+    pub async fn setting(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let v = self
+            .query("RETURN (SELECT VALUE value FROM ONLY type::record('setting', $key))", vars! { "key": key })
+            .await?
+            .value(0)?;
+        Ok(v.as_str().map(str::to_string))
+    }
+
+    /// Returns the setting, creating it with `make()` if it does not exist yet. Safe when several
+    /// processes race: the first writer wins and everyone reads its value.
+    pub async fn setting_or_init(&self, key: &str, make: impl Fn() -> String) -> Result<String, StoreError> {
+        if let Some(v) = self.setting(key).await? {
+            return Ok(v);
+        }
+        let candidate = make();
+        let _ = self
+            .write(|| {
+                self.query(
+                    "IF record::exists(type::record('setting', $key)) == false {
+                        CREATE type::record('setting', $key) SET value = $value;
+                     }",
+                    vars! { "key": key, "value": candidate },
+                )
+            })
+            .await;
+        self.setting(key).await?.ok_or_else(|| StoreError::Db(format!("setting {key} could not be stored")))
+    }
+
+    // ---- users ----
+
+    pub async fn create_user(
+        &self,
+        id: &str,
+        email: &str,
+        name: Option<&str>,
+        password_hash: &str,
+        now: i64,
+    ) -> Result<User, StoreError> {
+        let doc = super::jobs::strip_nulls(
+            vars! { "email": email, "name": name, "password_hash": password_hash, "created_at": now, "updated_at": now },
+        );
+        self.write(|| async {
+            self.query(
+                "CREATE type::record('user', $id) CONTENT $doc RETURN NONE",
+                vars! { "id": id, "doc": doc.clone() },
+            )
+            .await
+        })
+        .await?;
+        self.user(id).await?.ok_or_else(|| StoreError::Db("user vanished after create".into()))
+    }
+
+    pub async fn user(&self, id: &str) -> Result<Option<User>, StoreError> {
+        self.query(&format!("SELECT {USER_FIELDS} FROM ONLY type::record('user', $id)"), vars! { "id": id })
+            .await?
+            .first(0)
+    }
+
+    pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, StoreError> {
+        self.query(&format!("SELECT {USER_FIELDS} FROM user WHERE email = $email LIMIT 1"), vars! { "email": email })
+            .await?
+            .first(0)
+    }
+
+    // ---- projects ----
+
+    /// Creates a project and, when `owner` is given, its OWNER membership, in one transaction.
+    pub async fn create_project(
+        &self,
+        id: &str,
+        name: &str,
+        public_key_hash: &str,
+        secret_key_hash: &str,
+        owner: Option<&str>,
+        now: i64,
+    ) -> Result<Project, StoreError> {
+        let doc = vars! {
+            "name": name, "public_key_hash": public_key_hash, "secret_key_hash": secret_key_hash,
+            "disabled": false, "created_at": now, "updated_at": now,
+        };
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 CREATE type::record('project', $id) CONTENT $doc RETURN NONE;
+                 IF $owner != NONE AND $owner != NULL {
+                    CREATE membership SET project = $id, user = $owner, role = 'OWNER', created_at = $now RETURN NONE;
+                 };
+                 COMMIT TRANSACTION;",
+                vars! { "id": id, "doc": doc.clone(), "owner": owner, "now": now },
+            )
+            .await
+        })
+        .await?;
+        self.project(id).await?.ok_or_else(|| StoreError::Db("project vanished after create".into()))
+    }
+
+    pub async fn project(&self, id: &str) -> Result<Option<Project>, StoreError> {
+        self.query(&format!("SELECT {PROJECT_FIELDS} FROM ONLY type::record('project', $id)"), vars! { "id": id })
+            .await?
+            .first(0)
+    }
+
+    /// The project whose public or secret key has this digest, and which kind matched.
+    pub async fn project_by_key_hash(&self, digest: &str) -> Result<Option<(Project, bool)>, StoreError> {
+        let mut rows = self
+            .query(
+                &format!(
+                    "SELECT {PROJECT_FIELDS} FROM project WHERE secret_key_hash = $d LIMIT 1;
+                     SELECT {PROJECT_FIELDS} FROM project WHERE public_key_hash = $d LIMIT 1;"
+                ),
+                vars! { "d": digest },
+            )
+            .await?;
+        if let Some(p) = rows.first::<Project>(0)? {
+            return Ok(Some((p, true)));
+        }
+        Ok(rows.first::<Project>(1)?.map(|p| (p, false)))
+    }
+
+    pub async fn rename_project(&self, id: &str, name: &str, now: i64) -> Result<Option<Project>, StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('project', $id) SET name = $name, updated_at = $now WHERE id != NONE RETURN NONE",
+                vars! { "id": id, "name": name, "now": now },
+            )
+            .await
+        })
+        .await?;
+        self.project(id).await
+    }
+
+    pub async fn set_project_keys(
+        &self,
+        id: &str,
+        public_key_hash: &str,
+        secret_key_hash: &str,
+        now: i64,
+    ) -> Result<Option<Project>, StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('project', $id) SET public_key_hash = $p, secret_key_hash = $s, updated_at = $now
+                 RETURN NONE",
+                vars! { "id": id, "p": public_key_hash, "s": secret_key_hash, "now": now },
+            )
+            .await
+        })
+        .await?;
+        self.project(id).await
+    }
+
+    /// Deletes a project and everything scoped to it.
+    pub async fn delete_project(&self, id: &str) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 DELETE membership WHERE project = $id;
+                 DELETE type::record('project', $id);
+                 COMMIT TRANSACTION;",
+                vars! { "id": id },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    // ---- memberships ----
+
+    pub async fn membership(&self, project: &str, user: &str) -> Result<Option<Membership>, StoreError> {
+        self.query(
+            "SELECT project, user, role, created_at FROM membership WHERE project = $p AND user = $u LIMIT 1",
+            vars! { "p": project, "u": user },
+        )
+        .await?
+        .first(0)
+    }
+
+    pub async fn projects_of_user(&self, user: &str) -> Result<Vec<ProjectWithRole>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                &format!(
+                    "SELECT role, created_at, (SELECT {PROJECT_FIELDS} FROM ONLY type::record('project', $parent.project)) AS project
+                     FROM membership WHERE user = $u ORDER BY created_at DESC"
+                ),
+                vars! { "u": user },
+            )
+            .await?
+            .all(0)?;
+        rows.into_iter()
+            .filter(|r| r.get("project").is_some_and(|p| p.is_object()))
+            .map(|r| serde_json::from_value(r).map_err(|e| StoreError::Decode(e.to_string())))
+            .collect()
+    }
+
+    pub async fn members(&self, project: &str) -> Result<Vec<Member>, StoreError> {
+        self.query(
+            "SELECT user, role, created_at,
+                    (SELECT VALUE email FROM ONLY type::record('user', $parent.user)) AS email,
+                    (SELECT VALUE name FROM ONLY type::record('user', $parent.user)) AS name
+             FROM membership WHERE project = $p ORDER BY created_at ASC",
+            vars! { "p": project },
+        )
+        .await?
+        .all(0)
+    }
+
+    pub async fn add_member(&self, project: &str, user: &str, role: Role, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "CREATE membership SET project = $p, user = $u, role = $r, created_at = $now RETURN NONE",
+                vars! { "p": project, "u": user, "r": role.as_str(), "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Changes a member's role, refusing (Conflict) to leave the project without an OWNER. The check and
+    /// the write are one transaction, so two concurrent demotions cannot both pass.
+    pub async fn set_member_role(&self, project: &str, user: &str, role: Role) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 UPDATE membership SET role = $r WHERE project = $p AND user = $u RETURN NONE;
+                 IF count(SELECT * FROM membership WHERE project = $p AND role = 'OWNER') == 0 {
+                    THROW 'LAST_OWNER';
+                 };
+                 COMMIT TRANSACTION;",
+                vars! { "p": project, "u": user, "r": role.as_str() },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+        .map_err(last_owner)
+    }
+
+    /// Removes a member, refusing (Conflict) to remove the last OWNER.
+    pub async fn remove_member(&self, project: &str, user: &str) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 DELETE membership WHERE project = $p AND user = $u;
+                 IF count(SELECT * FROM membership WHERE project = $p AND role = 'OWNER') == 0 {
+                    THROW 'LAST_OWNER';
+                 };
+                 COMMIT TRANSACTION;",
+                vars! { "p": project, "u": user },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+        .map_err(last_owner)
+    }
+}
+
+fn last_owner(e: StoreError) -> StoreError {
+    if e.to_string().contains("LAST_OWNER") {
+        StoreError::Conflict("A project must keep at least one OWNER".into())
+    } else {
+        e
+    }
+}

@@ -1,0 +1,288 @@
+//! The durable job queue's rows. A job is claimed under a lease inside one transaction, so several
+//! Herald processes on one database never run a job at the same time; a lease that expires (its worker
+//! died) makes the job claimable again.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Store, StoreError};
+use crate::vars;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Job {
+    pub id: String,
+    pub kind: String,
+    pub payload: String,
+    pub status: String,
+    pub priority: i64,
+    pub run_at: i64,
+    pub attempts: i64,
+    pub max_attempts: i64,
+    pub lease_owner: Option<String>,
+    pub lease_expires: Option<i64>,
+    pub last_error: Option<String>,
+    pub unique_key: Option<String>,
+    pub interval_ms: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+/// What to enqueue.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub kind: String,
+    pub payload: Value,
+    pub run_at: i64,
+    /// Higher runs first.
+    pub priority: i64,
+    pub max_attempts: i64,
+    /// At most one job with this key exists (recurring jobs, de-duplicated work).
+    pub unique_key: Option<String>,
+    /// A recurring job is queued again this long after each run.
+    pub interval_ms: Option<i64>,
+}
+
+impl NewJob {
+    pub fn new(kind: &str, payload: Value, run_at: i64) -> Self {
+        NewJob {
+            kind: kind.to_string(),
+            payload,
+            run_at,
+            priority: 0,
+            max_attempts: 5,
+            unique_key: None,
+            interval_ms: None,
+        }
+    }
+}
+
+const JOB_FIELDS: &str = "record::id(id) AS id, kind, payload, status, priority, run_at, attempts, max_attempts, \
+     lease_owner, lease_expires, last_error, unique_key, interval_ms, created_at, updated_at, finished_at";
+
+impl Store {
+    /// Adds a job. With a `unique_key` that another job already holds, nothing is added and the existing
+    /// job's id is returned.
+    pub async fn enqueue(&self, job: &NewJob, now: i64) -> Result<String, StoreError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let doc = vars! {
+            "kind": job.kind, "payload": job.payload.to_string(), "status": "queued",
+            "priority": job.priority, "run_at": job.run_at, "attempts": 0, "max_attempts": job.max_attempts.max(1),
+            "unique_key": job.unique_key, "interval_ms": job.interval_ms, "created_at": now, "updated_at": now,
+        };
+        let doc = strip_nulls(doc);
+        let created = self
+            .write(|| async {
+                self.query(
+                    "CREATE type::record('job', $id) CONTENT $doc RETURN NONE",
+                    vars! { "id": id, "doc": doc.clone() },
+                )
+                .await
+            })
+            .await;
+        match created {
+            Ok(_) => Ok(id),
+            Err(StoreError::Conflict(_)) if job.unique_key.is_some() => {
+                let existing: Option<Job> = self
+                    .query(
+                        &format!("SELECT {JOB_FIELDS} FROM job WHERE unique_key = $k LIMIT 1"),
+                        vars! { "k": job.unique_key },
+                    )
+                    .await?
+                    .first(0)?;
+                existing.map(|j| j.id).ok_or_else(|| StoreError::Conflict("job key taken".into()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Registers a recurring job (idempotent): creates it if missing, updates its interval, and brings
+    /// it back to the queue if it had been dead-lettered.
+    pub async fn ensure_recurring(&self, kind: &str, interval_ms: i64, now: i64) -> Result<String, StoreError> {
+        let key = format!("recurring:{kind}");
+        let mut job = NewJob::new(kind, Value::Null, now);
+        job.unique_key = Some(key.clone());
+        job.interval_ms = Some(interval_ms);
+        let id = self.enqueue(&job, now).await?;
+        self.write(|| async {
+            self.query(
+                "UPDATE job SET interval_ms = $i, updated_at = $now WHERE unique_key = $k;
+                 UPDATE job SET status = 'queued', attempts = 0, run_at = $now, updated_at = $now
+                    WHERE unique_key = $k AND status IN ['dead', 'completed'];",
+                vars! { "k": key, "i": interval_ms, "now": now },
+            )
+            .await
+        })
+        .await?;
+        Ok(id)
+    }
+
+    /// Claims up to `limit` runnable jobs for `worker` until `now + lease_ms`: queued jobs whose time has
+    /// come, and running jobs whose lease expired. One transaction; a concurrent claim of the same job
+    /// conflicts and is retried against the new state, so each job goes to exactly one worker.
+    pub async fn claim_jobs(
+        &self,
+        worker: &str,
+        now: i64,
+        lease_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<Job>, StoreError> {
+        if limit == 0 {
+            return Ok(vec![]);
+        }
+        self.write(|| async {
+            self.query(
+                &format!(
+                    "{{
+                        LET $ready = (SELECT VALUE id FROM job WHERE status = 'queued' AND run_at <= $now
+                            ORDER BY priority DESC, run_at ASC LIMIT $limit);
+                        LET $stale = (SELECT VALUE id FROM job WHERE status = 'running' AND lease_expires <= $now
+                            LIMIT $limit);
+                        LET $ids = array::slice(array::concat($stale, $ready), 0, $limit);
+                        UPDATE $ids SET status = 'running', lease_owner = $w, lease_expires = $now + $lease,
+                            attempts += 1, updated_at = $now RETURN NONE;
+                        RETURN (SELECT {JOB_FIELDS} FROM $ids ORDER BY priority DESC, run_at ASC);
+                    }}"
+                ),
+                vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit },
+            )
+            .await?
+            .value(0)
+            .and_then(|v| serde_json::from_value::<Vec<Job>>(v).map_err(|e| StoreError::Decode(e.to_string())))
+        })
+        .await
+    }
+
+    /// Marks a job done. A recurring job goes back to the queue for its next run. Returns false when the
+    /// worker no longer holds the lease (another worker took the job over).
+    pub async fn complete_job(&self, id: &str, worker: &str, now: i64) -> Result<bool, StoreError> {
+        self.write(|| async {
+            self.query(
+                "{
+                    LET $j = (SELECT * FROM ONLY type::record('job', $id));
+                    IF $j == NONE OR $j.status != 'running' OR $j.lease_owner != $w { RETURN false; };
+                    IF $j.interval_ms != NONE {
+                        UPDATE type::record('job', $id) SET status = 'queued', run_at = $now + $j.interval_ms,
+                            attempts = 0, lease_owner = NONE, lease_expires = NONE, last_error = NONE,
+                            updated_at = $now RETURN NONE;
+                    } ELSE {
+                        UPDATE type::record('job', $id) SET status = 'completed', lease_owner = NONE,
+                            lease_expires = NONE, finished_at = $now, updated_at = $now RETURN NONE;
+                    };
+                    RETURN true;
+                }",
+                vars! { "id": id, "w": worker, "now": now },
+            )
+            .await?
+            .value(0)
+        })
+        .await
+        .map(|v| v.as_bool().unwrap_or(false))
+    }
+
+    /// Records a failed attempt: back to the queue at `retry_at`, or dead-lettered with the error when
+    /// `retry_at` is None (a recurring job is never dead-lettered; it waits for its next run).
+    pub async fn fail_job(
+        &self,
+        id: &str,
+        worker: &str,
+        error: &str,
+        retry_at: Option<i64>,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.write(|| async {
+            self.query(
+                "{
+                    LET $j = (SELECT * FROM ONLY type::record('job', $id));
+                    IF $j == NONE OR $j.status != 'running' OR $j.lease_owner != $w { RETURN false; };
+                    IF $retry != NONE AND $retry != NULL {
+                        UPDATE type::record('job', $id) SET status = 'queued', run_at = $retry, lease_owner = NONE,
+                            lease_expires = NONE, last_error = $err, updated_at = $now RETURN NONE;
+                    } ELSE IF $j.interval_ms != NONE {
+                        UPDATE type::record('job', $id) SET status = 'queued', run_at = $now + $j.interval_ms,
+                            attempts = 0, lease_owner = NONE, lease_expires = NONE, last_error = $err,
+                            updated_at = $now RETURN NONE;
+                    } ELSE {
+                        UPDATE type::record('job', $id) SET status = 'dead', lease_owner = NONE, lease_expires = NONE,
+                            last_error = $err, finished_at = $now, updated_at = $now RETURN NONE;
+                    };
+                    RETURN true;
+                }",
+                vars! { "id": id, "w": worker, "err": error, "retry": retry_at, "now": now },
+            )
+            .await?
+            .value(0)
+        })
+        .await
+        .map(|v| v.as_bool().unwrap_or(false))
+    }
+
+    /// Extends the lease of a job the worker still holds.
+    pub async fn extend_lease(&self, id: &str, worker: &str, until: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('job', $id) SET lease_expires = $until WHERE status = 'running' AND lease_owner = $w
+                 RETURN NONE",
+                vars! { "id": id, "w": worker, "until": until },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Gives back every job a worker holds (graceful shutdown): they are queued again at once, and the
+    /// interrupted attempt is not counted.
+    pub async fn release_leases(&self, worker: &str, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE job SET status = 'queued', lease_owner = NONE, lease_expires = NONE, run_at = $now,
+                    attempts = math::max([attempts - 1, 0]), updated_at = $now
+                 WHERE status = 'running' AND lease_owner = $w RETURN NONE",
+                vars! { "w": worker, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn job(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        self.query(&format!("SELECT {JOB_FIELDS} FROM ONLY type::record('job', $id)"), vars! { "id": id })
+            .await?
+            .first(0)
+    }
+
+    /// Number of jobs in each state.
+    pub async fn job_counts(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        #[derive(Deserialize)]
+        struct Row {
+            status: String,
+            n: i64,
+        }
+        let rows: Vec<Row> =
+            self.query("SELECT status, count() AS n FROM job GROUP BY status", vars! {}).await?.all(0)?;
+        Ok(rows.into_iter().map(|r| (r.status, r.n)).collect())
+    }
+
+    /// Deletes completed and dead jobs that finished before `before`.
+    pub async fn purge_finished_jobs(&self, before: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "DELETE job WHERE status IN ['completed', 'dead'] AND finished_at < $before",
+                vars! { "before": before },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+/// SurrealDB's `option<T>` fields take NONE (absent), not NULL: drop null members of a document.
+pub fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    }
+}

@@ -1,0 +1,83 @@
+//! Schema migrations: `migrations/NNNN_name.surql`, applied in order at start-up and recorded with a
+//! SHA-256 checksum. A migration whose text changed after it was applied stops start-up with a message
+//! naming the file.
+
+use sha2::{Digest, Sha256};
+
+use super::{Store, StoreError};
+use crate::vars;
+
+/// Every migration, in order. Add new files here; never edit a released one.
+pub const MIGRATIONS: &[(&str, &str)] =
+    &[("0001_foundation.surql", include_str!("../../../migrations/0001_foundation.surql"))];
+
+#[derive(serde::Deserialize)]
+struct Applied {
+    name: String,
+    checksum: String,
+}
+
+fn checksum(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Applies every migration not yet recorded. Returns the names applied now.
+pub async fn apply(store: &Store) -> Result<Vec<String>, StoreError> {
+    apply_list(store, MIGRATIONS).await
+}
+
+pub async fn apply_list(store: &Store, list: &[(&str, &str)]) -> Result<Vec<String>, StoreError> {
+    store
+        .query(
+            "DEFINE TABLE IF NOT EXISTS migration SCHEMAFULL;
+             DEFINE FIELD IF NOT EXISTS name ON migration TYPE string;
+             DEFINE FIELD IF NOT EXISTS checksum ON migration TYPE string;
+             DEFINE FIELD IF NOT EXISTS applied_at ON migration TYPE int;
+             DEFINE INDEX IF NOT EXISTS migration_name ON migration FIELDS name UNIQUE;",
+            vars! {},
+        )
+        .await
+        .map_err(|e| StoreError::Migration(format!("cannot create the migration table: {e}")))?;
+    let mut applied_now = Vec::new();
+    for (name, text) in list {
+        let sum = checksum(text);
+        let existing: Option<Applied> = store
+            .query("SELECT name, checksum FROM migration WHERE name = $name", vars! { "name": name })
+            .await?
+            .first(0)?;
+        match existing {
+            Some(a) if a.checksum == sum => continue,
+            Some(a) => {
+                return Err(StoreError::Migration(format!(
+                    "migration {} was changed after it was applied (recorded checksum {}, file now {}); \
+                     restore the file and put the change in a new migration",
+                    a.name, a.checksum, sum
+                )));
+            }
+            None => {}
+        }
+        let sql = format!(
+            "BEGIN TRANSACTION;\n{text}\nCREATE migration SET name = $name, checksum = $checksum, applied_at = $now;\nCOMMIT TRANSACTION;"
+        );
+        match store.query(&sql, vars! { "name": name, "checksum": sum, "now": crate::clock::wall_now_ms() }).await {
+            Ok(_) => {
+                tracing::info!(migration = %name, "applied migration");
+                applied_now.push(name.to_string());
+            }
+            // Another process applied it at the same moment: check what it recorded.
+            Err(StoreError::Conflict(_)) => {
+                let existing: Option<Applied> = store
+                    .query("SELECT name, checksum FROM migration WHERE name = $name", vars! { "name": name })
+                    .await?
+                    .first(0)?;
+                if existing.map(|a| a.checksum) != Some(sum) {
+                    return Err(StoreError::Migration(format!(
+                        "migration {name} was applied concurrently with other text"
+                    )));
+                }
+            }
+            Err(e) => return Err(StoreError::Migration(format!("migration {name} failed: {e}"))),
+        }
+    }
+    Ok(applied_now)
+}

@@ -1,0 +1,190 @@
+//! The store: one repository per aggregate over SurrealDB. This is the only module that imports
+//! `surrealdb`; the rest of the host never knows which engine (embedded SurrealKV, in-memory, or a
+//! SurrealDB server over WebSocket) is behind it.
+//!
+//! Invariants:
+//! - Parameters are always bound, never formatted into query text.
+//! - Every project-scoped query filters by `project`.
+//! - Every write unit runs through [`Store::write`], which retries SurrealDB's retryable transaction
+//!   conflicts, and every failure is classified once, here, into [`StoreError`] (unique index -> Conflict,
+//!   ASSERT/type failure -> Validation).
+//! - Times are stored as integer milliseconds since the Unix epoch (UTC).
+
+pub mod accounts;
+pub mod jobs;
+pub mod migrate;
+
+use std::future::Future;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use surrealdb::Surreal;
+use surrealdb::engine::any::Any;
+use surrealdb::opt::auth::Root;
+
+use crate::config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A unique index already holds the value.
+    #[error("{0}")]
+    Conflict(String),
+    /// A field assertion or type check failed.
+    #[error("{0}")]
+    Validation(String),
+    /// A transaction conflict that survived every retry, or any other retryable failure.
+    #[error("the database is busy, try again: {0}")]
+    Busy(String),
+    #[error("database error: {0}")]
+    Db(String),
+    #[error("unexpected data from the database: {0}")]
+    Decode(String),
+    #[error("{0}")]
+    Migration(String),
+}
+
+impl StoreError {
+    fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Busy(_))
+    }
+}
+
+/// Classifies a SurrealDB error by its kind and message. SurrealDB reports unique-index violations and
+/// assertion failures as generic errors told apart only by their text, so this is the one place that
+/// reads that text.
+fn classify(e: surrealdb::Error) -> StoreError {
+    let msg = e.to_string();
+    let lower = msg.to_lowercase();
+    if lower.contains("can be retried") || lower.contains("transaction conflict") || lower.contains("write conflict") {
+        StoreError::Busy(msg)
+    } else if lower.contains("already contains") || e.is_already_exists() {
+        StoreError::Conflict(msg)
+    } else if lower.contains("must conform to") || lower.contains("couldn't coerce") || lower.contains("expected a") {
+        StoreError::Validation(msg)
+    } else {
+        StoreError::Db(msg)
+    }
+}
+
+/// The database handle. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    db: Surreal<Any>,
+}
+
+/// Statement results of one query, decoded lazily.
+pub struct Rows(surrealdb::IndexedResults);
+
+impl Rows {
+    /// All rows of statement `idx`, decoded from JSON.
+    pub fn all<T: DeserializeOwned>(&mut self, idx: usize) -> Result<Vec<T>, StoreError> {
+        let values: Vec<Value> = self.0.take(idx).map_err(classify)?;
+        values.into_iter().map(|v| serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))).collect()
+    }
+
+    /// The first row of statement `idx`, if any.
+    pub fn first<T: DeserializeOwned>(&mut self, idx: usize) -> Result<Option<T>, StoreError> {
+        Ok(self.all(idx)?.into_iter().next())
+    }
+
+    /// A single scalar or object returned by statement `idx` (for `RETURN` or `count()` statements).
+    pub fn value(&mut self, idx: usize) -> Result<Value, StoreError> {
+        let v: surrealdb::types::Value = self.0.take(idx).map_err(classify)?;
+        Ok(v.into_json_value())
+    }
+}
+
+impl Store {
+    /// Connects to the configured database, selects namespace and database, and applies migrations.
+    pub async fn connect(config: &Config) -> Result<Store, StoreError> {
+        let store = Self::connect_only(config).await?;
+        migrate::apply(&store).await?;
+        Ok(store)
+    }
+
+    /// Connects without applying migrations.
+    pub async fn connect_only(config: &Config) -> Result<Store, StoreError> {
+        let url = match config.db.as_str() {
+            "memory" => "mem://".to_string(),
+            other => other.to_string(),
+        };
+        let db = surrealdb::engine::any::connect(url.as_str())
+            .await
+            .map_err(|e| StoreError::Db(format!("cannot open {url}: {e}")))?;
+        if let (Some(user), Some(pass)) = (&config.db_user, &config.db_password) {
+            db.signin(Root { username: user.clone(), password: pass.clone() })
+                .await
+                .map_err(|e| StoreError::Db(format!("cannot sign in to {url}: {e}")))?;
+        }
+        db.use_ns(config.db_namespace.clone())
+            .use_db(config.db_database.clone())
+            .await
+            .map_err(|e| StoreError::Db(format!("cannot select namespace/database: {e}")))?;
+        Ok(Store { db })
+    }
+
+    /// Runs one query with bound variables (`vars` must be a JSON object) and checks every statement
+    /// for errors.
+    pub async fn query(&self, sql: &str, vars: Value) -> Result<Rows, StoreError> {
+        let mut res = self.db.query(sql).bind(vars).await.map_err(classify)?;
+        let errors = res.take_errors();
+        if !errors.is_empty() {
+            // Report the first failing statement; the others usually only say the transaction failed.
+            let mut errors: Vec<_> = errors.into_iter().collect();
+            errors.sort_by_key(|(i, _)| *i);
+            let mut classified: Vec<StoreError> = errors.into_iter().map(|(_, e)| classify(e)).collect();
+            if let Some(pos) = classified.iter().position(|e| !is_cascade(e)) {
+                return Err(classified.swap_remove(pos));
+            }
+            return Err(classified.swap_remove(0));
+        }
+        Ok(Rows(res))
+    }
+
+    /// Runs a write unit, retrying it on retryable transaction conflicts (snapshot isolation reports a
+    /// conflict instead of waiting, and nothing retries for us). The unit must be safe to run again.
+    pub async fn write<T, F, Fut>(&self, mut unit: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            match unit().await {
+                Err(e) if e.is_retryable() && attempt < 12 => {
+                    attempt += 1;
+                    let jitter = rand::random::<u64>() % 5;
+                    let backoff = (1u64 << attempt.min(6)) + jitter;
+                    tokio::time::sleep(Duration::from_millis(backoff)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Checks that the database answers.
+    pub async fn health(&self) -> Result<(), StoreError> {
+        self.query("RETURN 1", serde_json::json!({})).await.map(|_| ())
+    }
+}
+
+/// "The query was not executed due to a failed transaction" and similar follow-on errors.
+fn is_cascade(e: &StoreError) -> bool {
+    let m = e.to_string().to_lowercase();
+    m.contains("failed transaction") || m.contains("not executed")
+}
+
+/// Decodes a record id (`table:⟨key⟩` or a bare key) into its key.
+pub fn key_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Helper for building bound variables.
+#[macro_export]
+macro_rules! vars {
+    ($($t:tt)*) => { serde_json::json!({ $($t)* }) };
+}

@@ -1,0 +1,1 @@
+//! Herald plugin SDK. Filled in by the plugin-platform issue.

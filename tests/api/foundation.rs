@@ -1,0 +1,167 @@
+//! Cross-cutting HTTP behaviour: health, config, metrics, the error envelope, request ids, body limits,
+//! the OpenAPI document, restart persistence and migrations.
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn health_reports_the_database_reachable() {
+    let s = Server::start().await;
+    let r = s.client().get("/health").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json["status"], "ok");
+    assert_eq!(r.json["database"], "reachable");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_routes_get_a_json_404_envelope_with_the_request_id() {
+    let s = Server::start().await;
+    let r = s.client().get("/no/such/route").await;
+    assert_envelope(&r, 404, "NOT_FOUND");
+    let r = s.client().delete("/health").await;
+    assert_envelope(&r, 405, "METHOD_NOT_ALLOWED");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn every_response_carries_a_request_id_and_a_given_one_is_kept() {
+    let s = Server::start().await;
+    let c = s.client();
+    let a = c.get("/health").await.header("x-request-id").unwrap();
+    let b = c.get("/health").await.header("x-request-id").unwrap();
+    assert_ne!(a, b);
+    let res = c.http.get(format!("{}/nope", s.base)).header("X-Request-ID", "trace-123").send().await.unwrap();
+    assert_eq!(res.headers()["x-request-id"], "trace-123");
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["error"]["requestId"], "trace-123");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_400_and_a_non_object_body_too() {
+    let s = Server::start().await;
+    let c = s.client();
+    let r = c.raw("POST", "/auth/signup", b"{\"email\": ".to_vec(), "application/json").await;
+    assert_envelope(&r, 400, "BAD_REQUEST");
+    let r = c.raw("POST", "/auth/signup", b"[1,2]".to_vec(), "application/json").await;
+    assert_envelope(&r, 400, "BAD_REQUEST");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_over_50_mb_get_413() {
+    let s = Server::start().await;
+    let mut big = b"{\"email\":\"".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 51 * 1024 * 1024));
+    big.extend(b"\"}");
+    let r = s.client().raw("POST", "/auth/signup", big, "application/json").await;
+    assert_envelope(&r, 413, "PAYLOAD_TOO_LARGE");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn config_needs_no_auth_and_names_the_version_and_features() {
+    let s = Server::start().await;
+    let r = s.client().get("/config").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(r.json["features"]["signups"], true);
+    assert_eq!(r.json["features"]["rateLimit"], true);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_and_jobs_by_state() {
+    let s = Server::start().await;
+    let c = s.client();
+    c.get("/health").await;
+    c.get("/health").await;
+    let res = c.http.get(format!("{}/metrics", s.base)).send().await.unwrap();
+    assert!(res.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let text = res.text().await.unwrap();
+    assert!(text.contains("herald_http_requests_total{method=\"GET\",route=\"/health\",status=\"200\"}"), "{text}");
+    assert!(text.contains("herald_http_request_duration_seconds_bucket{route=\"/health\",le=\"+Inf\"}"));
+    assert!(text.contains("herald_jobs{state=\"queued\"} 1"), "the recurring purge job is queued: {text}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn openapi_document_is_3_1_and_lists_every_route() {
+    let s = Server::start().await;
+    let r = s.client().get("/openapi.json").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json["openapi"], "3.1.0");
+    let paths = r.json["paths"].as_object().expect("paths");
+    let expect = [
+        ("/health", "get"),
+        ("/config", "get"),
+        ("/metrics", "get"),
+        ("/auth/signup", "post"),
+        ("/auth/login", "post"),
+        ("/auth/logout", "get"),
+        ("/users/@me", "get"),
+        ("/users/@me/projects", "get"),
+        ("/users/@me/projects", "post"),
+        ("/users/@me/projects/{id}", "patch"),
+        ("/users/@me/projects/{id}", "delete"),
+        ("/users/@me/projects/{id}/regenerate-keys", "post"),
+        ("/projects/{id}/members", "get"),
+        ("/projects/{id}/members", "post"),
+        ("/projects/{id}/members/{user_id}", "patch"),
+        ("/projects/{id}/members/{user_id}", "delete"),
+    ];
+    for (path, method) in expect {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} missing from {:?}",
+            paths.keys()
+        );
+    }
+    // Request and response schemas are present.
+    assert!(paths["/auth/signup"]["post"]["requestBody"].is_object());
+    assert!(paths["/users/@me/projects"]["post"]["responses"]["201"].is_object());
+    let docs = s.client().http.get(format!("{}/docs/", s.base)).send().await.unwrap();
+    assert_eq!(docs.status(), 200);
+    assert!(docs.text().await.unwrap().to_lowercase().contains("swagger"));
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_project_and_its_keys_survive_a_restart_on_the_embedded_database() {
+    let dir = std::env::temp_dir().join(format!("herald-restart-{}", uuid::Uuid::new_v4()));
+    let mut config = herald_host::config::Config::for_tests();
+    config.db = format!("surrealkv://{}", dir.display());
+    let s = Server::start_with(config.clone(), None).await;
+    let (owner, project) = project(&s, "owner@example.com", "Persisted").await;
+    let secret = project["secret"].as_str().unwrap().to_string();
+    let id = project["id"].as_str().unwrap().to_string();
+    drop(owner);
+    s.stop().await;
+    // The embedded datastore closes when its last handle is gone; give it a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let s = Server::start_with(config, None).await;
+    let c = s.client();
+    let r = c.post("/auth/login", json!({ "email": "owner@example.com", "password": "password123" })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let r = c.get("/users/@me/projects").await;
+    assert_eq!(r.json[0]["id"], id.as_str());
+    let r = s.with_key(&secret).get("/contacts").await;
+    assert_eq!(r.status, 200, "the secret key still works after the restart: {}", r.json);
+    s.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_changed_migration_stops_start_up_naming_the_file() {
+    let config = herald_host::config::Config::for_tests();
+    let store = herald_host::store::Store::connect_only(&config).await.unwrap();
+    let list = [("0001_a.surql", "DEFINE TABLE a SCHEMALESS;")];
+    assert_eq!(herald_host::store::migrate::apply_list(&store, &list).await.unwrap(), vec!["0001_a.surql"]);
+    assert!(herald_host::store::migrate::apply_list(&store, &list).await.unwrap().is_empty(), "applied once");
+    let changed = [("0001_a.surql", "DEFINE TABLE a SCHEMAFULL;")];
+    let err = herald_host::store::migrate::apply_list(&store, &changed).await.unwrap_err().to_string();
+    assert!(err.contains("0001_a.surql") && err.contains("changed"), "{err}");
+}

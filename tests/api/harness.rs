@@ -1,0 +1,164 @@
+//! Test harness: a real server per test, and a small HTTP client that returns `(status, json)`.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use herald_host::clock::{ManualClock, SharedClock, SystemClock};
+use herald_host::config::Config;
+use herald_host::{App, Running};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+
+pub struct Server {
+    pub base: String,
+    pub running: Option<Running>,
+    pub clock: Option<ManualClock>,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub json: Value,
+    pub headers: HeaderMap,
+}
+
+impl Resp {
+    pub fn code(&self) -> &str {
+        self.json["error"]["code"].as_str().unwrap_or("")
+    }
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+    }
+}
+
+impl Server {
+    pub async fn start() -> Server {
+        Self::start_with(Config::for_tests(), None).await
+    }
+
+    /// A server whose clock only moves when the test says so.
+    pub async fn start_manual() -> Server {
+        let clock = ManualClock::new(1_800_000_000_000);
+        Self::start_with(Config::for_tests(), Some(clock)).await
+    }
+
+    pub async fn start_with(config: Config, clock: Option<ManualClock>) -> Server {
+        let shared: SharedClock = match &clock {
+            Some(c) => Arc::new(c.clone()),
+            None => Arc::new(SystemClock),
+        };
+        let app = App::build_with(config, shared, herald_host::jobs::builtin_registry()).await.expect("build app");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let running = app.start(listener).await.expect("start");
+        Server { base: format!("http://{}", running.addr), running: Some(running), clock }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown().await;
+        }
+    }
+
+    /// A client with its own cookie jar (one dashboard session).
+    pub fn client(&self) -> Client {
+        Client {
+            base: self.base.clone(),
+            http: reqwest::Client::builder().cookie_store(true).build().expect("client"),
+            bearer: None,
+            project: None,
+        }
+    }
+
+    /// A client authenticated with an API key.
+    pub fn with_key(&self, key: &str) -> Client {
+        let mut c = self.client();
+        c.bearer = Some(key.to_string());
+        c
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub bearer: Option<String>,
+    pub project: Option<String>,
+}
+
+impl Client {
+    pub async fn send(&self, method: &str, path: &str, body: Option<Value>) -> Resp {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut rb = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(k) = &self.bearer {
+            rb = rb.bearer_auth(k);
+        }
+        if let Some(p) = &self.project {
+            rb = rb.header("X-Project-Id", p);
+        }
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let res = rb.send().await.expect("request");
+        Self::read(res).await
+    }
+
+    pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>, content_type: &str) -> Resp {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut rb = self.http.request(method, format!("{}{}", self.base, path)).header("content-type", content_type);
+        if let Some(k) = &self.bearer {
+            rb = rb.bearer_auth(k);
+        }
+        let res = rb.body(body).send().await.expect("request");
+        Self::read(res).await
+    }
+
+    async fn read(res: reqwest::Response) -> Resp {
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let text = res.text().await.unwrap_or_default();
+        let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp { status, json, headers }
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send("GET", path, None).await
+    }
+    pub async fn post(&self, path: &str, body: Value) -> Resp {
+        self.send("POST", path, Some(body)).await
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> Resp {
+        self.send("PATCH", path, Some(body)).await
+    }
+    pub async fn delete(&self, path: &str) -> Resp {
+        self.send("DELETE", path, None).await
+    }
+}
+
+/// Signs up a user on a fresh client and returns the logged-in client.
+pub async fn signup(server: &Server, email: &str) -> Client {
+    let c = server.client();
+    let r = c.post("/auth/signup", json!({ "email": email, "password": "password123", "name": "Test" })).await;
+    assert_eq!(r.status, 201, "signup: {}", r.json);
+    c
+}
+
+/// A user with a project; returns (session client, project json with keys).
+pub async fn project(server: &Server, email: &str, name: &str) -> (Client, Value) {
+    let c = signup(server, email).await;
+    let r = c.post("/users/@me/projects", json!({ "name": name })).await;
+    assert_eq!(r.status, 201, "create project: {}", r.json);
+    (c, r.json)
+}
+
+/// Asserts the standard error envelope of spec §7.
+pub fn assert_envelope(r: &Resp, status: u16, code: &str) {
+    assert_eq!(r.status, status, "status of {}", r.json);
+    assert_eq!(r.json["success"], false, "{}", r.json);
+    assert_eq!(r.json["error"]["code"], code, "{}", r.json);
+    assert_eq!(r.json["error"]["statusCode"], status, "{}", r.json);
+    let rid = r.json["error"]["requestId"].as_str().unwrap_or("");
+    assert!(!rid.is_empty(), "requestId missing: {}", r.json);
+    assert_eq!(r.header("x-request-id").as_deref(), Some(rid), "X-Request-ID must equal the envelope's requestId");
+    assert!(r.json["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(r.json["timestamp"].as_str().is_some());
+}

@@ -1,0 +1,197 @@
+//! The durable job queue (foundation issue): leases, takeover after a crash, exactly-once across
+//! workers, delayed jobs, retries with backoff and dead-lettering. The clock is manual: nothing sleeps.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herald_host::clock::{Clock, ManualClock};
+use herald_host::config::Config;
+use herald_host::jobs::{Outcome, Registry, Worker, WorkerOptions};
+use herald_host::store::Store;
+use herald_host::store::jobs::NewJob;
+use serde_json::json;
+
+const T0: i64 = 1_800_000_000_000;
+
+async fn store() -> Store {
+    Store::connect(&Config::for_tests()).await.expect("store")
+}
+
+fn worker(store: &Store, clock: &ManualClock, registry: Registry, id: &str) -> Worker {
+    Worker::new(
+        store.clone(),
+        Arc::new(clock.clone()),
+        registry,
+        WorkerOptions { id: id.into(), concurrency: 8, lease_ms: 30_000, poll: Duration::from_millis(20) },
+    )
+}
+
+fn counting(kind: &str, counter: Arc<Mutex<HashMap<String, usize>>>) -> Registry {
+    let mut r = Registry::new();
+    r.register(kind, move |ctx| {
+        let counter = counter.clone();
+        async move {
+            *counter.lock().unwrap().entry(ctx.payload["n"].to_string()).or_default() += 1;
+            Ok(())
+        }
+    });
+    r
+}
+
+#[tokio::test]
+async fn a_job_whose_worker_died_runs_again_after_its_lease() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let id = store.enqueue(&NewJob::new("work", json!({"n": 1}), T0), T0).await.unwrap();
+    // Worker A claims the job and dies without finishing it.
+    let claimed = store.claim_jobs("dead-worker", clock.now_ms(), 30_000, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let counter = Arc::new(Mutex::new(HashMap::new()));
+    let b = worker(&store, &clock, counting("work", counter.clone()), "b");
+    assert!(b.run_once(10).await.unwrap().is_empty(), "the lease still holds");
+    clock.advance(29_999);
+    assert!(b.run_once(10).await.unwrap().is_empty(), "the lease still holds one ms before expiry");
+    clock.advance(1);
+    let ran = b.run_once(10).await.unwrap();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(ran[0].1, Outcome::Completed);
+    assert_eq!(counter.lock().unwrap().values().sum::<usize>(), 1);
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, "completed");
+    assert_eq!(job.attempts, 2, "the lost attempt counts");
+    // The dead worker coming back cannot record an outcome any more.
+    assert!(!store.complete_job(&id, "dead-worker", clock.now_ms()).await.unwrap());
+}
+
+#[tokio::test]
+async fn two_workers_sharing_one_database_run_each_job_exactly_once() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let n = 300;
+    for i in 0..n {
+        store.enqueue(&NewJob::new("work", json!({ "n": i }), T0), T0).await.unwrap();
+    }
+    let counter = Arc::new(Mutex::new(HashMap::new()));
+    let a = worker(&store, &clock, counting("work", counter.clone()), "a");
+    let b = worker(&store, &clock, counting("work", counter.clone()), "b");
+    let done = Arc::new(AtomicUsize::new(0));
+    let spin = |w: Worker, done: Arc<AtomicUsize>| async move {
+        loop {
+            let ran = w.run_once(7).await.expect("run");
+            if ran.is_empty() {
+                break;
+            }
+            done.fetch_add(ran.iter().filter(|(_, o)| *o == Outcome::Completed).count(), Ordering::SeqCst);
+        }
+    };
+    tokio::join!(spin(a, done.clone()), spin(b, done.clone()));
+    let counts = counter.lock().unwrap();
+    assert_eq!(counts.len(), n, "every job ran");
+    assert!(
+        counts.values().all(|&c| c == 1),
+        "no job ran twice: {:?}",
+        counts.iter().filter(|(_, c)| **c > 1).collect::<Vec<_>>()
+    );
+    assert_eq!(done.load(Ordering::SeqCst), n);
+}
+
+#[tokio::test]
+async fn a_delayed_job_never_runs_early() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    store.enqueue(&NewJob::new("work", json!({"n": 1}), T0 + 60_000), T0).await.unwrap();
+    let counter = Arc::new(Mutex::new(HashMap::new()));
+    let w = worker(&store, &clock, counting("work", counter.clone()), "w");
+    for step in [0, 30_000, 29_999] {
+        clock.advance(step);
+        assert!(w.run_once(10).await.unwrap().is_empty(), "ran early at +{} ms", clock.now_ms() - T0);
+    }
+    clock.advance(1);
+    assert_eq!(w.run_once(10).await.unwrap().len(), 1);
+    assert_eq!(counter.lock().unwrap().values().sum::<usize>(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_job_is_retried_with_backoff_then_dead_lettered_with_its_error() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let mut job = NewJob::new("flaky", json!({}), T0);
+    job.max_attempts = 3;
+    let id = store.enqueue(&job, T0).await.unwrap();
+    let mut r = Registry::new();
+    r.register("flaky", |ctx| async move { Err(format!("boom on attempt {}", ctx.attempt)) });
+    let w = worker(&store, &clock, r, "w");
+
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran[0].1, Outcome::Retried { at: T0 + 1000 });
+    assert!(w.run_once(10).await.unwrap().is_empty(), "not before the backoff");
+    clock.advance(1000);
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran[0].1, Outcome::Retried { at: T0 + 1000 + 2000 });
+    clock.advance(2000);
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran[0].1, Outcome::Dead);
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, "dead");
+    assert_eq!(job.attempts, 3);
+    assert_eq!(job.last_error.as_deref(), Some("boom on attempt 3"));
+    clock.advance(10_000_000);
+    assert!(w.run_once(10).await.unwrap().is_empty(), "a dead job stays dead");
+}
+
+#[tokio::test]
+async fn a_panicking_handler_fails_only_its_attempt() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    store.enqueue(&NewJob::new("panics", json!({}), T0), T0).await.unwrap();
+    let mut r = Registry::new();
+    r.register("panics", |_ctx| async move {
+        if true {
+            panic!("handler bug");
+        }
+        Ok(())
+    });
+    let w = worker(&store, &clock, r, "w");
+    let ran = w.run_once(10).await.unwrap();
+    assert!(matches!(ran[0].1, Outcome::Retried { .. }));
+}
+
+#[tokio::test]
+async fn recurring_jobs_queue_themselves_again_and_register_once() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let a = store.ensure_recurring("tick", 60_000, T0).await.unwrap();
+    let b = store.ensure_recurring("tick", 60_000, T0).await.unwrap();
+    assert_eq!(a, b, "registering twice (two processes) makes one job");
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::new();
+    let c2 = counter.clone();
+    r.register("tick", move |_| {
+        let c = c2.clone();
+        async move {
+            c.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    let w = worker(&store, &clock, r, "w");
+    assert_eq!(w.run_once(10).await.unwrap().len(), 1);
+    assert!(w.run_once(10).await.unwrap().is_empty());
+    clock.advance(60_000);
+    assert_eq!(w.run_once(10).await.unwrap().len(), 1);
+    assert_eq!(counter.load(Ordering::SeqCst), 2);
+    assert_eq!(store.job(&a).await.unwrap().unwrap().status, "queued");
+}
+
+#[tokio::test]
+async fn graceful_release_gives_jobs_back_without_counting_the_attempt() {
+    let store = store().await;
+    let id = store.enqueue(&NewJob::new("work", json!({}), T0), T0).await.unwrap();
+    assert_eq!(store.claim_jobs("w", T0, 30_000, 10).await.unwrap().len(), 1);
+    store.release_leases("w", T0).await.unwrap();
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, "queued");
+    assert_eq!(job.attempts, 0);
+    assert_eq!(store.claim_jobs("other", T0, 30_000, 10).await.unwrap().len(), 1);
+}

@@ -1,0 +1,10 @@
+//! Black-box API tests: each test boots the real Herald server in-process on an ephemeral loopback port
+//! with its own in-memory database, and speaks HTTP to it.
+
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+
+mod accounts;
+mod foundation;
+mod jobs;
