@@ -61,6 +61,15 @@ pub struct Settings {
     /// Milliseconds between job-queue polls when idle [default: 500]
     #[arg(long, env = "HERALD_JOB_POLL_MS")]
     pub job_poll_ms: Option<u64>,
+    /// Run job workers in this process (false makes an API-only node) [default: true]
+    #[arg(long, env = "HERALD_RUN_JOBS")]
+    pub run_jobs: Option<bool>,
+    /// Hours an Idempotency-Key is kept [default: 24]
+    #[arg(long, env = "HERALD_IDEMPOTENCY_TTL_HOURS")]
+    pub idempotency_ttl_hours: Option<u64>,
+    /// Milliseconds between event-stream dispatch runs [default: 1000]
+    #[arg(long, env = "HERALD_EVENT_DISPATCH_MS")]
+    pub event_dispatch_ms: Option<u64>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -92,6 +101,9 @@ pub struct Config {
     pub job_concurrency: usize,
     pub job_lease_ms: i64,
     pub job_poll_ms: u64,
+    pub run_jobs: bool,
+    pub idempotency_ttl_ms: i64,
+    pub event_dispatch_ms: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +135,9 @@ impl Settings {
             job_concurrency: self.job_concurrency.or(other.job_concurrency),
             job_lease_secs: self.job_lease_secs.or(other.job_lease_secs),
             job_poll_ms: self.job_poll_ms.or(other.job_poll_ms),
+            idempotency_ttl_hours: self.idempotency_ttl_hours.or(other.idempotency_ttl_hours),
+            run_jobs: self.run_jobs.or(other.run_jobs),
+            event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
         }
     }
@@ -176,6 +191,9 @@ impl Settings {
             job_concurrency: s.job_concurrency.unwrap_or(8).max(1),
             job_lease_ms: (s.job_lease_secs.unwrap_or(60).max(1) * 1000) as i64,
             job_poll_ms: s.job_poll_ms.unwrap_or(500).max(10),
+            run_jobs: s.run_jobs.unwrap_or(true),
+            idempotency_ttl_ms: (s.idempotency_ttl_hours.unwrap_or(24).max(1) * 3_600_000) as i64,
+            event_dispatch_ms: s.event_dispatch_ms.unwrap_or(1000).max(10) as i64,
         })
     }
 }
@@ -193,6 +211,7 @@ impl Config {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             db: Some("mem://".into()),
             secret: Some("test-secret-test-secret".into()),
+            job_poll_ms: Some(20),
             ..Default::default()
         }
         .resolve()

@@ -62,6 +62,8 @@ pub enum ApiError {
     RouteNotFound { method: String, path: String },
     #[error("{0}")]
     Conflict(String),
+    #[error("The Idempotency-Key {key:?} was already used for {request}")]
+    IdempotencyKeyReused { key: String, request: String, at_ms: i64, status: Option<i64> },
     #[error("Rate limit exceeded: at most {limit} requests per minute for this project")]
     RateLimited { limit: u32, retry_after_secs: u64 },
     #[error("An unexpected error occurred")]
@@ -108,6 +110,11 @@ impl ApiError {
             NotFound { code, .. } => (StatusCode::NOT_FOUND, code, None),
             RouteNotFound { .. } => (StatusCode::NOT_FOUND, "NOT_FOUND", Some("See /docs for the list of endpoints")),
             Conflict(_) => (StatusCode::CONFLICT, "CONFLICT", None),
+            IdempotencyKeyReused { .. } => (
+                StatusCode::CONFLICT,
+                "IDEMPOTENCY_KEY_REUSED",
+                Some("Use a new Idempotency-Key for a new request; keys are kept for 24 hours"),
+            ),
             RateLimited { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMIT_EXCEEDED", Some("Wait for the Retry-After seconds"))
             }
@@ -133,6 +140,14 @@ impl ApiError {
         });
         if let ApiError::Validation(errors) = self {
             error["errors"] = serde_json::to_value(errors).unwrap_or(Value::Array(vec![]));
+        }
+        if let ApiError::IdempotencyKeyReused { key, request, at_ms, status } = self {
+            error["details"] = json!({
+                "key": key,
+                "originalRequest": request,
+                "originalRequestAt": crate::clock::rfc3339(*at_ms),
+                "originalStatusCode": status,
+            });
         }
         if let ApiError::RateLimited { limit, retry_after_secs } = self {
             error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });

@@ -7,7 +7,9 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod domain;
 pub mod error;
+pub mod events;
 pub mod jobs;
 pub mod metrics;
 pub mod ratelimit;
@@ -62,13 +64,15 @@ impl App {
         config: Config,
         store: Store,
         clock: SharedClock,
-        registry: Registry,
+        mut registry: Registry,
     ) -> Result<App, BuildError> {
+        let bus = Arc::new(events::EventBus::default());
+        bus.register(&mut registry);
         let secret = match &config.secret {
             Some(s) => s.clone(),
             None => store.setting_or_init("secret", security::generate_secret).await?,
         };
-        jobs::register_recurring(&store, clock.now_ms()).await?;
+        jobs::register_recurring(&store, &config, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
             clock.clone(),
@@ -84,6 +88,7 @@ impl App {
             session_key: security::derive_key(&secret, "herald-session-v1"),
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
             keys: KeyCache::default(),
+            bus,
             config,
             store,
             clock,
@@ -100,7 +105,11 @@ impl App {
         let service = api::service(self.state.clone());
         let server_task = tokio::spawn(server.serve(service));
         let (stop_tx, stop_rx) = watch::channel(false);
-        let worker_task = tokio::spawn(self.worker.clone().run(stop_rx));
+        let worker_task = if self.state.config.run_jobs {
+            tokio::spawn(self.worker.clone().run(stop_rx))
+        } else {
+            tokio::spawn(async {})
+        };
         Ok(Running { addr, state: self.state, handle, stop_tx, server_task, worker_task })
     }
 

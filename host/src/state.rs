@@ -3,10 +3,11 @@
 //! Must not import: salvo, surrealdb.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use crate::clock::SharedClock;
 use crate::config::Config;
+use crate::events::EventBus;
 use crate::ratelimit::RateLimiter;
 use crate::store::Store;
 
@@ -49,4 +50,6 @@ pub struct AppState {
     pub session_key: Vec<u8>,
     pub limiter: RateLimiter,
     pub keys: KeyCache,
+    /// The in-process event stream (subscribers register here).
+    pub bus: Arc<EventBus>,
 }

@@ -10,10 +10,15 @@ use herald_host::{App, Running};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
+#[allow(unused_imports)]
+use herald_host::clock::Clock;
+
 pub struct Server {
     pub base: String,
     pub running: Option<Running>,
     pub clock: Option<ManualClock>,
+    pub worker: herald_host::jobs::Worker,
+    pub state: Arc<herald_host::state::AppState>,
 }
 
 pub struct Resp {
@@ -48,9 +53,27 @@ impl Server {
             None => Arc::new(SystemClock),
         };
         let app = App::build_with(config, shared, herald_host::jobs::builtin_registry()).await.expect("build app");
+        Self::serve(app, clock).await
+    }
+
+    /// Serves an application built by the test.
+    pub async fn serve(app: App, clock: Option<ManualClock>) -> Server {
+        let worker = app.worker.clone();
+        let state = app.state.clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let running = app.start(listener).await.expect("start");
-        Server { base: format!("http://{}", running.addr), running: Some(running), clock }
+        Server { base: format!("http://{}", running.addr), running: Some(running), clock, worker, state }
+    }
+
+    /// A manual-clock server whose job workers do not run: the test steps them with `self.worker`.
+    pub async fn start_stepped() -> Server {
+        let mut config = Config::for_tests();
+        config.run_jobs = false;
+        Self::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await
+    }
+
+    pub fn clock(&self) -> &ManualClock {
+        self.clock.as_ref().expect("a manual clock")
     }
 
     pub async fn stop(mut self) {
@@ -148,6 +171,26 @@ pub async fn project(server: &Server, email: &str, name: &str) -> (Client, Value
     let r = c.post("/users/@me/projects", json!({ "name": name })).await;
     assert_eq!(r.status, 201, "create project: {}", r.json);
     (c, r.json)
+}
+
+/// A project's secret-key client, public-key client and session client.
+pub struct Proj {
+    pub id: String,
+    pub secret: Client,
+    pub public: Client,
+    pub session: Client,
+    pub json: Value,
+}
+
+pub async fn proj(server: &Server, email: &str) -> Proj {
+    let (session, p) = project(server, email, "P").await;
+    Proj {
+        id: p["id"].as_str().unwrap().to_string(),
+        secret: server.with_key(p["secret"].as_str().unwrap()),
+        public: server.with_key(p["public"].as_str().unwrap()),
+        session,
+        json: p,
+    }
 }
 
 /// Asserts the standard error envelope of spec §7.

@@ -6,5 +6,7 @@
 mod harness;
 
 mod accounts;
+mod contacts;
 mod foundation;
 mod jobs;
+mod tracking;

@@ -7,6 +7,10 @@ pub mod accounts;
 pub mod auth;
 pub mod body;
 pub mod cli;
+pub mod contacts;
+pub mod events;
+pub mod idempotency;
+pub mod pagination;
 pub mod system;
 
 use std::sync::Arc;
@@ -99,7 +103,12 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
 
 /// All API routes (the ones that appear in the OpenAPI document).
 pub fn api_router() -> Router {
-    Router::new().push(system::router()).push(auth::router()).push(accounts::router())
+    Router::new()
+        .push(system::router())
+        .push(auth::router())
+        .push(accounts::router())
+        .push(contacts::router())
+        .push(events::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

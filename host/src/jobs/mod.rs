@@ -237,8 +237,9 @@ impl Worker {
 }
 
 /// The recurring jobs every Herald process registers at start-up.
-pub async fn register_recurring(store: &Store, now: i64) -> Result<(), StoreError> {
+pub async fn register_recurring(store: &Store, config: &crate::config::Config, now: i64) -> Result<(), StoreError> {
     store.ensure_recurring(PURGE_JOBS, 3_600_000, now).await?;
+    store.ensure_recurring(crate::events::DISPATCH_JOB, config.event_dispatch_ms, now).await?;
     Ok(())
 }
 
@@ -249,8 +250,9 @@ pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
     r.register(PURGE_JOBS, |ctx: JobContext| async move {
         // Keep finished jobs for a week for inspection.
-        let before = ctx.clock.now_ms() - 7 * 24 * 3_600_000;
-        ctx.store.purge_finished_jobs(before).await.map_err(|e| e.to_string())
+        let now = ctx.clock.now_ms();
+        ctx.store.purge_finished_jobs(now - 7 * 24 * 3_600_000).await.map_err(|e| e.to_string())?;
+        ctx.store.purge_idempotency_keys(now).await.map_err(|e| e.to_string())
     });
     r
 }

@@ -8,8 +8,10 @@ use super::{Store, StoreError};
 use crate::vars;
 
 /// Every migration, in order. Add new files here; never edit a released one.
-pub const MIGRATIONS: &[(&str, &str)] =
-    &[("0001_foundation.surql", include_str!("../../../migrations/0001_foundation.surql"))];
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_foundation.surql", include_str!("../../../migrations/0001_foundation.surql")),
+    ("0002_contacts_events.surql", include_str!("../../../migrations/0002_contacts_events.surql")),
+];
 
 #[derive(serde::Deserialize)]
 struct Applied {

@@ -11,6 +11,8 @@
 //! - Times are stored as integer milliseconds since the Unix epoch (UTC).
 
 pub mod accounts;
+pub mod contacts;
+pub mod idempotency;
 pub mod jobs;
 pub mod migrate;
 
@@ -86,6 +88,18 @@ impl Rows {
     /// The first row of statement `idx`, if any.
     pub fn first<T: DeserializeOwned>(&mut self, idx: usize) -> Result<Option<T>, StoreError> {
         Ok(self.all(idx)?.into_iter().next())
+    }
+
+    /// The value of the last statement that produced one (for multi-statement units ending in `RETURN`).
+    pub fn value_last(&mut self) -> Result<Value, StoreError> {
+        let n = self.0.num_statements();
+        for idx in (0..n).rev() {
+            let v = self.value(idx)?;
+            if !v.is_null() {
+                return Ok(v);
+            }
+        }
+        Ok(Value::Null)
     }
 
     /// A single scalar or object returned by statement `idx` (for `RETURN` or `count()` statements).

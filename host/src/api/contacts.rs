@@ -1,0 +1,579 @@
+//! Contacts (spec 2.1, 3.2, 4.2, 4.4; decisions 11-12): list with keyset cursors, upsert, get, patch,
+//! delete, lookup, and the custom-field endpoints. Also the contact upsert that `/v1/track` (and later
+//! `/v1/send`) share.
+
+use std::collections::{BTreeMap, HashSet};
+
+use salvo::http::StatusCode;
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::auth::{ApiKeyAuth, KeyRule, project};
+use super::body::{Fields, Reply, json_object};
+use super::pagination::{bool_param, decode_cursor, encode_cursor, limit, query_str};
+use super::state;
+use crate::clock::{parse_rfc3339, rfc3339};
+use crate::domain::contacts::{DataPatch, normalize_email, subscription};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::contacts::{Contact, ContactQuery, ContactWrite, Event, WriteResult};
+
+/// Largest accepted `data` object, serialised.
+pub const MAX_DATA_BYTES: usize = 64 * 1024;
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct ContactOut {
+    pub id: String,
+    pub email: String,
+    pub subscribed: bool,
+    pub data: Map<String, Value>,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    #[salvo(schema(rename = "_meta"))]
+    pub meta: Option<MetaOut>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct MetaOut {
+    pub is_new: bool,
+    pub is_update: bool,
+}
+
+impl From<&Contact> for ContactOut {
+    fn from(c: &Contact) -> Self {
+        ContactOut {
+            id: c.id.clone(),
+            email: c.email.clone(),
+            subscribed: c.subscribed,
+            data: c.data.clone(),
+            created_at: rfc3339(c.created_at),
+            updated_at: rfc3339(c.updated_at),
+            meta: None,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct ContactPage {
+    pub data: Vec<ContactOut>,
+    /// Pass unchanged to get the next page; empty at the end.
+    pub cursor: String,
+    pub has_more: bool,
+    /// Only on the first page; 0 on later pages.
+    pub total: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ContactBody {
+    email: String,
+    /// default true for a new contact; omitted keeps an existing contact's state
+    subscribed: Option<bool>,
+    /// null deletes a key, "" is ignored, reserved keys are dropped
+    data: Option<Map<String, Value>>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct LookupBody {
+    /// at most 500
+    emails: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct LookupOut {
+    found: Vec<String>,
+    not_found: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FieldInfo {
+    field: String,
+    /// string, number, boolean, date or object
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: String,
+    /// percentage of contacts that have the field
+    coverage: f64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FieldsOut {
+    fields: Vec<FieldInfo>,
+    count: usize,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct FieldValuesOut {
+    field: String,
+    values: Vec<Value>,
+    count: usize,
+    limit: usize,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct FieldUsageOut {
+    field: String,
+    used_in_segments: Vec<Value>,
+    used_in_campaigns: Vec<Value>,
+    used_in_workflows: Vec<Value>,
+    contact_count: usize,
+    can_delete: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct FieldDeletedOut {
+    field: String,
+    contacts_updated: i64,
+}
+
+pub fn router() -> Router {
+    Router::with_path("contacts")
+        .hoop(ApiKeyAuth(KeyRule::SecretOnly))
+        .get(list_contacts)
+        .post(upsert_contact)
+        .push(Router::with_path("lookup").post(lookup))
+        .push(Router::with_path("fields").get(list_fields))
+        .push(Router::with_path("fields/{field}/values").get(field_values))
+        .push(Router::with_path("fields/{field}/usage").get(field_usage))
+        .push(Router::with_path("fields/{field}").delete(delete_field))
+        .push(Router::with_path("{id}").get(get_contact).patch(patch_contact).delete(delete_contact))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found"))
+}
+
+/// Checks `data` (an object of bounded size) and parses it by the rules of spec 2.1.
+pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> DataPatch {
+    match body.get("data") {
+        None | Some(Value::Null) => DataPatch::default(),
+        Some(Value::Object(o)) => {
+            if serde_json::to_vec(o).map(|b| b.len()).unwrap_or(0) > MAX_DATA_BYTES {
+                f.error("data", "too_big", format!("data must be at most {} KB", MAX_DATA_BYTES / 1024));
+                return DataPatch::default();
+            }
+            DataPatch::parse(o, one_off)
+        }
+        Some(_) => {
+            f.error("data", "invalid_type", "data must be an object");
+            DataPatch::default()
+        }
+    }
+}
+
+/// What an upsert should do.
+pub struct Upsert {
+    pub email: String,
+    pub subscribed: Option<bool>,
+    /// Subscription state of a new contact when `subscribed` is not given.
+    pub default_subscribed: bool,
+    pub patch: DataPatch,
+    /// An event to record for the contact in the same transaction: (name, data).
+    pub event: Option<(String, Map<String, Value>)>,
+}
+
+pub struct Upserted {
+    pub contact: Contact,
+    pub is_new: bool,
+    /// Id of `Upsert::event`, when one was recorded.
+    pub event_id: Option<String>,
+}
+
+/// Creates or updates the contact with this email, applying data and subscription rules, and records
+/// the subscription event (on a real flip) and the requested event in the same transaction. Retries on
+/// concurrent changes; two concurrent upserts of one email make one contact.
+pub async fn upsert(st: &AppState, project_id: &str, u: Upsert) -> Result<Upserted, ApiError> {
+    for _ in 0..16 {
+        let now = st.clock.now_ms();
+        let existing = st.store.contact_by_email(project_id, &u.email).await?;
+        let (subscribed, flip) =
+            subscription(existing.as_ref().map(|c| c.subscribed), u.subscribed, u.default_subscribed);
+        let (write, contact, is_new) = match &existing {
+            None => {
+                let id = uuid::Uuid::now_v7().to_string();
+                let data = u.patch.apply(&Map::new());
+                let c = Contact {
+                    id: id.clone(),
+                    email: u.email.clone(),
+                    subscribed,
+                    data: data.clone(),
+                    version: 1,
+                    created_at: now,
+                    updated_at: now,
+                };
+                (ContactWrite::Create { id, email: u.email.clone(), subscribed, data, now }, c, true)
+            }
+            Some(c) => {
+                let data = u.patch.apply(&c.data);
+                if data == c.data && subscribed == c.subscribed {
+                    (ContactWrite::None, c.clone(), false)
+                } else {
+                    let w = ContactWrite::Update {
+                        id: c.id.clone(),
+                        version: c.version,
+                        email: c.email.clone(),
+                        subscribed,
+                        data: data.clone(),
+                        now,
+                    };
+                    let updated = Contact { subscribed, data, version: c.version + 1, updated_at: now, ..c.clone() };
+                    (w, updated, false)
+                }
+            }
+        };
+        let mut events = Vec::new();
+        if let Some(name) = flip {
+            events.push(Event::new(project_id, &contact.id, name, Map::new(), "system", now));
+        }
+        let mut event_id = None;
+        if let Some((name, data)) = &u.event {
+            let e = Event::new(project_id, &contact.id, name, data.clone(), "api", now);
+            event_id = Some(e.id.clone());
+            events.push(e);
+        }
+        match st.store.write_contact(project_id, &write, &events).await? {
+            WriteResult::Done => return Ok(Upserted { contact, is_new, event_id }),
+            WriteResult::Stale => continue,
+        }
+    }
+    Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
+}
+
+/// Lists contacts with cursor pagination, search, subscription filter and sort.
+#[endpoint(
+    tags("contacts"),
+    security(("bearer" = [])),
+    parameters(
+        ("limit" = Option<i64>, Query, description = "1 to 100, default 20; larger values are clamped"),
+        ("cursor" = Option<String>, Query, description = "cursor of the previous page"),
+        ("search" = Option<String>, Query, description = "case-insensitive substring of the email"),
+        ("subscribed" = Option<bool>, Query, description = "omit for both"),
+        ("sort" = Option<String>, Query, description = "email or createdAt (default)"),
+        ("dir" = Option<String>, Query, description = "asc or desc (default)"),
+    ),
+    responses((status_code = 200, body = ContactPage))
+)]
+pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let limit = limit(req, 20, 100)?;
+    let search = query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty());
+    let subscribed = bool_param(req, "subscribed")?;
+    let sort_email = query_str(req, "sort").as_deref() == Some("email");
+    let ascending = query_str(req, "dir").as_deref() == Some("asc");
+    let cursor = query_str(req, "cursor");
+    let after = cursor.as_deref().map(decode_cursor).transpose()?;
+    if let Some((v, _)) = &after
+        && (sort_email != v.is_string())
+    {
+        return Err(ApiError::BadRequest("The cursor does not belong to this sort order".into()));
+    }
+    let q = ContactQuery { search: search.clone(), subscribed, sort_email, ascending, after, limit: limit + 1 };
+    let mut rows = st.store.list_contacts(&ctx.project_id, &q).await?;
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = match (has_more, rows.last()) {
+        (true, Some(last)) => {
+            let v = if sort_email { json!(last.email) } else { json!(last.created_at) };
+            encode_cursor(&v, &last.id)
+        }
+        _ => String::new(),
+    };
+    let total = if cursor.is_none() {
+        st.store.count_contacts(&ctx.project_id, search.as_deref(), subscribed).await?
+    } else {
+        0
+    };
+    Reply::ok(&ContactPage { data: rows.iter().map(ContactOut::from).collect(), cursor: next, has_more, total })
+}
+
+/// Creates or updates a contact by email: 201 for a new contact, 200 for an update, both with `_meta`.
+#[endpoint(
+    tags("contacts"),
+    security(("bearer" = [])),
+    request_body = ContactBody,
+    responses((status_code = 201, body = ContactOut), (status_code = 200, body = ContactOut))
+)]
+pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let body = json_object(req).await?;
+    if body.get("email").is_none_or(Value::is_null) {
+        return Err(ApiError::BareBadRequest("Email is required".into()));
+    }
+    let mut f = Fields::new(&body);
+    let email = f.email("email", true);
+    let subscribed = f.boolean("subscribed");
+    let patch = data_patch(&mut f, &body, false);
+    f.finish()?;
+    let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+    let up = upsert(&st, &ctx.project_id, Upsert { email, subscribed, default_subscribed: true, patch, event: None })
+        .await?;
+    let mut out = ContactOut::from(&up.contact);
+    out.meta = Some(MetaOut { is_new: up.is_new, is_update: !up.is_new });
+    Reply::with(if up.is_new { StatusCode::CREATED } else { StatusCode::OK }, &out)
+}
+
+/// One contact.
+#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactOut)))]
+pub async fn get_contact(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+    Reply::ok(&ContactOut::from(&c))
+}
+
+/// Updates a contact: email (409 when another contact has it), subscribed (a flip emits its event),
+/// data (null deletes a key, "" is ignored, reserved keys are dropped).
+#[endpoint(tags("contacts"), security(("bearer" = [])), request_body = ContactBody, responses((status_code = 200, body = ContactOut)))]
+pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let email = f.email("email", false);
+    let requested = f.boolean("subscribed");
+    let patch = data_patch(&mut f, &body, false);
+    f.finish()?;
+    for _ in 0..16 {
+        let now = st.clock.now_ms();
+        let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        let (subscribed, flip) = subscription(Some(c.subscribed), requested, true);
+        let data = patch.apply(&c.data);
+        let new_email = email.clone().unwrap_or_else(|| c.email.clone());
+        if new_email != c.email && st.store.contact_by_email(&ctx.project_id, &new_email).await?.is_some() {
+            return Err(ApiError::Conflict(format!(
+                "Another contact in this project already has the email {new_email}"
+            )));
+        }
+        let updated = Contact {
+            email: new_email.clone(),
+            subscribed,
+            data: data.clone(),
+            updated_at: now,
+            version: c.version + 1,
+            ..c.clone()
+        };
+        if updated.email == c.email && updated.subscribed == c.subscribed && updated.data == c.data {
+            return Reply::ok(&ContactOut::from(&c));
+        }
+        let events: Vec<Event> =
+            flip.iter().map(|name| Event::new(&ctx.project_id, &c.id, name, Map::new(), "system", now)).collect();
+        let write = ContactWrite::Update {
+            id: c.id.clone(),
+            version: c.version,
+            email: new_email.clone(),
+            subscribed,
+            data,
+            now,
+        };
+        match st.store.write_contact(&ctx.project_id, &write, &events).await {
+            Ok(WriteResult::Done) => return Reply::ok(&ContactOut::from(&updated)),
+            Ok(WriteResult::Stale) => continue,
+            Err(crate::store::StoreError::Conflict(_)) => {
+                return Err(ApiError::Conflict(format!(
+                    "Another contact in this project already has the email {new_email}"
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
+}
+
+/// Deletes a contact and its events: 204 with an empty body.
+#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
+pub async fn delete_contact(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    if !st.store.delete_contact(&ctx.project_id, &id).await? {
+        return Err(not_found(&id));
+    }
+    res.status_code(StatusCode::NO_CONTENT);
+    Ok(())
+}
+
+/// Bulk existence check of up to 500 emails; echoes the caller's strings.
+#[endpoint(tags("contacts"), security(("bearer" = [])), request_body = LookupBody, responses((status_code = 200, body = LookupOut)))]
+pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let body = json_object(req).await?;
+    let emails = match body.get("emails") {
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(ApiError::field(
+                "emails",
+                "invalid_type",
+                "emails must be an array of strings",
+                body["emails"].clone(),
+            ));
+        }
+        None => return Err(ApiError::field("emails", "required", "emails is required", Value::Null)),
+    };
+    if emails.len() > 500 {
+        return Err(ApiError::field("emails", "too_big", "at most 500 emails per call", json!(emails.len())));
+    }
+    let mut errors = Vec::new();
+    let mut given = Vec::new();
+    for (i, e) in emails.iter().enumerate() {
+        match e.as_str() {
+            Some(s) => given.push(s.to_string()),
+            None => errors.push(crate::error::FieldError::new(
+                format!("emails.{i}"),
+                "invalid_type",
+                "must be a string",
+                e.clone(),
+            )),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let normalized: Vec<String> = given.iter().map(|s| normalize_email(s)).collect();
+    let existing: HashSet<String> = st.store.existing_emails(&ctx.project_id, &normalized).await?.into_iter().collect();
+    let (mut found, mut not_found) = (Vec::new(), Vec::new());
+    for (orig, norm) in given.into_iter().zip(normalized) {
+        if existing.contains(&norm) { found.push(orig) } else { not_found.push(orig) }
+    }
+    Reply::ok(&LookupOut { found, not_found })
+}
+
+fn type_of(v: &Value) -> &'static str {
+    match v {
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(s) if parse_rfc3339(s).is_some() => "date",
+        Value::String(_) => "string",
+        Value::Object(_) | Value::Array(_) => "object",
+        Value::Null => "string",
+    }
+}
+
+/// Standard fields, then every `data.<key>` with its inferred type and coverage in percent.
+#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldsOut)))]
+pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let all = st.store.all_contact_data(&ctx.project_id).await?;
+    let total = all.len();
+    // key -> (contacts having it, counts per type)
+    let mut seen: BTreeMap<String, (usize, BTreeMap<&'static str, usize>)> = BTreeMap::new();
+    for data in &all {
+        for (k, v) in data {
+            let e = seen.entry(k.clone()).or_default();
+            e.0 += 1;
+            *e.1.entry(type_of(v)).or_default() += 1;
+        }
+    }
+    let pct = |n: usize| if total == 0 { 0.0 } else { ((n as f64) * 10_000.0 / total as f64).round() / 100.0 };
+    let mut fields: Vec<FieldInfo> =
+        [("email", "string"), ("subscribed", "boolean"), ("createdAt", "date"), ("updatedAt", "date")]
+            .into_iter()
+            .map(|(f, t)| FieldInfo { field: f.into(), kind: t.into(), coverage: if total == 0 { 0.0 } else { 100.0 } })
+            .collect();
+    for (k, (n, types)) in seen {
+        let kind = types.iter().max_by_key(|(_, c)| **c).map(|(t, _)| *t).unwrap_or("string");
+        fields.push(FieldInfo { field: format!("data.{k}"), kind: kind.into(), coverage: pct(n) });
+    }
+    let count = fields.len();
+    Reply::ok(&FieldsOut { fields, count })
+}
+
+/// `plan` and `data.plan` both name the custom field `plan`.
+fn custom_field(raw: &str) -> Result<String, ApiError> {
+    let f = raw.strip_prefix("data.").unwrap_or(raw).to_string();
+    if ["email", "subscribed", "createdAt", "updatedAt", "id"].contains(&raw) {
+        return Err(ApiError::BadRequest(format!("{raw} is a standard field, not a custom one")));
+    }
+    if f.is_empty() || f.len() > 200 {
+        return Err(ApiError::BadRequest("The field name must be 1 to 200 characters".into()));
+    }
+    Ok(f)
+}
+
+/// Distinct values of a custom field (up to `limit`, default 100, at most 1000).
+#[endpoint(
+    tags("contacts"),
+    security(("bearer" = [])),
+    parameters(("limit" = Option<i64>, Query, description = "1 to 1000, default 100")),
+    responses((status_code = 200, body = FieldValuesOut))
+)]
+pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let name = custom_field(&field.into_inner())?;
+    let limit = limit(req, 100, 1000)?;
+    let mut values: Vec<Value> = Vec::new();
+    let mut seen = HashSet::new();
+    for data in st.store.all_contact_data(&ctx.project_id).await? {
+        if let Some(v) = data.get(&name)
+            && seen.insert(v.to_string())
+        {
+            values.push(v.clone());
+            if values.len() >= limit {
+                break;
+            }
+        }
+    }
+    Reply::ok(&FieldValuesOut { field: format!("data.{name}"), count: values.len(), values, limit })
+}
+
+/// Where a custom field is used, how many contacts have it, and whether it can be deleted.
+#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldUsageOut)))]
+pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let name = custom_field(&field.into_inner())?;
+    let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
+    Reply::ok(&usage)
+}
+
+async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
+    let contact_count = st.store.all_contact_data(project_id).await?.iter().filter(|d| d.contains_key(name)).count();
+    // Segments, campaigns and workflows do not exist yet: nothing references a field.
+    let (segments, campaigns, workflows): (Vec<Value>, Vec<Value>, Vec<Value>) = (vec![], vec![], vec![]);
+    let can_delete = segments.is_empty() && campaigns.is_empty() && workflows.is_empty();
+    Ok(FieldUsageOut {
+        field: format!("data.{name}"),
+        used_in_segments: segments,
+        used_in_campaigns: campaigns,
+        used_in_workflows: workflows,
+        contact_count,
+        can_delete,
+    })
+}
+
+/// Deletes a custom field on every contact of the project; 409 while something uses it.
+#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldDeletedOut)))]
+pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let name = custom_field(&field.into_inner())?;
+    let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
+    if !usage.can_delete {
+        return Err(ApiError::Conflict(format!("data.{name} is used by segments, campaigns or workflows")));
+    }
+    let n = st.store.remove_data_field(&ctx.project_id, &name, st.clock.now_ms()).await?;
+    Reply::ok(&FieldDeletedOut { field: format!("data.{name}"), contacts_updated: n })
+}

@@ -1,0 +1,63 @@
+//! The `Idempotency-Key` header of `/v1/send` and `/v1/track` (decision 10): 1..255 printable ASCII,
+//! scoped to the project, kept for the configured time. The claim is written before the work runs; any
+//! reuse answers 409 `IDEMPOTENCY_KEY_REUSED`; a 4xx outcome frees the key, 2xx and 5xx keep it.
+
+use std::future::Future;
+
+use salvo::prelude::*;
+
+use super::body::Reply;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::idempotency::ClaimResult;
+
+/// The header's value, validated; None when absent.
+pub fn key(req: &Request) -> Result<Option<String>, ApiError> {
+    let Some(raw) = req.headers().get("idempotency-key") else { return Ok(None) };
+    let bytes = raw.as_bytes();
+    if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        return Err(ApiError::BadRequest("Idempotency-Key must be 1 to 255 printable ASCII characters".into()));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Runs `work` at most once per key.
+pub async fn run<F, Fut>(
+    st: &AppState,
+    project: &str,
+    key: Option<String>,
+    request: &str,
+    work: F,
+) -> Result<Reply, ApiError>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<Reply, ApiError>>,
+{
+    let Some(key) = key else { return work().await };
+    let ttl = st.config.idempotency_ttl_ms;
+    match st.store.claim_idempotency_key(project, &key, request, st.clock.now_ms(), ttl).await? {
+        ClaimResult::Taken(c) => {
+            return Err(ApiError::IdempotencyKeyReused {
+                key,
+                request: c.request,
+                at_ms: c.created_at,
+                status: c.status_code,
+            });
+        }
+        ClaimResult::Claimed => {}
+    }
+    let result = work().await;
+    let status = match &result {
+        Ok(r) => r.status,
+        Err(e) => e.status(),
+    };
+    let recorded = if status.is_client_error() {
+        st.store.release_idempotency_key(project, &key).await
+    } else {
+        st.store.finish_idempotency_key(project, &key, status.as_u16()).await
+    };
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, "cannot record the idempotency key outcome");
+    }
+    result
+}

@@ -1,0 +1,55 @@
+//! Cursor and offset pagination helpers (spec 4.2). A cursor is opaque to clients: base64url of the
+//! last row's sort value and id, so paging is keyset-based and stable under concurrent inserts.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use salvo::prelude::*;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+
+pub fn encode_cursor(sort_value: &Value, id: &str) -> String {
+    URL_SAFE_NO_PAD.encode(json!([sort_value, id]).to_string())
+}
+
+pub fn decode_cursor(s: &str) -> Result<(Value, String), ApiError> {
+    let bad =
+        || ApiError::BadRequest("Invalid cursor: pass the cursor value of the previous response unchanged".into());
+    let bytes = URL_SAFE_NO_PAD.decode(s.trim()).map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    match v {
+        Value::Array(mut a) if a.len() == 2 => {
+            let id = a.pop().and_then(|x| x.as_str().map(str::to_string)).ok_or_else(bad)?;
+            let sv = a.pop().ok_or_else(bad)?;
+            Ok((sv, id))
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// The raw value of a query parameter (None when absent or empty).
+pub fn query_str(req: &Request, name: &str) -> Option<String> {
+    req.queries().get(name).map(|s| s.to_string()).filter(|s| !s.is_empty())
+}
+
+/// `limit` for cursor lists: default 20, clamped to 1..=100; not a number: 400.
+pub fn limit(req: &Request, default: i64, max: i64) -> Result<usize, ApiError> {
+    match query_str(req, "limit") {
+        None => Ok(default as usize),
+        Some(s) => s
+            .trim()
+            .parse::<i64>()
+            .map(|n| n.clamp(1, max) as usize)
+            .map_err(|_| ApiError::BadRequest(format!("limit must be an integer, got {s:?}"))),
+    }
+}
+
+/// An optional boolean query parameter; anything but true/false is 400.
+pub fn bool_param(req: &Request, name: &str) -> Result<Option<bool>, ApiError> {
+    match query_str(req, name).as_deref() {
+        None => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(other) => Err(ApiError::BadRequest(format!("{name} must be true or false, got {other:?}"))),
+    }
+}

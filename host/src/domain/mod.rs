@@ -1,0 +1,5 @@
+//! Pure domain logic: no I/O, no clock, no database, no HTTP.
+//!
+//! Must not import: salvo, surrealdb, tokio.
+
+pub mod contacts;

@@ -1,0 +1,78 @@
+//! The in-process event stream. Every stored event, tracked or emitted, is handed to each subscriber
+//! (segments and workflows subscribe) by a recurring job on the durable queue that reads the outbox
+//! (events not yet dispatched). A subscriber that fails makes the job retry, and a crash between storing
+//! and dispatching only delays delivery: at-least-once, and subscribers de-duplicate by event id.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+
+use crate::jobs::{JobContext, Registry};
+use crate::store::contacts::Event;
+
+pub type SubscriberFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+pub trait Subscriber: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    /// Handles one event. Must tolerate seeing the same event again.
+    fn handle<'a>(&'a self, event: &'a Event) -> SubscriberFuture<'a>;
+}
+
+#[derive(Default)]
+pub struct EventBus {
+    subscribers: RwLock<Vec<Arc<dyn Subscriber>>>,
+}
+
+pub const DISPATCH_JOB: &str = "events.dispatch";
+const BATCH: usize = 500;
+
+impl EventBus {
+    pub fn subscribe(&self, s: Arc<dyn Subscriber>) {
+        self.subscribers.write().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
+
+    fn subscribers(&self) -> Vec<Arc<dyn Subscriber>> {
+        self.subscribers.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Dispatches undispatched events in batches until none is left or a subscriber fails.
+    pub async fn dispatch(&self, ctx: &JobContext) -> Result<usize, String> {
+        let mut total = 0;
+        loop {
+            let batch = ctx.store.undispatched_events(BATCH).await.map_err(|e| e.to_string())?;
+            if batch.is_empty() {
+                return Ok(total);
+            }
+            let subs = self.subscribers();
+            let mut done = Vec::with_capacity(batch.len());
+            let mut failure = None;
+            'events: for event in &batch {
+                for s in &subs {
+                    if let Err(e) = s.handle(event).await {
+                        failure = Some(format!("subscriber {} failed on event {}: {e}", s.name(), event.id));
+                        break 'events;
+                    }
+                }
+                done.push(event.id.clone());
+            }
+            if !done.is_empty() {
+                ctx.store.mark_dispatched(&done).await.map_err(|e| e.to_string())?;
+            }
+            total += done.len();
+            if let Some(f) = failure {
+                return Err(f);
+            }
+        }
+    }
+
+    /// Registers the dispatch job's handler.
+    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
+        let bus = self.clone();
+        registry.register(DISPATCH_JOB, move |ctx: JobContext| {
+            let bus = bus.clone();
+            async move { bus.dispatch(&ctx).await.map(|_| ()) }
+        });
+    }
+}
