@@ -64,6 +64,9 @@ pub struct Settings {
     /// Run job workers in this process (false makes an API-only node) [default: true]
     #[arg(long, env = "HERALD_RUN_JOBS")]
     pub run_jobs: Option<bool>,
+    /// Parallel group-commit lanes for tracking [default: 2]
+    #[arg(long, env = "HERALD_INGEST_LANES")]
+    pub ingest_lanes: Option<usize>,
     /// Hours an Idempotency-Key is kept [default: 24]
     #[arg(long, env = "HERALD_IDEMPOTENCY_TTL_HOURS")]
     pub idempotency_ttl_hours: Option<u64>,
@@ -102,6 +105,7 @@ pub struct Config {
     pub job_lease_ms: i64,
     pub job_poll_ms: u64,
     pub run_jobs: bool,
+    pub ingest_lanes: usize,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
 }
@@ -137,6 +141,7 @@ impl Settings {
             job_poll_ms: self.job_poll_ms.or(other.job_poll_ms),
             idempotency_ttl_hours: self.idempotency_ttl_hours.or(other.idempotency_ttl_hours),
             run_jobs: self.run_jobs.or(other.run_jobs),
+            ingest_lanes: self.ingest_lanes.or(other.ingest_lanes),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
         }
@@ -192,6 +197,7 @@ impl Settings {
             job_lease_ms: (s.job_lease_secs.unwrap_or(60).max(1) * 1000) as i64,
             job_poll_ms: s.job_poll_ms.unwrap_or(500).max(10),
             run_jobs: s.run_jobs.unwrap_or(true),
+            ingest_lanes: s.ingest_lanes.unwrap_or(2).clamp(1, 64),
             idempotency_ttl_ms: (s.idempotency_ttl_hours.unwrap_or(24).max(1) * 3_600_000) as i64,
             event_dispatch_ms: s.event_dispatch_ms.unwrap_or(1000).max(10) as i64,
         })

@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod ingest;
 pub mod jobs;
 pub mod metrics;
 pub mod ratelimit;
@@ -89,6 +90,7 @@ impl App {
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
             keys: KeyCache::default(),
             bus,
+            ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
             config,
             store,
             clock,

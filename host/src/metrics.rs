@@ -25,6 +25,10 @@ struct Registry {
     requests: BTreeMap<(String, String, u16), u64>,
     latency: BTreeMap<String, Histogram>,
     jobs: BTreeMap<(String, &'static str), u64>,
+    ingest_batches: u64,
+    ingest_requests: u64,
+    ingest_fallbacks: u64,
+    ingest_write_seconds: f64,
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
@@ -58,6 +62,16 @@ pub fn job_finished(kind: &str, outcome: &Outcome, _elapsed: Duration) {
         Outcome::LeaseLost => "lease_lost",
     };
     with(|r| *r.jobs.entry((kind.to_string(), label)).or_default() += 1);
+}
+
+/// Records one group-commit batch: its size, whether it fell back to single writes, and its write time.
+pub fn ingest_batch(size: usize, fell_back: bool, elapsed: Duration) {
+    with(|r| {
+        r.ingest_batches += 1;
+        r.ingest_requests += size as u64;
+        r.ingest_fallbacks += u64::from(fell_back);
+        r.ingest_write_seconds += elapsed.as_secs_f64();
+    });
 }
 
 fn esc(s: &str) -> String {
@@ -102,6 +116,12 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         for ((kind, outcome), n) in &r.jobs {
             let _ = writeln!(out, "herald_job_runs_total{{kind=\"{}\",outcome=\"{outcome}\"}} {n}", esc(kind));
         }
+        out.push_str("# HELP herald_ingest_batches_total Group-commit batches of contact upserts.\n");
+        out.push_str("# TYPE herald_ingest_batches_total counter\n");
+        let _ = writeln!(out, "herald_ingest_batches_total {}", r.ingest_batches);
+        let _ = writeln!(out, "herald_ingest_requests_total {}", r.ingest_requests);
+        let _ = writeln!(out, "herald_ingest_fallbacks_total {}", r.ingest_fallbacks);
+        let _ = writeln!(out, "herald_ingest_write_seconds_total {}", r.ingest_write_seconds);
     });
     out.push_str("# HELP herald_jobs Jobs in the queue by state.\n");
     out.push_str("# TYPE herald_jobs gauge\n");

@@ -52,4 +52,6 @@ pub struct AppState {
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).
     pub bus: Arc<EventBus>,
+    /// Group-commit contact upserts (`/v1/track`).
+    pub ingest: crate::ingest::Ingester,
 }

@@ -474,3 +474,43 @@ async fn the_request_after_the_limit_gets_429_and_other_projects_are_unaffected(
     assert_eq!(a.secret.get("/contacts").await.status, 200, "the bucket refills");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_tracking_is_grouped_without_losing_or_duplicating_anything() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let mut tasks = Vec::new();
+    // 8 emails, 25 requests each, all at once: batches hold several requests for one contact.
+    for i in 0..200 {
+        let c = p.public.clone();
+        tasks.push(tokio::spawn(async move {
+            let body =
+                json!({ "email": format!("u{}@example.com", i % 8), "event": "hit", "data": { format!("k{i}"): i } });
+            c.post("/v1/track", body).await
+        }));
+    }
+    // Meanwhile, the dashboard path changes the same contacts (forces batch fallbacks).
+    for i in 0..8 {
+        let c = p.secret.clone();
+        tasks.push(tokio::spawn(async move {
+            c.post("/contacts", json!({ "email": format!("u{i}@example.com"), "data": { "dash": true } })).await
+        }));
+    }
+    let mut event_ids = std::collections::HashSet::new();
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert!(r.status == 200 || r.status == 201, "{}", r.json);
+        if let Some(id) = r.json["data"]["event"].as_str() {
+            assert!(event_ids.insert(id.to_string()), "event ids are unique");
+        }
+    }
+    assert_eq!(event_ids.len(), 200);
+    assert_eq!(p.secret.get("/events?name=hit").await.json["total"], 200, "every event stored once");
+    let r = p.secret.get("/contacts?limit=100").await;
+    assert_eq!(r.json["total"], 8, "one contact per email");
+    for c in r.json["data"].as_array().unwrap() {
+        let data = c["data"].as_object().unwrap();
+        assert_eq!(data.len(), 26, "25 tracked keys and the dashboard key on {}: {:?}", c["email"], data.keys());
+    }
+    s.stop().await;
+}

@@ -18,6 +18,7 @@ use super::state;
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::domain::contacts::{DataPatch, normalize_email, subscription};
 use crate::error::ApiError;
+use crate::ingest::{Upsert, upsert};
 use crate::state::AppState;
 use crate::store::contacts::{Contact, ContactQuery, ContactWrite, Event, WriteResult};
 
@@ -178,84 +179,6 @@ pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> D
     }
 }
 
-/// What an upsert should do.
-pub struct Upsert {
-    pub email: String,
-    pub subscribed: Option<bool>,
-    /// Subscription state of a new contact when `subscribed` is not given.
-    pub default_subscribed: bool,
-    pub patch: DataPatch,
-    /// An event to record for the contact in the same transaction: (name, data).
-    pub event: Option<(String, Map<String, Value>)>,
-}
-
-pub struct Upserted {
-    pub contact: Contact,
-    pub is_new: bool,
-    /// Id of `Upsert::event`, when one was recorded.
-    pub event_id: Option<String>,
-}
-
-/// Creates or updates the contact with this email, applying data and subscription rules, and records
-/// the subscription event (on a real flip) and the requested event in the same transaction. Retries on
-/// concurrent changes; two concurrent upserts of one email make one contact.
-pub async fn upsert(st: &AppState, project_id: &str, u: Upsert) -> Result<Upserted, ApiError> {
-    for _ in 0..16 {
-        let now = st.clock.now_ms();
-        let existing = st.store.contact_by_email(project_id, &u.email).await?;
-        let (subscribed, flip) =
-            subscription(existing.as_ref().map(|c| c.subscribed), u.subscribed, u.default_subscribed);
-        let (write, contact, is_new) = match &existing {
-            None => {
-                let id = uuid::Uuid::now_v7().to_string();
-                let data = u.patch.apply(&Map::new());
-                let c = Contact {
-                    id: id.clone(),
-                    email: u.email.clone(),
-                    subscribed,
-                    data: data.clone(),
-                    version: 1,
-                    created_at: now,
-                    updated_at: now,
-                };
-                (ContactWrite::Create { id, email: u.email.clone(), subscribed, data, now }, c, true)
-            }
-            Some(c) => {
-                let data = u.patch.apply(&c.data);
-                if data == c.data && subscribed == c.subscribed {
-                    (ContactWrite::None, c.clone(), false)
-                } else {
-                    let w = ContactWrite::Update {
-                        id: c.id.clone(),
-                        version: c.version,
-                        email: c.email.clone(),
-                        subscribed,
-                        data: data.clone(),
-                        now,
-                    };
-                    let updated = Contact { subscribed, data, version: c.version + 1, updated_at: now, ..c.clone() };
-                    (w, updated, false)
-                }
-            }
-        };
-        let mut events = Vec::new();
-        if let Some(name) = flip {
-            events.push(Event::new(project_id, &contact.id, name, Map::new(), "system", now));
-        }
-        let mut event_id = None;
-        if let Some((name, data)) = &u.event {
-            let e = Event::new(project_id, &contact.id, name, data.clone(), "api", now);
-            event_id = Some(e.id.clone());
-            events.push(e);
-        }
-        match st.store.write_contact(project_id, &write, &events).await? {
-            WriteResult::Done => return Ok(Upserted { contact, is_new, event_id }),
-            WriteResult::Stale => continue,
-        }
-    }
-    Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
-}
-
 /// Lists contacts with cursor pagination, search, subscription filter and sort.
 #[endpoint(
     tags("contacts"),
@@ -324,8 +247,13 @@ pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Repl
     let patch = data_patch(&mut f, &body, false);
     f.finish()?;
     let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-    let up = upsert(&st, &ctx.project_id, Upsert { email, subscribed, default_subscribed: true, patch, event: None })
-        .await?;
+    let up = upsert(
+        &st.store,
+        &st.clock,
+        &ctx.project_id,
+        &Upsert { email, subscribed, default_subscribed: true, patch, event: None },
+    )
+    .await?;
     let mut out = ContactOut::from(&up.contact);
     out.meta = Some(MetaOut { is_new: up.is_new, is_update: !up.is_new });
     Reply::with(if up.is_new { StatusCode::CREATED } else { StatusCode::OK }, &out)

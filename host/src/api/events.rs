@@ -10,12 +10,13 @@ use serde_json::{Map, Value, json};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::contacts::{Upsert, data_patch, upsert};
+use super::contacts::data_patch;
 use super::pagination::{decode_cursor, encode_cursor, limit, query_str};
 use super::{idempotency, state};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::domain::contacts::is_reserved_event;
 use crate::error::ApiError;
+use crate::ingest::Upsert;
 use crate::store::contacts::{Event, EventQuery};
 
 #[derive(Serialize, ToSchema)]
@@ -193,12 +194,13 @@ async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, Ap
             return Err(ApiError::Internal("validated fields missing".into()));
         };
         let values = patch.request_values();
-        let up = upsert(
-            &st,
-            &ctx.project_id,
-            Upsert { email, subscribed, default_subscribed: true, patch, event: Some((event, values)) },
-        )
-        .await?;
+        let up = st
+            .ingest
+            .submit(
+                &ctx.project_id,
+                Upsert { email, subscribed, default_subscribed: true, patch, event: Some((event, values)) },
+            )
+            .await?;
         Reply::ok(&TrackOut {
             success: true,
             data: TrackData {

@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod contacts;
 pub mod idempotency;
+pub mod ingest;
 pub mod jobs;
 pub mod migrate;
 
