@@ -73,6 +73,24 @@ pub struct Settings {
     /// Milliseconds between event-stream dispatch runs [default: 1000]
     #[arg(long, env = "HERALD_EVENT_DISPATCH_MS")]
     pub event_dispatch_ms: Option<u64>,
+    /// DNS servers for domain checks and /v1/verify, comma-separated host:port [default: the system's]
+    #[arg(long, env = "HERALD_DNS_SERVERS")]
+    pub dns_servers: Option<String>,
+    /// Timeout of one DNS lookup in milliseconds [default: 3000]
+    #[arg(long, env = "HERALD_DNS_TIMEOUT_MS")]
+    pub dns_timeout_ms: Option<u64>,
+    /// DKIM selector of new domains [default: herald]
+    #[arg(long, env = "HERALD_DKIM_SELECTOR")]
+    pub dkim_selector: Option<String>,
+    /// SPF mechanism the SPF record recommends, e.g. include:_spf.example.net [default: "a mx"]
+    #[arg(long, env = "HERALD_SPF_MECHANISM")]
+    pub spf_mechanism: Option<String>,
+    /// Host a domain's bounces.<domain> CNAME points to (adds a return-path record) [default: none]
+    #[arg(long, env = "HERALD_RETURN_PATH_HOST")]
+    pub return_path_host: Option<String>,
+    /// Seconds between background checks of every domain [default: 300]
+    #[arg(long, env = "HERALD_DOMAIN_CHECK_SECS")]
+    pub domain_check_secs: Option<u64>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -106,6 +124,12 @@ pub struct Config {
     pub job_poll_ms: u64,
     pub run_jobs: bool,
     pub ingest_lanes: usize,
+    pub dns_servers: Vec<SocketAddr>,
+    pub dns_timeout_ms: u64,
+    pub dkim_selector: String,
+    pub spf_mechanism: String,
+    pub return_path_host: Option<String>,
+    pub domain_check_ms: i64,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
 }
@@ -142,6 +166,12 @@ impl Settings {
             idempotency_ttl_hours: self.idempotency_ttl_hours.or(other.idempotency_ttl_hours),
             run_jobs: self.run_jobs.or(other.run_jobs),
             ingest_lanes: self.ingest_lanes.or(other.ingest_lanes),
+            dns_servers: self.dns_servers.or(other.dns_servers),
+            dns_timeout_ms: self.dns_timeout_ms.or(other.dns_timeout_ms),
+            dkim_selector: self.dkim_selector.or(other.dkim_selector),
+            spf_mechanism: self.spf_mechanism.or(other.spf_mechanism),
+            return_path_host: self.return_path_host.or(other.return_path_host),
+            domain_check_secs: self.domain_check_secs.or(other.domain_check_secs),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
         }
@@ -180,7 +210,27 @@ impl Settings {
         {
             return Err(ConfigError::Invalid("secret: must be at least 16 characters".into()));
         }
+        let mut dns_servers = Vec::new();
+        for part in s.dns_servers.as_deref().unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let addr = part
+                .parse::<SocketAddr>()
+                .or_else(|_| part.parse::<std::net::IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+                .map_err(|_| ConfigError::Invalid(format!("dns_servers: {part:?} is not an address (host:port)")))?;
+            dns_servers.push(addr);
+        }
+        let selector = s.dkim_selector.unwrap_or_else(|| "herald".into());
+        if selector.is_empty() || !selector.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(ConfigError::Invalid(format!(
+                "dkim_selector: {selector:?} must be letters, digits and hyphens"
+            )));
+        }
         Ok(Config {
+            dns_servers,
+            dns_timeout_ms: s.dns_timeout_ms.unwrap_or(3000).max(50),
+            dkim_selector: selector,
+            spf_mechanism: s.spf_mechanism.unwrap_or_else(|| "a mx".into()),
+            return_path_host: s.return_path_host.filter(|h| !h.is_empty()),
+            domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,
             listen,
             db,
             db_namespace: s.db_namespace.unwrap_or_else(|| "herald".into()),

@@ -68,6 +68,9 @@ pub enum ApiError {
     RateLimited { limit: u32, retry_after_secs: u64 },
     #[error("An unexpected error occurred")]
     Internal(String),
+    /// The sender check (decision 5): 403 with code INTERNAL_SERVER_ERROR, as the spec names it.
+    #[error("{message}")]
+    SenderDomain { reason: &'static str, domain: String, message: String },
 }
 
 impl ApiError {
@@ -119,6 +122,11 @@ impl ApiError {
                 (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMIT_EXCEEDED", Some("Wait for the Retry-After seconds"))
             }
             Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_SERVER_ERROR", None),
+            SenderDomain { .. } => (
+                StatusCode::FORBIDDEN,
+                "INTERNAL_SERVER_ERROR",
+                Some("Add the domain with POST /domains, publish its DNS records, then verify it"),
+            ),
         }
     }
 
@@ -148,6 +156,9 @@ impl ApiError {
                 "originalRequestAt": crate::clock::rfc3339(*at_ms),
                 "originalStatusCode": status,
             });
+        }
+        if let ApiError::SenderDomain { reason, domain, .. } = self {
+            error["details"] = json!({ "reason": reason, "domain": domain });
         }
         if let ApiError::RateLimited { limit, retry_after_secs } = self {
             error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });

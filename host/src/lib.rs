@@ -7,6 +7,8 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod dkim;
+pub mod dns;
 pub mod domain;
 pub mod error;
 pub mod events;
@@ -15,9 +17,11 @@ pub mod jobs;
 pub mod metrics;
 pub mod ratelimit;
 pub mod security;
+pub mod sending_domains;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod verify;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,7 +44,12 @@ pub enum BuildError {
     Store(#[from] StoreError),
     #[error("cannot listen: {0}")]
     Listen(std::io::Error),
+    #[error("DNS: {0}")]
+    Dns(String),
 }
+
+/// The recurring job that re-checks every sender domain's DNS.
+pub const DOMAIN_CHECK_JOB: &str = "domains.check";
 
 /// The assembled application, not yet serving.
 pub struct App {
@@ -73,7 +82,26 @@ impl App {
             Some(s) => s.clone(),
             None => store.setting_or_init("secret", security::generate_secret).await?,
         };
+        let dns = dns::Dns::new(&config.dns_servers, Duration::from_millis(config.dns_timeout_ms))
+            .map_err(BuildError::Dns)?;
+        let domains = Arc::new(sending_domains::Domains {
+            dns,
+            storage_key: dkim::storage_key(&secret),
+            settings: domain::domains::RecordSettings {
+                selector: config.dkim_selector.clone(),
+                spf_mechanism: config.spf_mechanism.clone(),
+                return_path_host: config.return_path_host.clone(),
+            },
+        });
+        {
+            let domains = domains.clone();
+            registry.register(DOMAIN_CHECK_JOB, move |ctx: jobs::JobContext| {
+                let domains = domains.clone();
+                async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
+            });
+        }
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
+        store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
             clock.clone(),
@@ -90,6 +118,7 @@ impl App {
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
             keys: KeyCache::default(),
             bus,
+            domains,
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
             config,
             store,

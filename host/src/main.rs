@@ -34,6 +34,28 @@ enum Command {
         #[command(subcommand)]
         command: ProjectCommand,
     },
+    /// Manage sender domains directly in the configured database
+    Domain {
+        #[command(subcommand)]
+        command: DomainCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DomainCommand {
+    /// Add a sender domain to a project and print it with its DNS records as JSON
+    Add {
+        /// Domain name, e.g. mail.example.com
+        domain: String,
+        /// Project id
+        #[arg(long)]
+        project: String,
+        /// Mark it verified without DNS checks (local development)
+        #[arg(long)]
+        trust: bool,
+        #[command(flatten)]
+        settings: Settings,
+    },
 }
 
 #[derive(Subcommand)]
@@ -76,6 +98,14 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", serde_json::json!({ "applied": applied }));
             Ok(())
         }
+        Command::Domain { command: DomainCommand::Add { domain, project, trust, settings } } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, "warn");
+            let app = App::build(config).await?;
+            let out = add_domain(&app, &domain, &project, trust).await?;
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
         Command::Project { command: ProjectCommand::Create { name, owner, password, settings } } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, "warn");
@@ -87,6 +117,15 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn add_domain(app: &App, domain: &str, project: &str, trust: bool) -> anyhow::Result<serde_json::Value> {
+    let st = &app.state;
+    if st.store.project(project).await?.is_none() {
+        anyhow::bail!("no project has the id {project}");
+    }
+    let d = st.domains.add(&st.store, project, domain, trust, st.clock.now_ms()).await?;
+    Ok(serde_json::to_value(herald_host::api::domains::DomainOut::from(&d))?)
 }
 
 async fn shutdown_signal() {

@@ -54,4 +54,6 @@ pub struct AppState {
     pub bus: Arc<EventBus>,
     /// Group-commit contact upserts (`/v1/track`).
     pub ingest: crate::ingest::Ingester,
+    /// Sender domains: DNS, DKIM key storage, record settings.
+    pub domains: Arc<crate::sending_domains::Domains>,
 }

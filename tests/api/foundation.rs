@@ -134,6 +134,11 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/events/contact/{contact_id}", "get"),
         ("/events/{event_name}/usage", "get"),
         ("/events/{event_name}", "delete"),
+        ("/domains", "post"),
+        ("/domains/project/{project_id}", "get"),
+        ("/domains/{id}/verify", "get"),
+        ("/domains/{id}", "delete"),
+        ("/v1/verify", "post"),
     ];
     for (path, method) in expect {
         assert!(

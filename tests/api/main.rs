@@ -3,10 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod dns_server;
 mod harness;
 
 mod accounts;
 mod contacts;
+mod domains;
 mod foundation;
 mod jobs;
 mod tracking;

@@ -2,8 +2,6 @@
 //! (`Authorization: Bearer pk_…|sk_…`, spec §5 and decisions 1-2), plus the per-project rate limit
 //! (decision 8) applied once the caller is known.
 
-use std::sync::Arc;
-
 use salvo::http::cookie::{Cookie, SameSite, time::Duration as CookieDuration};
 use salvo::oapi::ToSchema;
 use salvo::prelude::*;
@@ -251,7 +249,7 @@ impl Handler for ApiKeyAuth {
     }
 }
 
-async fn authenticate(req: &Request, st: &Arc<AppState>, rule: KeyRule) -> Result<ProjectCtx, ApiError> {
+pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result<ProjectCtx, ApiError> {
     let header: Option<String> = req.header("authorization");
     let Some(header) = header.filter(|h| !h.trim().is_empty()) else {
         // Dashboard session with an explicit project.

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod body;
 pub mod cli;
 pub mod contacts;
+pub mod domains;
 pub mod events;
 pub mod idempotency;
 pub mod pagination;
@@ -109,6 +110,7 @@ pub fn api_router() -> Router {
         .push(accounts::router())
         .push(contacts::router())
         .push(events::router())
+        .push(domains::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

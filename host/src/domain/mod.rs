@@ -3,3 +3,4 @@
 //! Must not import: salvo, surrealdb, tokio.
 
 pub mod contacts;
+pub mod domains;

@@ -11,6 +11,7 @@ use crate::vars;
 pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_foundation.surql", include_str!("../../../migrations/0001_foundation.surql")),
     ("0002_contacts_events.surql", include_str!("../../../migrations/0002_contacts_events.surql")),
+    ("0003_domains.surql", include_str!("../../../migrations/0003_domains.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -12,6 +12,7 @@
 
 pub mod accounts;
 pub mod contacts;
+pub mod domains;
 pub mod idempotency;
 pub mod ingest;
 pub mod jobs;

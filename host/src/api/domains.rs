@@ -1,0 +1,264 @@
+//! Sender domains (spec 4.10, decision 22) and address verification (`POST /v1/verify`, spec 2.7).
+//!
+//! Domain endpoints take a secret key (the project comes from the key) or a dashboard session; with a
+//! session the project comes from `X-Project-Id`, the body's `projectId` (create) or the path (listing),
+//! and membership is checked.
+
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::auth::{ApiKeyAuth, COOKIE, KeyRule, apply_rate_limit, authenticate, project, session_user};
+use super::body::{Fields, Reply, json_object};
+use super::state;
+use crate::clock::rfc3339;
+use crate::domain::domains::DnsRecord;
+use crate::error::ApiError;
+use crate::sending_domains::{DomainError, SenderRefusal, check_sender, parse_records};
+use crate::state::AppState;
+use crate::store::domains::DomainRow;
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct DomainOut {
+    pub id: String,
+    pub domain: String,
+    pub project_id: String,
+    /// PENDING or VERIFIED
+    pub status: String,
+    pub selector: String,
+    /// true when an operator marked it verified without DNS
+    pub trusted: bool,
+    /// DNS records to publish, each with its status from the last check
+    #[salvo(schema(value_type = Vec<Object>))]
+    pub records: Vec<DnsRecord>,
+    pub verified_at: Option<String>,
+    pub last_checked_at: Option<String>,
+    pub created_at: String,
+}
+
+impl From<&DomainRow> for DomainOut {
+    fn from(d: &DomainRow) -> Self {
+        DomainOut {
+            id: d.id.clone(),
+            domain: d.name.clone(),
+            project_id: d.project.clone(),
+            status: d.status.clone(),
+            selector: d.selector.clone(),
+            trusted: d.trusted,
+            records: parse_records(d),
+            verified_at: d.verified_at.map(rfc3339),
+            last_checked_at: d.last_checked_at.map(rfc3339),
+            created_at: rfc3339(d.created_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct DomainBody {
+    domain: String,
+    /// with a dashboard session: the project to add it to
+    #[serde(rename = "projectId")]
+    #[salvo(schema(rename = "projectId"))]
+    project_id: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct DomainDeletedOut {
+    id: String,
+    deleted: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct VerifyBody {
+    email: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct VerificationOut {
+    email: String,
+    valid: bool,
+    is_disposable: bool,
+    is_alias: bool,
+    is_typo: bool,
+    is_plus_addressed: bool,
+    is_personal_email: bool,
+    domain_exists: bool,
+    has_website: bool,
+    has_mx_records: bool,
+    reasons: Vec<String>,
+    suggested_email: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct VerifyOut {
+    success: bool,
+    data: VerificationOut,
+}
+
+pub fn router() -> Router {
+    Router::new().push(Router::with_path("v1/verify").hoop(ApiKeyAuth(KeyRule::SecretOnly)).post(verify_email)).push(
+        Router::with_path("domains")
+            .post(add_domain)
+            .push(Router::with_path("project/{project_id}").get(list_domains))
+            .push(
+                Router::new()
+                    .hoop(ApiKeyAuth(KeyRule::SecretOnly))
+                    .push(Router::with_path("{id}/verify").get(verify_domain))
+                    .push(Router::with_path("{id}").delete(delete_domain)),
+            ),
+    )
+}
+
+/// The project a domain request acts on: the key's project, or with a session the named project
+/// (membership checked). `wanted` is the project the request names, if any.
+async fn domain_project(
+    req: &Request,
+    res: &mut Response,
+    st: &AppState,
+    wanted: Option<&str>,
+) -> Result<String, ApiError> {
+    let session_only = req.headers().get("authorization").is_none() && req.cookie(COOKIE).is_some();
+    if session_only && req.headers().get("x-project-id").is_none() {
+        let user = session_user(req, st).await?;
+        apply_rate_limit(st, &format!("user:{}", user.id), res)?;
+        let p = wanted.ok_or_else(|| {
+            ApiError::field("projectId", "required", "projectId is required with a dashboard session", Value::Null)
+        })?;
+        st.store
+            .membership(p, &user.id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")))?;
+        return Ok(p.to_string());
+    }
+    let ctx = authenticate(req, st, KeyRule::SecretOnly).await?;
+    apply_rate_limit(st, &format!("project:{}", ctx.project_id), res)?;
+    match wanted {
+        Some(p) if p != ctx.project_id => {
+            Err(ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")))
+        }
+        _ => Ok(ctx.project_id),
+    }
+}
+
+fn domain_error(e: DomainError) -> ApiError {
+    match e {
+        DomainError::InvalidName(n) => {
+            ApiError::field("domain", "invalid_string", "domain must be a valid domain name", Value::String(n))
+        }
+        DomainError::Taken(n) => ApiError::Conflict(format!("The domain {n} is already registered to a project")),
+        DomainError::Store(e) => e.into(),
+        DomainError::Dkim(e) => ApiError::Internal(e.to_string()),
+    }
+}
+
+/// Adds a sender domain: creates its DKIM key pair and answers the DNS records to publish.
+#[endpoint(
+    tags("domains"),
+    security(("bearer" = []), ("session" = [])),
+    request_body = DomainBody,
+    responses((status_code = 201, body = DomainOut))
+)]
+pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let body = json_object(req).await?;
+    let wanted = body.get("projectId").and_then(Value::as_str).map(str::to_string);
+    let project_id = domain_project(req, res, &st, wanted.as_deref()).await?;
+    let mut f = Fields::new(&body);
+    let name = f.string("domain", true, 1, 253);
+    f.finish()?;
+    let name = name.ok_or_else(|| ApiError::Internal("validated domain missing".into()))?;
+    let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
+    Reply::created(&DomainOut::from(&d))
+}
+
+/// The project's domains, verified and pending, newest first.
+#[endpoint(tags("domains"), security(("bearer" = []), ("session" = [])), responses((status_code = 200, body = Vec<DomainOut>)))]
+pub async fn list_domains(
+    project_id: PathParam<String>,
+    req: &mut Request,
+    depot: &mut Depot,
+    res: &mut Response,
+) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let wanted = project_id.into_inner();
+    let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
+    let list = st.store.domains_of_project(&project_id).await?;
+    Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
+}
+
+async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainRow, ApiError> {
+    st.store
+        .domain(project_id, id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")))
+}
+
+/// Checks the domain's DNS records now and answers the domain with each record's status.
+#[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainOut)))]
+pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let d = own_domain(&st, &ctx.project_id, &id.into_inner()).await?;
+    let checked = st.domains.check(&st.store, &d, st.clock.now_ms()).await.map_err(domain_error)?;
+    Reply::ok(&DomainOut::from(&checked))
+}
+
+/// Removes a domain. (409 while a template, an active campaign or a workflow step sends from it, once
+/// those exist.)
+#[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainDeletedOut)))]
+pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    own_domain(&st, &ctx.project_id, &id).await?;
+    if !st.store.delete_domain(&ctx.project_id, &id).await? {
+        return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
+    }
+    Reply::ok(&DomainDeletedOut { id, deleted: true })
+}
+
+/// The sender check of every sending path, as an API error (decision 5): 403 with code
+/// INTERNAL_SERVER_ERROR and `details.reason`.
+pub async fn require_sender(st: &AppState, project_id: &str, from: &str) -> Result<DomainRow, ApiError> {
+    let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or(from).to_lowercase();
+    match check_sender(&st.store, project_id, from).await? {
+        Ok(d) => Ok(d),
+        Err(refusal) => {
+            let message = match refusal {
+                SenderRefusal::NotRegistered => format!("The sender domain {domain} is not registered to this project"),
+                SenderRefusal::OtherProject => format!("The sender domain {domain} belongs to another project"),
+                SenderRefusal::NotVerified => format!("The sender domain {domain} is not verified yet"),
+            };
+            Err(ApiError::SenderDomain { reason: refusal.reason(), domain, message })
+        }
+    }
+}
+
+/// Verifies an email address: syntax, disposable, alias, typo, and DNS (NS, A/AAAA, MX).
+#[endpoint(tags("verify"), security(("bearer" = [])), request_body = VerifyBody, responses((status_code = 200, body = VerifyOut)))]
+pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let email = f.string("email", true, 1, 320);
+    f.finish()?;
+    let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+    if !super::body::is_email(&email.trim().to_lowercase()) {
+        return Err(ApiError::field(
+            "email",
+            "invalid_string",
+            "email must be a valid email address",
+            Value::String(email),
+        ));
+    }
+    let v = crate::verify::verify(&st.domains.dns, &email).await;
+    Reply::ok(&serde_json::json!({ "success": true, "data": v }))
+}

@@ -1,0 +1,182 @@
+//! Sender domains (decision 22): adding one (DKIM key pair, sealed private key, DNS records), checking
+//! its DNS now or on the recurring job, the one sender check every sending path uses, and the DKIM
+//! signer of a verified domain.
+//!
+//! Must not import: salvo, surrealdb.
+
+use crate::dkim;
+use crate::dns::{Dns, Lookup};
+use crate::domain::domains::{self as rules, DnsRecord, Purpose, RecordSettings, RecordStatus};
+use crate::store::domains::DomainRow;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    #[error("{0} is not a valid domain name")]
+    InvalidName(String),
+    #[error("The domain {0} is already registered to a project")]
+    Taken(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Dkim(#[from] dkim::DkimError),
+}
+
+/// Why a sender address is refused (decision 5: 403 with `details.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SenderRefusal {
+    NotRegistered,
+    OtherProject,
+    NotVerified,
+}
+
+impl SenderRefusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            SenderRefusal::NotRegistered => "DOMAIN_NOT_REGISTERED",
+            SenderRefusal::OtherProject => "DOMAIN_OF_OTHER_PROJECT",
+            SenderRefusal::NotVerified => "DOMAIN_NOT_VERIFIED",
+        }
+    }
+}
+
+/// Everything domain work needs.
+pub struct Domains {
+    pub dns: Dns,
+    pub storage_key: [u8; 32],
+    pub settings: RecordSettings,
+}
+
+pub fn parse_records(d: &DomainRow) -> Vec<DnsRecord> {
+    serde_json::from_str(&d.records).unwrap_or_default()
+}
+
+impl Domains {
+    /// Adds a domain to a project: validates the name, makes its DKIM key pair and its records.
+    /// `trusted` marks it verified without DNS (the operator's `herald domain add --trust`).
+    pub async fn add(
+        &self,
+        store: &Store,
+        project: &str,
+        name: &str,
+        trusted: bool,
+        now: i64,
+    ) -> Result<DomainRow, DomainError> {
+        let name = rules::normalize_domain(name).ok_or_else(|| DomainError::InvalidName(name.to_string()))?;
+        if store.domain_by_name(&name).await?.is_some() {
+            return Err(DomainError::Taken(name));
+        }
+        let key = tokio::task::spawn_blocking(dkim::generate).await.map_err(|_| dkim::DkimError::Generate)??;
+        let mut records = rules::records(&name, &dkim::txt_value(&key.public_b64), &self.settings);
+        if trusted {
+            for r in &mut records {
+                r.status = RecordStatus::Verified;
+            }
+        }
+        let row = DomainRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            project: project.to_string(),
+            name: name.clone(),
+            selector: self.settings.selector.clone(),
+            dkim_public: key.public_b64,
+            dkim_private: dkim::seal(&self.storage_key, &key.private_pkcs8)?,
+            status: if trusted { "VERIFIED" } else { "PENDING" }.into(),
+            trusted,
+            records: serde_json::to_string(&records).unwrap_or_else(|_| "[]".into()),
+            verified_at: trusted.then_some(now),
+            last_checked_at: None,
+            created_at: now,
+            updated_at: now,
+        };
+        match store.insert_domain(&row).await {
+            Ok(()) => Ok(row),
+            Err(StoreError::Conflict(_)) => Err(DomainError::Taken(name)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Looks the domain's records up now and stores the outcome: VERIFIED when every required record
+    /// is there, PENDING otherwise (also when records disappear again). A trusted domain stays verified.
+    pub async fn check(&self, store: &Store, d: &DomainRow, now: i64) -> Result<DomainRow, DomainError> {
+        if d.trusted {
+            return Ok(d.clone());
+        }
+        let mut records = parse_records(d);
+        let lookups = futures_util::future::join_all(records.iter().map(|r| async {
+            match r.purpose {
+                Purpose::ReturnPath => match self.dns.cname(&r.name).await {
+                    Lookup::Found(t) if t.eq_ignore_ascii_case(r.value.trim_end_matches('.')) => RecordStatus::Verified,
+                    Lookup::Found(_) => RecordStatus::Mismatch,
+                    Lookup::None => RecordStatus::Pending,
+                    Lookup::Failed(_) => RecordStatus::Unknown,
+                },
+                purpose => {
+                    let txt = self.dns.txt(&r.name).await;
+                    let (found, failed) = match &txt {
+                        Lookup::Found(v) => (Some(v.as_slice()), false),
+                        Lookup::None => (None, false),
+                        Lookup::Failed(_) => (None, true),
+                    };
+                    match purpose {
+                        Purpose::Dkim => rules::dkim_status(found, failed, &r.value),
+                        Purpose::Spf => rules::tag_status(found, failed, "v=spf1"),
+                        _ => rules::tag_status(found, failed, "v=dmarc1"),
+                    }
+                }
+            }
+        }))
+        .await;
+        for (r, s) in records.iter_mut().zip(lookups) {
+            r.status = s;
+        }
+        let verified = rules::all_required_verified(&records);
+        let status = if verified { "VERIFIED" } else { "PENDING" };
+        let verified_at = if verified { d.verified_at.or(Some(now)) } else { None };
+        let json = serde_json::to_string(&records).unwrap_or_else(|_| "[]".into());
+        store.save_domain_check(&d.id, status, &json, verified_at, now).await?;
+        Ok(DomainRow {
+            status: status.into(),
+            records: json,
+            verified_at,
+            last_checked_at: Some(now),
+            updated_at: now,
+            ..d.clone()
+        })
+    }
+
+    /// The recurring job: re-checks every domain.
+    pub async fn check_all(&self, store: &Store, now: i64) -> Result<usize, DomainError> {
+        let all = store.domains_to_check().await?;
+        let n = all.len();
+        for d in all {
+            if let Err(e) = self.check(store, &d, now).await {
+                tracing::warn!(domain = %d.name, error = %e, "domain check failed");
+            }
+        }
+        Ok(n)
+    }
+
+    /// The DKIM signer of a domain.
+    pub fn signer(&self, d: &DomainRow) -> Result<dkim::Signer, dkim::DkimError> {
+        let pkcs8 = dkim::open(&self.storage_key, &d.dkim_private)?;
+        dkim::Signer::new(&d.name, &d.selector, pkcs8)
+    }
+}
+
+/// The sender check of every sending path: the address's domain is registered to this project and
+/// verified. Returns the domain on success.
+pub async fn check_sender(
+    store: &Store,
+    project: &str,
+    address: &str,
+) -> Result<Result<DomainRow, SenderRefusal>, StoreError> {
+    let domain = address.rsplit_once('@').map(|(_, d)| d).unwrap_or(address).trim().to_lowercase();
+    let Some(d) = store.domain_by_name(&domain).await? else { return Ok(Err(SenderRefusal::NotRegistered)) };
+    if d.project != project {
+        return Ok(Err(SenderRefusal::OtherProject));
+    }
+    if d.status != "VERIFIED" {
+        return Ok(Err(SenderRefusal::NotVerified));
+    }
+    Ok(Ok(d))
+}
