@@ -91,6 +91,9 @@ pub struct Settings {
     /// Seconds between background checks of every domain [default: 300]
     #[arg(long, env = "HERALD_DOMAIN_CHECK_SECS")]
     pub domain_check_secs: Option<u64>,
+    /// Milliseconds between checks for key changes made by other processes [default: 1000]
+    #[arg(long, env = "HERALD_KEY_CACHE_CHECK_MS")]
+    pub key_cache_check_ms: Option<u64>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -130,6 +133,7 @@ pub struct Config {
     pub spf_mechanism: String,
     pub return_path_host: Option<String>,
     pub domain_check_ms: i64,
+    pub key_cache_check_ms: u64,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
 }
@@ -172,6 +176,7 @@ impl Settings {
             spf_mechanism: self.spf_mechanism.or(other.spf_mechanism),
             return_path_host: self.return_path_host.or(other.return_path_host),
             domain_check_secs: self.domain_check_secs.or(other.domain_check_secs),
+            key_cache_check_ms: self.key_cache_check_ms.or(other.key_cache_check_ms),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
         }
@@ -230,6 +235,7 @@ impl Settings {
             dkim_selector: selector,
             spf_mechanism: s.spf_mechanism.unwrap_or_else(|| "a mx".into()),
             return_path_host: s.return_path_host.filter(|h| !h.is_empty()),
+            key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,
             listen,
             db,

@@ -136,6 +136,7 @@ impl App {
         let service = api::service(self.state.clone());
         let server_task = tokio::spawn(server.serve(service));
         let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(watch_key_epoch(self.state.clone(), stop_rx.clone()));
         let worker_task = if self.state.config.run_jobs {
             tokio::spawn(self.worker.clone().run(stop_rx))
         } else {
@@ -148,6 +149,22 @@ impl App {
     pub async fn listen(self) -> Result<Running, BuildError> {
         let listener = tokio::net::TcpListener::bind(self.state.config.listen).await.map_err(BuildError::Listen)?;
         self.start(listener).await
+    }
+}
+
+/// Polls the shared `keys_epoch` so that keys regenerated or deleted through another process stop
+/// working here within `key_cache_check_ms`.
+async fn watch_key_epoch(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
+    let period = Duration::from_millis(state.config.key_cache_check_ms);
+    loop {
+        match state.store.setting("keys_epoch").await {
+            Ok(epoch) => state.keys.observe_epoch(epoch),
+            Err(e) => tracing::warn!(error = %e, "cannot read the key epoch"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = stop.changed() => return,
+        }
     }
 }
 

@@ -24,6 +24,8 @@ pub struct KeyEntry {
 #[derive(Default)]
 pub struct KeyCache {
     map: RwLock<HashMap<String, KeyEntry>>,
+    /// The database's `keys_epoch` when this cache was last known to be current.
+    epoch: RwLock<Option<String>>,
 }
 
 impl KeyCache {
@@ -37,6 +39,15 @@ impl KeyCache {
         }
         m.insert(digest, entry);
     }
+    /// Empties the cache when the shared `keys_epoch` moved (another process changed keys).
+    pub fn observe_epoch(&self, epoch: Option<String>) {
+        let mut seen = self.epoch.write().unwrap_or_else(|p| p.into_inner());
+        if *seen != epoch {
+            self.map.write().unwrap_or_else(|p| p.into_inner()).clear();
+            *seen = epoch;
+        }
+    }
+
     pub fn invalidate_project(&self, project_id: &str) {
         self.map.write().unwrap_or_else(|p| p.into_inner()).retain(|_, e| e.project_id != project_id);
     }

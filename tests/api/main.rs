@@ -7,6 +7,7 @@ mod dns_server;
 mod harness;
 
 mod accounts;
+mod binary;
 mod contacts;
 mod domains;
 mod foundation;

@@ -514,3 +514,38 @@ async fn concurrent_tracking_is_grouped_without_losing_or_duplicating_anything()
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn keys_regenerated_through_one_process_stop_working_in_another() {
+    let mut config = herald_host::config::Config::for_tests();
+    config.key_cache_check_ms = 50;
+    let a = Server::start_with(config.clone(), None).await;
+    let p = proj(&a, "o@example.com").await;
+    // Process B shares A's database.
+    let app = herald_host::App::from_store(
+        config,
+        a.state.store.clone(),
+        Arc::new(herald_host::clock::SystemClock),
+        herald_host::jobs::builtin_registry(),
+    )
+    .await
+    .unwrap();
+    let b = Server::serve(app, None).await;
+    let old = p.json["secret"].as_str().unwrap();
+    assert_eq!(b.with_key(old).get("/contacts").await.status, 200, "B has the key cached now");
+    let r = p.session.post(&format!("/users/@me/projects/{}/regenerate-keys", p.id), json!({})).await;
+    assert_eq!(r.status, 200);
+    assert_envelope(&a.with_key(old).get("/contacts").await, 401, "INVALID_API_KEY");
+    let mut refused = false;
+    for _ in 0..100 {
+        if b.with_key(old).get("/contacts").await.status == 401 {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(refused, "B stops accepting the old key once it sees the new key epoch");
+    assert_eq!(b.with_key(r.json["secret"].as_str().unwrap()).get("/contacts").await.status, 200);
+    b.stop().await;
+    a.stop().await;
+}

@@ -214,6 +214,7 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
     need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
     st.store.delete_project(&id).await?;
     st.keys.invalidate_project(&id);
+    st.store.bump_keys_epoch().await?;
     Reply::ok(&DeletedOut { success: true })
 }
 
@@ -236,6 +237,7 @@ pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result
         )
         .await?;
     st.keys.invalidate_project(&id);
+    st.store.bump_keys_epoch().await?;
     let project = project.ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
     Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
 }

@@ -118,6 +118,17 @@ impl Store {
         self.setting(key).await?.ok_or_else(|| StoreError::Db(format!("setting {key} could not be stored")))
     }
 
+    /// Marks every process's API-key cache stale (keys were regenerated or a project deleted).
+    pub async fn bump_keys_epoch(&self) -> Result<(), StoreError> {
+        let epoch = uuid::Uuid::new_v4().to_string();
+        self.write(|| async {
+            self.query("UPSERT type::record('setting', 'keys_epoch') SET value = $v RETURN NONE", vars! { "v": epoch })
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     // ---- users ----
 
     pub async fn create_user(

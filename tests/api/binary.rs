@@ -1,0 +1,81 @@
+//! The `herald` binary itself: the command line on the default embedded engine, `serve`, and a graceful
+//! shutdown on SIGTERM.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn herald(dir: &std::path::Path, port: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_herald"));
+    c.env("HERALD_DB", format!("surrealkv://{}", dir.display()))
+        .env("HERALD_LISTEN", format!("127.0.0.1:{port}"))
+        .env("HERALD_LOG", "warn")
+        .env_remove("HERALD_SECRET");
+    c
+}
+
+#[tokio::test]
+async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gracefully() {
+    let dir = std::env::temp_dir().join(format!("herald-bin-{}", uuid::Uuid::new_v4()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+
+    let out = herald(&dir, port).args(["migrate"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = herald(&dir, port)
+        .args(["project", "create", "CLI shop", "--owner", "cli@example.com", "--password", "password123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(project["name"], "CLI shop");
+    let secret = project["secret"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("sk_") && project["public"].as_str().unwrap().starts_with("pk_"));
+
+    let out = herald(&dir, port)
+        .args(["domain", "add", "Mail.Local.Test", "--project", project["id"].as_str().unwrap(), "--trust"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let domain: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(domain["domain"], "mail.local.test");
+    assert_eq!(domain["status"], "VERIFIED");
+    let out = herald(&dir, port).args(["domain", "add", "x.test", "--project", "nope"]).output().unwrap();
+    assert!(!out.status.success(), "an unknown project is refused");
+
+    let mut server = herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..100 {
+        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "herald serve answers /health");
+    let r = http.get(format!("{base}/contacts")).bearer_auth(&secret).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .post(format!("{base}/auth/login"))
+        .json(&serde_json::json!({"email": "cli@example.com", "password": "password123"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the owner created by the CLI can log in");
+
+    let term = Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let mut exited = None;
+    for _ in 0..100 {
+        if let Some(status) = server.try_wait().unwrap() {
+            exited = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = exited.expect("herald exits after SIGTERM");
+    assert!(status.success(), "a graceful shutdown exits 0: {status:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
