@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::{bool_param, decode_cursor, encode_cursor, limit, query_str};
+use super::pagination::{bool_param, decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::state;
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::domain::contacts::{DataPatch, normalize_email, subscription};
@@ -209,16 +209,11 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
         return Err(ApiError::BadRequest("The cursor does not belong to this sort order".into()));
     }
     let q = ContactQuery { search: search.clone(), subscribed, sort_email, ascending, after, limit: limit + 1 };
-    let mut rows = st.store.list_contacts(&ctx.project_id, &q).await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next = match (has_more, rows.last()) {
-        (true, Some(last)) => {
-            let v = if sort_email { json!(last.email) } else { json!(last.created_at) };
-            encode_cursor(&v, &last.id)
-        }
-        _ => String::new(),
-    };
+    let rows = st.store.list_contacts(&ctx.project_id, &q).await?;
+    let (rows, next, has_more) = finish_page(rows, limit, |last| {
+        let v = if sort_email { json!(last.email) } else { json!(last.created_at) };
+        encode_cursor(&v, &last.id)
+    });
     let total = if cursor.is_none() {
         st.store.count_contacts(&ctx.project_id, search.as_deref(), subscribed).await?
     } else {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::contacts::data_patch;
-use super::pagination::{decode_cursor, encode_cursor, limit, query_str};
+use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::{idempotency, state};
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::domain::contacts::is_reserved_event;
@@ -229,13 +229,8 @@ async fn page(
         Some(_) => return Err(ApiError::BadRequest("Invalid cursor".into())),
     };
     let q = EventQuery { name: name.clone(), contact: contact.clone(), after, limit: limit + 1 };
-    let mut rows = st.store.list_events(&ctx.project_id, &q).await?;
-    let has_more = rows.len() > limit;
-    rows.truncate(limit);
-    let next = match (has_more, rows.last()) {
-        (true, Some(l)) => encode_cursor(&json!(l.created_at), &l.id),
-        _ => String::new(),
-    };
+    let rows = st.store.list_events(&ctx.project_id, &q).await?;
+    let (rows, next, has_more) = finish_page(rows, limit, |l| encode_cursor(&json!(l.created_at), &l.id));
     let total = if cursor.is_none() {
         st.store.count_events(&ctx.project_id, name.as_deref(), contact.as_deref()).await?
     } else {

@@ -53,3 +53,15 @@ pub fn bool_param(req: &Request, name: &str) -> Result<Option<bool>, ApiError> {
         Some(other) => Err(ApiError::BadRequest(format!("{name} must be true or false, got {other:?}"))),
     }
 }
+
+/// Ends a keyset page: the store was asked for `limit + 1` rows; the extra one only says more exist.
+/// Returns the page's rows, the next cursor (empty at the end) and whether more exist.
+pub fn finish_page<T>(mut rows: Vec<T>, limit: usize, cursor_of: impl Fn(&T) -> String) -> (Vec<T>, String, bool) {
+    let has_more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = match (has_more, rows.last()) {
+        (true, Some(last)) => cursor_of(last),
+        _ => String::new(),
+    };
+    (rows, next, has_more)
+}
