@@ -119,6 +119,7 @@ impl App {
             keys: KeyCache::default(),
             bus,
             domains,
+            templates: domain::templating::Engine::new(),
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
             config,
             store,

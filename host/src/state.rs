@@ -67,4 +67,6 @@ pub struct AppState {
     pub ingest: crate::ingest::Ingester,
     /// Sender domains: DNS, DKIM key storage, record settings.
     pub domains: Arc<crate::sending_domains::Domains>,
+    /// Template syntax checks and rendering.
+    pub templates: crate::domain::templating::Engine,
 }

@@ -139,6 +139,13 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/domains/{id}/verify", "get"),
         ("/domains/{id}", "delete"),
         ("/v1/verify", "post"),
+        ("/templates", "get"),
+        ("/templates", "post"),
+        ("/templates/{id}", "get"),
+        ("/templates/{id}", "patch"),
+        ("/templates/{id}", "delete"),
+        ("/templates/{id}/duplicate", "post"),
+        ("/templates/{id}/usage", "get"),
     ];
     for (path, method) in expect {
         assert!(

@@ -12,4 +12,5 @@ mod contacts;
 mod domains;
 mod foundation;
 mod jobs;
+mod templates;
 mod tracking;

@@ -13,6 +13,7 @@ pub mod events;
 pub mod idempotency;
 pub mod pagination;
 pub mod system;
+pub mod templates;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -111,6 +112,7 @@ pub fn api_router() -> Router {
         .push(contacts::router())
         .push(events::router())
         .push(domains::router())
+        .push(templates::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

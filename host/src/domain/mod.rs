@@ -4,3 +4,4 @@
 
 pub mod contacts;
 pub mod domains;
+pub mod templating;

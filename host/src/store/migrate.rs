@@ -12,6 +12,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0001_foundation.surql", include_str!("../../../migrations/0001_foundation.surql")),
     ("0002_contacts_events.surql", include_str!("../../../migrations/0002_contacts_events.surql")),
     ("0003_domains.surql", include_str!("../../../migrations/0003_domains.surql")),
+    ("0004_templates.surql", include_str!("../../../migrations/0004_templates.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -17,6 +17,7 @@ pub mod idempotency;
 pub mod ingest;
 pub mod jobs;
 pub mod migrate;
+pub mod templates;
 
 use std::future::Future;
 use std::time::Duration;

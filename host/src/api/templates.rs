@@ -1,0 +1,327 @@
+//! Templates (spec 2.2, 4.5; decisions 5, 15, 16): offset-paginated list with type filter, search and
+//! sort; create and patch with field checks, a Handlebars syntax check that names the line, and the
+//! sender check; get, delete, duplicate (`<name> (Copy)`) and usage.
+
+use salvo::http::StatusCode;
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::auth::{ApiKeyAuth, KeyRule, project};
+use super::body::{Fields, Reply, json_object};
+use super::pagination::query_str;
+use super::state;
+use crate::clock::rfc3339;
+use crate::domain::templating::Engine;
+use crate::error::ApiError;
+use crate::store::templates::{TemplateQuery, TemplateRow};
+
+pub const TYPES: &[&str] = &["TRANSACTIONAL", "MARKETING", "HEADLESS"];
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct TemplateOut {
+    id: String,
+    name: String,
+    description: Option<String>,
+    subject: String,
+    body: String,
+    from: String,
+    from_name: Option<String>,
+    reply_to: Option<String>,
+    /// TRANSACTIONAL, MARKETING or HEADLESS
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: String,
+    project_id: String,
+    created_at: String,
+    updated_at: String,
+}
+
+impl TemplateOut {
+    fn new(t: &TemplateRow, project_id: &str) -> Self {
+        TemplateOut {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            description: t.description.clone(),
+            subject: t.subject.clone(),
+            body: t.body.clone(),
+            from: t.from.clone(),
+            from_name: t.from_name.clone(),
+            reply_to: t.reply_to.clone(),
+            kind: t.kind.clone(),
+            project_id: project_id.to_string(),
+            created_at: rfc3339(t.created_at),
+            updated_at: rfc3339(t.updated_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct TemplatePage {
+    data: Vec<TemplateOut>,
+    total: i64,
+    page: usize,
+    page_size: usize,
+    total_pages: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+#[allow(dead_code)]
+pub struct TemplateBody {
+    name: String,
+    description: Option<String>,
+    /// 1 to 998 characters without line breaks; Handlebars
+    subject: String,
+    /// HTML; Handlebars (`{{var}}` escaped, `{{{var}}}` raw, `{{var ?? "fallback"}}`)
+    body: String,
+    /// an address on a domain verified for the project
+    from: String,
+    from_name: Option<String>,
+    reply_to: Option<String>,
+    /// TRANSACTIONAL, MARKETING (default) or HEADLESS
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct UsageOut {
+    campaigns: Vec<Value>,
+    workflow_steps: Vec<Value>,
+}
+
+pub fn router() -> Router {
+    Router::with_path("templates")
+        .hoop(ApiKeyAuth(KeyRule::SecretOnly))
+        .get(list_templates)
+        .post(create_template)
+        .push(Router::with_path("{id}/duplicate").post(duplicate_template))
+        .push(Router::with_path("{id}/usage").get(template_usage))
+        .push(Router::with_path("{id}").get(get_template).patch(patch_template).delete(delete_template))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found("TEMPLATE_NOT_FOUND", format!("Template {id} not found"))
+}
+
+/// Reads template fields over `base` (a new template, or the one being patched). `null` clears an
+/// optional field on patch.
+fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow, creating: bool, engine: &Engine) {
+    if let Some(v) = f.text("name", creating, 200) {
+        base.name = v;
+    }
+    if let Some(v) = f.string("subject", creating, 1, 998) {
+        if v.contains(['\r', '\n']) {
+            f.error("subject", "invalid_string", "subject must not contain line breaks");
+        } else {
+            base.subject = v;
+        }
+    }
+    if let Some(v) = f.string("body", creating, 1, 5 * 1024 * 1024) {
+        base.body = v;
+    }
+    if let Some(v) = f.email("from", creating) {
+        base.from = v;
+    }
+    for (key, slot, max) in [("description", &mut base.description, 1000usize), ("fromName", &mut base.from_name, 200)]
+    {
+        match body.get(key) {
+            Some(Value::Null) => *slot = None,
+            Some(_) => {
+                if let Some(v) = f.string(key, false, 0, max) {
+                    *slot = Some(v).filter(|s| !s.trim().is_empty());
+                }
+            }
+            None => {}
+        }
+    }
+    match body.get("replyTo") {
+        Some(Value::Null) => base.reply_to = None,
+        Some(_) => {
+            if let Some(v) = f.email("replyTo", false) {
+                base.reply_to = Some(v);
+            }
+        }
+        None => {}
+    }
+    if let Some(v) = f.one_of("type", false, TYPES) {
+        base.kind = v;
+    }
+    for (field, src) in [("subject", base.subject.clone()), ("body", base.body.clone())] {
+        if !src.is_empty()
+            && let Err(issue) = engine.check(&src)
+        {
+            f.error(field, "invalid_template", format!("{field} is not a valid template: {issue}"));
+        }
+    }
+}
+
+/// Creates a template. Missing `from`: the bare 400 of spec §7; an unverified sender domain: 403.
+#[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut)))]
+pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let body = json_object(req).await?;
+    if body.get("from").is_none_or(Value::is_null) {
+        return Err(ApiError::BareBadRequest("from is required".into()));
+    }
+    let now = st.clock.now_ms();
+    let mut t = TemplateRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        name: String::new(),
+        description: None,
+        subject: String::new(),
+        body: String::new(),
+        from: String::new(),
+        from_name: None,
+        reply_to: None,
+        kind: "MARKETING".into(),
+        created_at: now,
+        updated_at: now,
+    };
+    let mut f = Fields::new(&body);
+    read_fields(&mut f, &body, &mut t, true, &st.templates);
+    f.finish()?;
+    super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
+    st.store.save_template(&ctx.project_id, &t).await?;
+    Reply::created(&TemplateOut::new(&t, &ctx.project_id))
+}
+
+/// Lists templates: `page`, `pageSize` (1 to 100), `type`, `search` (name, description, subject),
+/// `sort` (name, createdAt, updatedAt; default createdAt), `dir` (default desc).
+#[endpoint(
+    tags("templates"),
+    security(("bearer" = [])),
+    parameters(
+        ("page" = Option<i64>, Query, description = "1-based, default 1"),
+        ("pageSize" = Option<i64>, Query, description = "1 to 100, default 20"),
+        ("type" = Option<String>, Query, description = "TRANSACTIONAL, MARKETING or HEADLESS"),
+        ("search" = Option<String>, Query, description = "case-insensitive, on name, description and subject"),
+        ("sort" = Option<String>, Query, description = "name, createdAt (default) or updatedAt"),
+        ("dir" = Option<String>, Query, description = "asc or desc (default)"),
+    ),
+    responses((status_code = 200, body = TemplatePage))
+)]
+pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let int = |name: &str, default: i64| -> Result<i64, ApiError> {
+        match query_str(req, name) {
+            None => Ok(default),
+            Some(s) => s
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}"))),
+        }
+    };
+    let page = int("page", 1)?.max(1) as usize;
+    let page_size = int("pageSize", 20)?.clamp(1, 100) as usize;
+    let kind = query_str(req, "type");
+    if let Some(k) = &kind
+        && !TYPES.contains(&k.as_str())
+    {
+        return Err(ApiError::BadRequest(format!("type must be one of {}, got {k:?}", TYPES.join(", "))));
+    }
+    let sort = match query_str(req, "sort").as_deref() {
+        Some("name") => "name",
+        Some("updatedAt") => "updated_at",
+        _ => "created_at",
+    };
+    let q = TemplateQuery {
+        kind,
+        search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
+        sort,
+        ascending: query_str(req, "dir").as_deref() == Some("asc"),
+        offset: (page - 1).saturating_mul(page_size),
+        limit: page_size,
+    };
+    let (rows, total) = st.store.list_templates(&ctx.project_id, &q).await?;
+    let total_pages = (total + page_size as i64 - 1) / page_size as i64;
+    Reply::ok(&TemplatePage {
+        data: rows.iter().map(|t| TemplateOut::new(t, &ctx.project_id)).collect(),
+        total,
+        page,
+        page_size,
+        total_pages,
+    })
+}
+
+/// One template.
+#[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = TemplateOut)))]
+pub async fn get_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+    Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
+}
+
+/// Updates a template; the same checks as on create apply to the fields given.
+#[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 200, body = TemplateOut)))]
+pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let body = json_object(req).await?;
+    let mut t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+    let before_from = t.from.clone();
+    let mut f = Fields::new(&body);
+    read_fields(&mut f, &body, &mut t, false, &st.templates);
+    f.finish()?;
+    if t.from != before_from {
+        super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
+    }
+    t.updated_at = st.clock.now_ms();
+    st.store.save_template(&ctx.project_id, &t).await?;
+    Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
+}
+
+/// Deletes a template: 204.
+#[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
+pub async fn delete_template(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    if !st.store.delete_template(&ctx.project_id, &id).await? {
+        return Err(not_found(&id));
+    }
+    res.status_code(StatusCode::NO_CONTENT);
+    Ok(())
+}
+
+/// Copies a template as `<name> (Copy)` and answers the new template.
+#[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 201, body = TemplateOut)))]
+pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+    let now = st.clock.now_ms();
+    let mut name = format!("{} (Copy)", t.name);
+    if name.chars().count() > 200 {
+        name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
+    }
+    let copy = TemplateRow { id: uuid::Uuid::now_v7().to_string(), name, created_at: now, updated_at: now, ..t };
+    st.store.save_template(&ctx.project_id, &copy).await?;
+    Reply::created(&TemplateOut::new(&copy, &ctx.project_id))
+}
+
+/// Campaigns and workflow steps that use the template (none until those exist).
+#[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = UsageOut)))]
+pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+    Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![] })
+}
