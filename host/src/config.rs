@@ -94,6 +94,13 @@ pub struct Settings {
     /// Milliseconds between checks for key changes made by other processes [default: 1000]
     #[arg(long, env = "HERALD_KEY_CACHE_CHECK_MS")]
     pub key_cache_check_ms: Option<u64>,
+    /// SMTP server for delivery: smtp://user:pass@host:port (add ?tls=required for STARTTLS) or smtps://
+    /// for implicit TLS [default: none, the file transport is used]
+    #[arg(long, env = "HERALD_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// Folder of the file transport (.eml files) when no SMTP server is configured [default: herald-mail]
+    #[arg(long, env = "HERALD_MAIL_DIR")]
+    pub mail_dir: Option<PathBuf>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -134,6 +141,8 @@ pub struct Config {
     pub return_path_host: Option<String>,
     pub domain_check_ms: i64,
     pub key_cache_check_ms: u64,
+    pub smtp_url: Option<String>,
+    pub mail_dir: PathBuf,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
 }
@@ -177,6 +186,8 @@ impl Settings {
             return_path_host: self.return_path_host.or(other.return_path_host),
             domain_check_secs: self.domain_check_secs.or(other.domain_check_secs),
             key_cache_check_ms: self.key_cache_check_ms.or(other.key_cache_check_ms),
+            smtp_url: self.smtp_url.or(other.smtp_url),
+            mail_dir: self.mail_dir.or(other.mail_dir),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
         }
@@ -235,6 +246,8 @@ impl Settings {
             dkim_selector: selector,
             spf_mechanism: s.spf_mechanism.unwrap_or_else(|| "a mx".into()),
             return_path_host: s.return_path_host.filter(|h| !h.is_empty()),
+            smtp_url: s.smtp_url.filter(|u| !u.is_empty()),
+            mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
             key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,
             listen,

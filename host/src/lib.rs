@@ -7,6 +7,7 @@
 pub mod api;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod dkim;
 pub mod dns;
 pub mod domain;
@@ -46,6 +47,8 @@ pub enum BuildError {
     Listen(std::io::Error),
     #[error("DNS: {0}")]
     Dns(String),
+    #[error("transport: {0}")]
+    Transport(String),
 }
 
 /// The recurring job that re-checks every sender domain's DNS.
@@ -100,6 +103,11 @@ impl App {
                 async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
             });
         }
+        let transport = match &config.smtp_url {
+            Some(url) => delivery::Transport::smtp(url).map_err(BuildError::Transport)?,
+            None => delivery::Transport::File(config.mail_dir.clone()),
+        };
+        Arc::new(delivery::Delivery { transport, domains: domains.clone() }).register(&mut registry);
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
         store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
         let worker = Worker::new(
@@ -120,6 +128,7 @@ impl App {
             bus,
             domains,
             templates: domain::templating::Engine::new(),
+            job_wake: worker.waker(),
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
             config,
             store,

@@ -69,4 +69,6 @@ pub struct AppState {
     pub domains: Arc<crate::sending_domains::Domains>,
     /// Template syntax checks and rendering.
     pub templates: crate::domain::templating::Engine,
+    /// Wakes the job worker after enqueueing urgent work (deliveries).
+    pub job_wake: Arc<tokio::sync::Notify>,
 }

@@ -146,6 +146,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/templates/{id}", "delete"),
         ("/templates/{id}/duplicate", "post"),
         ("/templates/{id}/usage", "get"),
+        ("/v1/send", "post"),
     ];
     for (path, method) in expect {
         assert!(

@@ -12,5 +12,7 @@ mod contacts;
 mod domains;
 mod foundation;
 mod jobs;
+mod send;
+mod smtp_sink;
 mod templates;
 mod tracking;

@@ -12,6 +12,7 @@ pub mod domains;
 pub mod events;
 pub mod idempotency;
 pub mod pagination;
+pub mod send;
 pub mod system;
 pub mod templates;
 
@@ -113,6 +114,7 @@ pub fn api_router() -> Router {
         .push(events::router())
         .push(domains::router())
         .push(templates::router())
+        .push(send::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

@@ -5,3 +5,4 @@
 pub mod contacts;
 pub mod domains;
 pub mod templating;
+pub mod text;

@@ -109,6 +109,11 @@ impl Worker {
         self.wake.notify_one();
     }
 
+    /// The handle that wakes this worker (given to request handlers that enqueue urgent work).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
     /// Claims up to `limit` runnable jobs and runs them to completion, in parallel. Returns the outcomes.
     pub async fn run_once(&self, limit: usize) -> Result<Vec<(Job, Outcome)>, StoreError> {
         let now = self.clock.now_ms();

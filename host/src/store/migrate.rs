@@ -13,6 +13,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0002_contacts_events.surql", include_str!("../../../migrations/0002_contacts_events.surql")),
     ("0003_domains.surql", include_str!("../../../migrations/0003_domains.surql")),
     ("0004_templates.surql", include_str!("../../../migrations/0004_templates.surql")),
+    ("0005_emails.surql", include_str!("../../../migrations/0005_emails.surql")),
 ];
 
 #[derive(serde::Deserialize)]

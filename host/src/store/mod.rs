@@ -13,6 +13,7 @@
 pub mod accounts;
 pub mod contacts;
 pub mod domains;
+pub mod emails;
 pub mod idempotency;
 pub mod ingest;
 pub mod jobs;

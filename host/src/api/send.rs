@@ -1,0 +1,502 @@
+//! `POST /v1/send` (spec 4.3; decisions 9, 10, 16, 17): validates the request, upserts each recipient's
+//! contact in order, renders each recipient's email, and writes the email records together with their
+//! delivery jobs before answering. Delivery happens on the job queue (`delivery`).
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use salvo::oapi::ToSchema;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::auth::{ApiKeyAuth, KeyRule, project};
+use super::body::{Fields, Reply, is_email, json_object};
+use super::contacts::data_patch;
+use super::{idempotency, state};
+use crate::clock::rfc3339;
+use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB, StoredAttachment};
+use crate::domain::templating::Mode;
+use crate::domain::text::html_to_text;
+use crate::error::{ApiError, FieldError};
+use crate::ingest::{Upsert, upsert};
+use crate::store::emails::EmailRow;
+
+pub const MAX_RECIPIENTS: usize = 100;
+pub const MAX_ATTACHMENTS: usize = 10;
+pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
+pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
+const MAX_RENDER_BYTES: usize = 20 * 1024 * 1024;
+/// Headers Herald writes itself; a request cannot set them.
+const RESERVED_HEADERS: &[&str] = &[
+    "from",
+    "to",
+    "cc",
+    "bcc",
+    "subject",
+    "date",
+    "message-id",
+    "reply-to",
+    "mime-version",
+    "content-type",
+    "content-transfer-encoding",
+    "dkim-signature",
+    "return-path",
+    "sender",
+];
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct SendBody {
+    /// an address, {name, email}, or an array of up to 100 of either
+    to: Value,
+    /// 1 to 998 characters without line breaks; required without a template
+    subject: Option<String>,
+    /// HTML; required without a template
+    body: Option<String>,
+    /// template id; its subject, body, from and reply-to apply unless given here
+    template: Option<String>,
+    /// an address on a verified domain, or {name, email}
+    from: Option<Value>,
+    /// deprecated sender name, used when `from` is a bare address
+    name: Option<String>,
+    /// reply-to address
+    reply: Option<String>,
+    /// for new contacts default false
+    subscribed: Option<bool>,
+    /// template variables and contact data (spec 2.1)
+    data: Option<Map<String, Value>>,
+    /// custom headers
+    headers: Option<Map<String, Value>>,
+    /// at most 10: {filename, content (base64), contentType, contentId?, disposition: attachment|inline}
+    attachments: Option<Vec<Value>>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SentContact {
+    id: String,
+    email: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SentEmail {
+    contact: SentContact,
+    /// id of the email record
+    email: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SendData {
+    emails: Vec<SentEmail>,
+    timestamp: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SendOut {
+    success: bool,
+    data: SendData,
+}
+
+pub fn router() -> Router {
+    Router::with_path("v1/send").hoop(ApiKeyAuth(KeyRule::SecretOnly)).post(send)
+}
+
+/// (email, name) of one recipient or sender value.
+fn address(f: &mut Vec<FieldError>, path: &str, v: &Value) -> Option<(String, Option<String>)> {
+    let (email, name) = match v {
+        Value::String(s) => (s.clone(), None),
+        Value::Object(o) => {
+            let email = match o.get("email") {
+                Some(Value::String(s)) => s.clone(),
+                other => {
+                    f.push(FieldError::new(
+                        format!("{path}.email"),
+                        "required",
+                        "email is required",
+                        other.cloned().unwrap_or(Value::Null),
+                    ));
+                    return None;
+                }
+            };
+            let name = match o.get("name") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(n)) if !n.contains(['\r', '\n']) && n.chars().count() <= 200 => {
+                    Some(n.trim().to_string()).filter(|n| !n.is_empty())
+                }
+                Some(other) => {
+                    f.push(FieldError::new(
+                        format!("{path}.name"),
+                        "invalid_string",
+                        "name must be a string of at most 200 characters without line breaks",
+                        other.clone(),
+                    ));
+                    return None;
+                }
+            };
+            (email, name)
+        }
+        other => {
+            f.push(FieldError::new(path, "invalid_type", "must be an email address or {name, email}", other.clone()));
+            return None;
+        }
+    };
+    let e = email.trim().to_lowercase();
+    if !is_email(&e) {
+        let p = if v.is_object() { format!("{path}.email") } else { path.to_string() };
+        f.push(FieldError::new(p, "invalid_string", "must be a valid email address", Value::String(email)));
+        return None;
+    }
+    Some((e, name))
+}
+
+fn headers(errors: &mut Vec<FieldError>, v: Option<&Value>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    match v {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            for (name, value) in m {
+                let path = format!("headers.{name}");
+                let valid_name =
+                    !name.is_empty() && name.len() <= 100 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+                if !valid_name {
+                    errors.push(FieldError::new(
+                        &path,
+                        "invalid_string",
+                        "header names are printable ASCII without colons or line breaks",
+                        Value::String(name.clone()),
+                    ));
+                    continue;
+                }
+                if RESERVED_HEADERS.contains(&name.to_lowercase().as_str()) {
+                    errors.push(FieldError::new(
+                        &path,
+                        "reserved_header",
+                        format!("{name} is set by Herald"),
+                        value.clone(),
+                    ));
+                    continue;
+                }
+                match value {
+                    Value::String(s) if s.contains(['\r', '\n']) => errors.push(FieldError::new(
+                        &path,
+                        "invalid_string",
+                        "header values must not contain line breaks",
+                        value.clone(),
+                    )),
+                    Value::String(s) if s.chars().count() > 998 => errors.push(FieldError::new(
+                        &path,
+                        "too_big",
+                        "header values are at most 998 characters",
+                        value.clone(),
+                    )),
+                    Value::String(s) => out.push((name.clone(), s.clone())),
+                    other => errors.push(FieldError::new(
+                        &path,
+                        "invalid_type",
+                        "header values must be strings",
+                        other.clone(),
+                    )),
+                }
+            }
+        }
+        Some(other) => {
+            errors.push(FieldError::new("headers", "invalid_type", "headers must be an object", other.clone()))
+        }
+    }
+    out
+}
+
+fn attachments(errors: &mut Vec<FieldError>, v: Option<&Value>) -> (Vec<StoredAttachment>, usize) {
+    let list = match v {
+        None | Some(Value::Null) => return (vec![], 0),
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            errors.push(FieldError::new("attachments", "invalid_type", "attachments must be an array", other.clone()));
+            return (vec![], 0);
+        }
+    };
+    if list.len() > MAX_ATTACHMENTS {
+        errors.push(FieldError::new(
+            "attachments",
+            "too_big",
+            format!("at most {MAX_ATTACHMENTS} attachments"),
+            json!(list.len()),
+        ));
+        return (vec![], 0);
+    }
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    for (i, a) in list.iter().enumerate() {
+        let p = format!("attachments.{i}");
+        let Some(o) = a.as_object() else {
+            errors.push(FieldError::new(&p, "invalid_type", "an attachment is an object", a.clone()));
+            continue;
+        };
+        let filename = o.get("filename").and_then(Value::as_str).map(str::to_string);
+        let content = o.get("content").and_then(Value::as_str);
+        let content_type =
+            o.get("contentType").and_then(Value::as_str).unwrap_or("application/octet-stream").to_string();
+        let content_id = o.get("contentId").and_then(Value::as_str).map(str::to_string);
+        let disposition = o.get("disposition").and_then(Value::as_str).unwrap_or("attachment");
+        let mut ok = true;
+        match &filename {
+            Some(f) if !f.is_empty() && f.len() <= 255 && !f.contains(['\r', '\n', '"']) => {}
+            _ => {
+                errors.push(FieldError::new(
+                    format!("{p}.filename"),
+                    "invalid_string",
+                    "filename is required (1 to 255 characters, no quotes or line breaks)",
+                    o.get("filename").cloned().unwrap_or(Value::Null),
+                ));
+                ok = false;
+            }
+        }
+        let decoded = content.and_then(|c| STANDARD.decode(c.trim()).ok());
+        if decoded.is_none() {
+            errors.push(FieldError::new(
+                format!("{p}.content"),
+                "invalid_string",
+                "content must be base64",
+                o.get("content").cloned().unwrap_or(Value::Null),
+            ));
+            ok = false;
+        }
+        if content_type.parse::<lettre::message::header::ContentType>().is_err() {
+            errors.push(FieldError::new(
+                format!("{p}.contentType"),
+                "invalid_string",
+                "contentType must be a MIME type",
+                Value::String(content_type.clone()),
+            ));
+            ok = false;
+        }
+        if !["attachment", "inline"].contains(&disposition) {
+            errors.push(FieldError::new(
+                format!("{p}.disposition"),
+                "invalid_enum_value",
+                "disposition is attachment or inline",
+                Value::String(disposition.into()),
+            ));
+            ok = false;
+        }
+        if disposition == "inline" && content_id.as_deref().is_none_or(str::is_empty) {
+            errors.push(FieldError::new(
+                format!("{p}.contentId"),
+                "required",
+                "contentId is required for inline attachments",
+                Value::Null,
+            ));
+            ok = false;
+        }
+        if let (true, Some(bytes), Some(filename)) = (ok, decoded, filename) {
+            total += bytes.len();
+            out.push(StoredAttachment {
+                filename,
+                content_type,
+                content: STANDARD.encode(&bytes),
+                content_id,
+                inline: disposition == "inline",
+            });
+        }
+    }
+    if total > MAX_ATTACHMENT_BYTES {
+        errors.push(FieldError::new("attachments", "too_big", "attachments are at most 10 MB in total", json!(total)));
+    }
+    (out, total)
+}
+
+/// Sends a transactional email to one or several recipients.
+#[endpoint(
+    tags("sending"),
+    security(("bearer" = [])),
+    parameters(("Idempotency-Key" = Option<String>, Header, description = "1 to 255 printable ASCII characters")),
+    request_body = SendBody,
+    responses((status_code = 200, body = SendOut))
+)]
+pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let key = idempotency::key(req)?;
+    let body = json_object(req).await?;
+    idempotency::run(&st, &ctx.project_id, key, "POST /v1/send", || async {
+        let mut errors: Vec<FieldError> = Vec::new();
+        // Recipients.
+        let mut recipients = Vec::new();
+        match body.get("to") {
+            None | Some(Value::Null) => errors.push(FieldError::new("to", "required", "to is required", Value::Null)),
+            Some(Value::Array(a)) if a.is_empty() => {
+                errors.push(FieldError::new("to", "too_small", "at least one recipient", json!([])))
+            }
+            Some(Value::Array(a)) if a.len() > MAX_RECIPIENTS => errors.push(FieldError::new(
+                "to",
+                "too_big",
+                format!("at most {MAX_RECIPIENTS} recipients per call"),
+                json!(a.len()),
+            )),
+            Some(Value::Array(a)) => {
+                for (i, v) in a.iter().enumerate() {
+                    if let Some(r) = address(&mut errors, &format!("to.{i}"), v) {
+                        recipients.push(r);
+                    }
+                }
+            }
+            Some(v) => {
+                if let Some(r) = address(&mut errors, "to", v) {
+                    recipients.push(r);
+                }
+            }
+        }
+        let from = match body.get("from") {
+            None | Some(Value::Null) => None,
+            Some(v) => address(&mut errors, "from", v),
+        };
+        let hdrs = headers(&mut errors, body.get("headers"));
+        let (atts, att_bytes) = attachments(&mut errors, body.get("attachments"));
+        let mut f = Fields::new(&body);
+        let template_id = f.string("template", false, 1, 100);
+        let subject = f.string("subject", false, 1, 998);
+        if subject.as_deref().is_some_and(|s| s.contains(['\r', '\n'])) {
+            f.error("subject", "invalid_string", "subject must not contain line breaks");
+        }
+        let html = f.string("body", false, 1, MAX_MESSAGE_BYTES);
+        let legacy_name = f.string("name", false, 0, 200);
+        let reply = f.email("reply", false);
+        let subscribed = f.boolean("subscribed");
+        let patch = data_patch(&mut f, &body, true);
+        if template_id.is_none() {
+            if subject.is_none() && body.get("subject").is_none() {
+                f.error("subject", "required", "subject is required without a template");
+            }
+            if html.is_none() && body.get("body").is_none() {
+                f.error("body", "required", "body is required without a template");
+            }
+        }
+        errors.extend(f.errors);
+        if !errors.is_empty() {
+            return Err(ApiError::Validation(errors));
+        }
+        let template = match &template_id {
+            Some(id) => Some(
+                st.store
+                    .template(&ctx.project_id, id)
+                    .await?
+                    .ok_or_else(|| ApiError::not_found("TEMPLATE_NOT_FOUND", format!("Template {id} not found")))?,
+            ),
+            None => None,
+        };
+        let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
+        let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
+        for (field, src) in [("subject", &subject_src), ("body", &html_src)] {
+            if let Err(issue) = st.templates.check(src) {
+                return Err(ApiError::field(
+                    field,
+                    "invalid_template",
+                    &format!("{field} is not a valid template: {issue}"),
+                    Value::Null,
+                ));
+            }
+        }
+        if subject_src.len() + html_src.len() + att_bytes > MAX_MESSAGE_BYTES {
+            return Err(ApiError::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
+        }
+        let (from_email, from_name) = match (&from, &template) {
+            (Some((e, n)), _) => (e.clone(), n.clone()),
+            (None, Some(t)) => (t.from.clone(), None),
+            (None, None) => {
+                return Err(ApiError::field(
+                    "from",
+                    "required",
+                    "from is required without a template that has one",
+                    Value::Null,
+                ));
+            }
+        };
+        let from_name = match from_name
+            .or(legacy_name.filter(|n| !n.trim().is_empty()))
+            .or_else(|| template.as_ref().and_then(|t| t.from_name.clone()))
+        {
+            Some(n) => Some(n),
+            None => st.store.project(&ctx.project_id).await?.map(|p| p.name),
+        };
+        let reply_to = reply.or_else(|| template.as_ref().and_then(|t| t.reply_to.clone()));
+        let kind = template.as_ref().map(|t| t.kind.clone()).unwrap_or_else(|| "TRANSACTIONAL".into());
+        super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
+
+        // Marketing mail never goes to an unsubscribed contact (decision 17): check all before any write.
+        if kind == "MARKETING" {
+            for (email, _) in &recipients {
+                let current = st.store.contact_by_email(&ctx.project_id, email).await?.map(|c| c.subscribed);
+                let effective = subscribed.or(current).unwrap_or(false);
+                if !effective {
+                    return Err(ApiError::BadRequest(format!(
+                        "{email} is not subscribed: marketing email is only sent to subscribed contacts"
+                    )));
+                }
+            }
+        }
+
+        let now = st.clock.now_ms();
+        let from_domain = from_email.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default();
+        let headers_json = serde_json::to_string(&hdrs).unwrap_or_else(|_| "[]".into());
+        let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
+        let mut rows = Vec::new();
+        let mut out = Vec::new();
+        for (email, name) in &recipients {
+            let up = upsert(
+                &st.store,
+                &st.clock,
+                &ctx.project_id,
+                &Upsert {
+                    email: email.clone(),
+                    subscribed,
+                    default_subscribed: false,
+                    patch: patch.clone(),
+                    event: None,
+                },
+            )
+            .await?;
+            let mut vars = Value::Object(up.contact.data.clone());
+            for (k, v) in patch.request_values() {
+                vars[k] = v;
+            }
+            vars["id"] = json!(up.contact.id);
+            vars["email"] = json!(up.contact.email);
+            let render = |src: &str, mode: Mode| {
+                st.templates
+                    .render(src, &vars, mode, MAX_RENDER_BYTES)
+                    .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
+            };
+            let subject = render(&subject_src, Mode::Text)?;
+            let html = render(&html_src, Mode::Html)?;
+            let id = uuid::Uuid::now_v7().to_string();
+            rows.push(EmailRow {
+                id: id.clone(),
+                project: ctx.project_id.clone(),
+                contact: up.contact.id.clone(),
+                recipient: email.clone(),
+                recipient_name: name.clone(),
+                from: from_email.clone(),
+                from_name: from_name.clone(),
+                reply_to: reply_to.clone(),
+                subject: subject.replace(['\r', '\n'], " "),
+                text: html_to_text(&html),
+                html,
+                headers: headers_json.clone(),
+                attachments: atts_json.clone(),
+                kind: kind.clone(),
+                template: template.as_ref().map(|t| t.id.clone()),
+                message_id: format!("<{id}@{from_domain}>"),
+                status: "PENDING".into(),
+                error: None,
+                sent_at: None,
+                created_at: now,
+                updated_at: now,
+            });
+            out.push(SentEmail { contact: SentContact { id: up.contact.id, email: up.contact.email }, email: id });
+        }
+        let priority = if kind == "MARKETING" { 10 } else { 100 };
+        st.store.create_emails(&rows, DELIVER_JOB, priority, DELIVER_ATTEMPTS).await?;
+        st.job_wake.notify_one();
+        Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
+    })
+    .await
+}

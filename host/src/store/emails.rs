@@ -1,0 +1,117 @@
+//! Email records (one per recipient) and their delivery jobs.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{Store, StoreError};
+use crate::vars;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EmailRow {
+    pub id: String,
+    pub project: String,
+    pub contact: String,
+    pub recipient: String,
+    pub recipient_name: Option<String>,
+    pub from: String,
+    pub from_name: Option<String>,
+    pub reply_to: Option<String>,
+    pub subject: String,
+    pub html: String,
+    pub text: String,
+    pub headers: String,
+    pub attachments: String,
+    pub kind: String,
+    pub template: Option<String>,
+    pub message_id: String,
+    pub status: String,
+    pub error: Option<String>,
+    pub sent_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
+     subject, html, text, headers, attachments, kind, template, message_id, status, error, sent_at, created_at, updated_at";
+
+impl Store {
+    /// Writes email records and their delivery jobs in one transaction, so an accepted email is never
+    /// without the job that delivers it.
+    pub async fn create_emails(
+        &self,
+        emails: &[EmailRow],
+        job_kind: &str,
+        priority: i64,
+        max_attempts: i64,
+    ) -> Result<(), StoreError> {
+        let rows: Vec<Value> = emails
+            .iter()
+            .map(|e| {
+                let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("id");
+                }
+                vars! { "id": e.id, "doc": v }
+            })
+            .collect();
+        let jobs: Vec<Value> = emails
+            .iter()
+            .map(|e| {
+                vars! {
+                    "id": uuid::Uuid::now_v7().to_string(), "kind": job_kind,
+                    "payload": vars! { "email": e.id, "project": e.project }.to_string(),
+                    "status": "queued", "priority": priority, "run_at": e.created_at, "attempts": 0,
+                    "max_attempts": max_attempts, "created_at": e.created_at, "updated_at": e.created_at,
+                }
+            })
+            .collect();
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 FOR $e IN $emails { CREATE type::record('email', $e.id) CONTENT $e.doc RETURN NONE; };
+                 INSERT INTO job $jobs RETURN NONE;
+                 COMMIT TRANSACTION;",
+                vars! { "emails": rows.clone(), "jobs": jobs.clone() },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn email(&self, project: &str, id: &str) -> Result<Option<EmailRow>, StoreError> {
+        self.query(
+            &format!("SELECT {FIELDS} FROM email WHERE id = type::record('email', $id) AND project = $p"),
+            vars! { "p": project, "id": id },
+        )
+        .await?
+        .first(0)
+    }
+
+    /// Moves an email to `status` (with an error and sent time when given).
+    pub async fn set_email_status(
+        &self,
+        id: &str,
+        status: &str,
+        error: Option<&str>,
+        sent_at: Option<i64>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut sets = String::from("status = $s, updated_at = $now");
+        if error.is_some() {
+            sets.push_str(", error = $err");
+        }
+        if sent_at.is_some() {
+            sets.push_str(", sent_at = $sent");
+        }
+        self.write(|| async {
+            self.query(
+                &format!("UPDATE type::record('email', $id) SET {sets} RETURN NONE"),
+                vars! { "id": id, "s": status, "err": error, "sent": sent_at, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+}

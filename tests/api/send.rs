@@ -1,0 +1,347 @@
+//! `/v1/send` and delivery through a real SMTP server on loopback (spec 4.3; decisions 9, 16-19).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_host::config::Config;
+use mail_auth::hickory_resolver::config::{NameServerConfig, ProtocolConfig, ResolverConfig, ResolverOpts};
+use serde_json::{Value, json};
+
+use crate::dns_server::DnsServer;
+use crate::harness::*;
+use crate::smtp_sink::{Received, SmtpSink};
+
+struct Env {
+    s: Server,
+    p: Proj,
+    sink: SmtpSink,
+    dns: DnsServer,
+}
+
+async fn env(tempfails: usize, run_jobs: bool) -> Env {
+    let sink = SmtpSink::start(tempfails).await;
+    let dns = DnsServer::start().await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.dns_servers = vec![dns.addr];
+    config.run_jobs = run_jobs;
+    let s = Server::start_with(config, None).await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    let d = st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    // Publish the key so an independent verifier can check signatures.
+    dns.txt(&format!("herald._domainkey.{}", d.name), &herald_host::dkim::txt_value(&d.dkim_public));
+    Env { s, p, sink, dns }
+}
+
+async fn wait_for(sink: &SmtpSink, n: usize) -> Vec<Received> {
+    for _ in 0..400 {
+        let got = sink.received();
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("expected {n} messages, got {}", sink.received().len());
+}
+
+async fn email_status(e: &Env, id: &str) -> String {
+    e.s.state.store.email(&e.p.id, id).await.unwrap().unwrap().status
+}
+
+async fn wait_status(e: &Env, id: &str, want: &str) {
+    for _ in 0..400 {
+        if email_status(e, id).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("email {id} is {} not {want}", email_status(e, id).await);
+}
+
+fn header<'a>(data: &'a str, name: &str) -> Option<&'a str> {
+    let head = data.split("\r\n\r\n").next().unwrap_or("");
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then_some(v.trim())
+    })
+}
+
+#[tokio::test]
+async fn a_send_arrives_with_headers_both_parts_attachments_and_a_valid_dkim_signature() {
+    let e = env(0, true).await;
+    let png = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b"\x89PNG fake image");
+    let r = e
+        .p
+        .secret
+        .post(
+            "/v1/send",
+            json!({
+                "to": ["ada@example.org", { "name": "Bob B", "email": "Bob@Example.org" }],
+                "from": { "name": "Shop", "email": "news@shop.test" },
+                "subject": "Hello {{name ?? \"friend\"}}",
+                "body": "<p>Hi {{name}}, code {{code}}</p><img src=\"cid:logo\">",
+                "reply": "help@shop.test",
+                "data": { "name": "Ada", "code": { "value": "X1", "persistent": false } },
+                "headers": { "X-Campaign": "spring" },
+                "attachments": [
+                    { "filename": "terms.txt", "content": "VGVybXM=", "contentType": "text/plain" },
+                    { "filename": "logo.png", "content": png, "contentType": "image/png", "contentId": "logo", "disposition": "inline" }
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json["success"], true);
+    let emails = r.json["data"]["emails"].as_array().unwrap();
+    assert_eq!(emails.len(), 2);
+    assert_eq!(emails[1]["contact"]["email"], "bob@example.org");
+    let got = wait_for(&e.sink, 2).await;
+    let m = got.iter().find(|m| m.to == ["ada@example.org"]).unwrap();
+    assert_eq!(m.from, "news@shop.test");
+    assert_eq!(header(&m.data, "From"), Some("Shop <news@shop.test>"));
+    assert_eq!(header(&m.data, "To"), Some("ada@example.org"));
+    assert_eq!(header(&m.data, "Subject"), Some("Hello Ada"));
+    assert_eq!(header(&m.data, "Reply-To"), Some("help@shop.test"));
+    assert_eq!(header(&m.data, "X-Campaign"), Some("spring"));
+    assert!(header(&m.data, "Message-ID").unwrap().ends_with("@shop.test>"));
+    assert!(m.data.contains("multipart/alternative") && m.data.contains("text/plain") && m.data.contains("text/html"));
+    assert!(m.data.contains("multipart/related") && m.data.contains("multipart/mixed"));
+    assert!(m.data.contains("Hi Ada, code X1"), "the text part is derived from the HTML");
+    assert!(m.data.contains("terms.txt") && m.data.contains("Content-ID: <logo>"));
+    let bob = got.iter().find(|m| m.to == ["bob@example.org"]).unwrap();
+    assert_eq!(header(&bob.data, "To"), Some("\"Bob B\" <bob@example.org>"));
+
+    // The DKIM signature verifies against the published key.
+    let mut config = ResolverConfig::from_parts(None, vec![], Vec::<NameServerConfig>::new());
+    config.add_name_server(NameServerConfig::new(e.dns.addr, ProtocolConfig::Udp));
+    let verifier = mail_auth::MessageAuthenticator::new(config, ResolverOpts::default()).unwrap();
+    let parsed = mail_auth::AuthenticatedMessage::parse(m.data.as_bytes()).unwrap();
+    let out = verifier.verify_dkim(&parsed).await;
+    assert_eq!(out[0].result(), &mail_auth::DkimResult::Pass, "{}", header(&m.data, "DKIM-Signature").unwrap_or(""));
+    assert!(header(&m.data, "List-Unsubscribe").is_none(), "transactional mail has no List-Unsubscribe");
+
+    // Records, contacts and events.
+    let id = emails[0]["email"].as_str().unwrap();
+    wait_status(&e, id, "SENT").await;
+    let c = e.p.secret.get(&format!("/contacts/{}", emails[0]["contact"]["id"].as_str().unwrap())).await;
+    assert_eq!(c.json["subscribed"], false, "new contacts from /v1/send default to unsubscribed");
+    assert_eq!(c.json["data"], json!({ "name": "Ada" }), "one-off values are not stored");
+    let names = e.p.secret.get("/events?name=email.sent").await;
+    assert_eq!(names.json["total"], 2);
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn every_send_validation_rule_has_its_field_error() {
+    let e = env(0, false).await;
+    let ok = json!({ "to": "a@example.org", "from": "news@shop.test", "subject": "s", "body": "b" });
+    let with = |patch: Value| {
+        let mut b = ok.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            if v.is_null() {
+                b.as_object_mut().unwrap().remove(k);
+            } else {
+                b[k] = v.clone();
+            }
+        }
+        b
+    };
+    let many: Vec<String> = (0..101).map(|i| format!("u{i}@example.org")).collect();
+    let att = |extra: Value| {
+        let mut a = json!({ "filename": "a.txt", "content": "YQ==" });
+        for (k, v) in extra.as_object().unwrap() {
+            a[k] = v.clone();
+        }
+        a
+    };
+    let cases = [
+        (json!({ "to": null }), "to", "required"),
+        (json!({ "to": many }), "to", "too_big"),
+        (json!({ "to": ["a@example.org", { "email": "nope" }] }), "to.1.email", "invalid_string"),
+        (json!({ "to": 5 }), "to", "invalid_type"),
+        (json!({ "subject": "a\r\nBcc: x@example.org" }), "subject", "invalid_string"),
+        (json!({ "subject": "x".repeat(999) }), "subject", "too_big"),
+        (json!({ "subject": null }), "subject", "required"),
+        (json!({ "body": null }), "body", "required"),
+        (json!({ "body": "" }), "body", "too_small"),
+        (json!({ "from": "bad" }), "from", "invalid_string"),
+        (json!({ "reply": "bad" }), "reply", "invalid_string"),
+        (json!({ "headers": { "X-A": "ok\r\nBcc: evil@example.org" } }), "headers.X-A", "invalid_string"),
+        (json!({ "headers": { "Bad:Name": "v" } }), "headers.Bad:Name", "invalid_string"),
+        (json!({ "headers": { "Subject": "v" } }), "headers.Subject", "reserved_header"),
+        (json!({ "headers": { "X-Long": "v".repeat(999) } }), "headers.X-Long", "too_big"),
+        (json!({ "attachments": vec![att(json!({})); 11] }), "attachments", "too_big"),
+        (json!({ "attachments": [att(json!({ "content": "!!!" }))] }), "attachments.0.content", "invalid_string"),
+        (json!({ "attachments": [att(json!({ "disposition": "inline" }))] }), "attachments.0.contentId", "required"),
+        (json!({ "attachments": [att(json!({ "filename": "" }))] }), "attachments.0.filename", "invalid_string"),
+        (json!({ "data": "x" }), "data", "invalid_type"),
+        (json!({ "subscribed": "yes" }), "subscribed", "invalid_type"),
+    ];
+    for (patch, field, code) in cases {
+        let r = e.p.secret.post("/v1/send", with(patch.clone())).await;
+        assert_eq!(r.status, 422, "{patch}: {}", r.json);
+        let errors = r.json["error"]["errors"].as_array().unwrap();
+        assert!(
+            errors.iter().any(|er| er["field"] == field && er["code"] == code),
+            "{patch}: expected {field}/{code} in {errors:?}"
+        );
+    }
+    let big = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![0u8; 6 * 1024 * 1024]);
+    let r =
+        e.p.secret
+            .post(
+                "/v1/send",
+                with(json!({ "attachments": [att(json!({ "content": big })), att(json!({ "content": big }))] })),
+            )
+            .await;
+    assert_eq!(r.json["error"]["errors"][0]["field"], "attachments", "over 10 MB in total: {}", r.json["error"]);
+    // Sender, template and key checks.
+    let r = e.p.secret.post("/v1/send", with(json!({ "from": "news@other.test" }))).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json["error"]["details"]["reason"], "DOMAIN_NOT_REGISTERED");
+    let r =
+        e.p.secret
+            .post("/v1/send", with(json!({ "template": "no-such-template", "subject": null, "body": null })))
+            .await;
+    assert_envelope(&r, 404, "TEMPLATE_NOT_FOUND");
+    assert_envelope(&e.p.public.post("/v1/send", ok.clone()).await, 401, "INVALID_API_KEY");
+    assert_eq!(e.p.secret.get("/contacts").await.json["total"], 0, "nothing was stored by refused requests");
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn templates_supply_fields_that_the_request_overrides_and_marketing_respects_subscriptions() {
+    let e = env(0, true).await;
+    let t = e
+        .p
+        .secret
+        .post("/templates", json!({ "name": "Promo", "subject": "Sale for {{name}}", "body": "<p>{{name}}</p>", "from": "deals@shop.test", "fromName": "Deals", "type": "MARKETING" }))
+        .await;
+    let tid = t.json["id"].as_str().unwrap();
+    // A new contact is unsubscribed by default: marketing is refused.
+    let r = e.p.secret.post("/v1/send", json!({ "to": "new@example.org", "template": tid })).await;
+    assert_envelope(&r, 400, "BAD_REQUEST");
+    assert_eq!(e.p.secret.get("/contacts").await.json["total"], 0, "refused before any write");
+    let r = e.p.secret.post("/v1/send", json!({ "to": "new@example.org", "template": tid, "subscribed": true, "subject": "Override {{name}}", "data": { "name": "Nia" } })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let m = &wait_for(&e.sink, 1).await[0];
+    assert_eq!(header(&m.data, "Subject"), Some("Override Nia"), "the request's subject wins");
+    assert_eq!(header(&m.data, "From"), Some("Deals <deals@shop.test>"), "the template's from and fromName");
+    assert!(m.data.contains("<p>Nia</p>"));
+    // Unsubscribed contact: marketing refused, transactional allowed.
+    let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap();
+    e.p.secret.patch(&format!("/contacts/{cid}"), json!({ "subscribed": false })).await;
+    let r = e.p.secret.post("/v1/send", json!({ "to": "new@example.org", "template": tid })).await;
+    assert_envelope(&r, 400, "BAD_REQUEST");
+    let r = e
+        .p
+        .secret
+        .post(
+            "/v1/send",
+            json!({ "to": "new@example.org", "from": "news@shop.test", "subject": "Receipt", "body": "<p>Paid</p>" }),
+        )
+        .await;
+    assert_eq!(r.status, 200, "transactional mail goes regardless");
+    let c = e.p.secret.get(&format!("/contacts/{cid}")).await;
+    assert_eq!(c.json["subscribed"], false, "omitting subscribed keeps an existing contact's state");
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_temporary_failure_is_retried_and_then_succeeds() {
+    let e = env(1, true).await;
+    let r =
+        e.p.secret
+            .post(
+                "/v1/send",
+                json!({ "to": "tempfail@example.org", "from": "news@shop.test", "subject": "s", "body": "b" }),
+            )
+            .await;
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    wait_for(&e.sink, 1).await;
+    wait_status(&e, &id, "SENT").await;
+    assert_eq!(e.sink.received().len(), 1, "delivered once");
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_permanent_failure_bounces_and_unsubscribes_the_contact() {
+    let e = env(0, true).await;
+    let r = e.p.secret.post("/v1/send", json!({ "to": "bounce@example.org", "from": "news@shop.test", "subject": "s", "body": "b", "subscribed": true })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
+    wait_status(&e, &id, "BOUNCED").await;
+    let c = e.p.secret.get(&format!("/contacts/{cid}")).await;
+    assert_eq!(c.json["subscribed"], false);
+    let names: Vec<String> = e.p.secret.get(&format!("/events/contact/{cid}")).await.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        names.contains(&"email.bounce".to_string()) && names.contains(&"contact.unsubscribed".to_string()),
+        "{names:?}"
+    );
+    assert!(e.sink.received().is_empty());
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn an_email_accepted_before_a_crash_is_delivered_once_after_the_restart() {
+    let e = env(0, false).await;
+    let r =
+        e.p.secret
+            .post("/v1/send", json!({ "to": "a@example.org", "from": "news@shop.test", "subject": "s", "body": "b" }))
+            .await;
+    assert_eq!(r.status, 200);
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    assert_eq!(email_status(&e, &id).await, "PENDING", "written before the answer");
+    // The process dies; another starts on the same database and runs the queue.
+    let store = e.s.state.store.clone();
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(e.sink.url());
+    config.run_jobs = false;
+    let app = herald_host::App::from_store(
+        config,
+        store,
+        Arc::new(herald_host::clock::SystemClock),
+        herald_host::jobs::builtin_registry(),
+    )
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        app.worker.run_once(20).await.unwrap();
+    }
+    assert_eq!(e.sink.received().len(), 1, "delivered exactly once");
+    assert_eq!(email_status(&e, &id).await, "SENT");
+}
+
+#[tokio::test]
+async fn send_idempotency_keys_conflict_on_reuse() {
+    let e = env(0, false).await;
+    let go = || async {
+        e.p.secret
+            .http
+            .post(format!("{}/v1/send", e.s.base))
+            .bearer_auth(e.p.secret.bearer.as_deref().unwrap())
+            .header("Idempotency-Key", "order-7")
+            .json(&json!({ "to": "a@example.org", "from": "news@shop.test", "subject": "s", "body": "b" }))
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(go().await.status(), 200);
+    let r = go().await;
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["details"]["originalRequest"], "POST /v1/send");
+    assert_eq!(
+        e.s.state.store.query("SELECT count() AS n FROM email GROUP ALL", json!({})).await.unwrap().value(0).unwrap()
+            [0]["n"],
+        1
+    );
+    e.s.stop().await;
+}

@@ -1,0 +1,108 @@
+//! A real SMTP server on loopback for tests: it speaks enough SMTP for lettre (EHLO, MAIL, RCPT, DATA,
+//! RSET, NOOP, QUIT) and keeps every accepted message. Recipients whose local part starts with
+//! `bounce` are refused with 550; those starting with `tempfail` get 451 for the first `tempfails`
+//! attempts.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub from: String,
+    pub to: Vec<String>,
+    pub data: String,
+}
+
+#[derive(Clone)]
+pub struct SmtpSink {
+    pub addr: SocketAddr,
+    pub messages: Arc<Mutex<Vec<Received>>>,
+    tempfails: Arc<Mutex<usize>>,
+}
+
+impl SmtpSink {
+    pub async fn start(tempfails: usize) -> SmtpSink {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sink = SmtpSink {
+            addr: listener.local_addr().unwrap(),
+            messages: Arc::default(),
+            tempfails: Arc::new(Mutex::new(tempfails)),
+        };
+        let s = sink.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move { s.session(stream).await });
+            }
+        });
+        sink
+    }
+
+    pub fn url(&self) -> String {
+        format!("smtp://{}", self.addr)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.messages.lock().unwrap().clone()
+    }
+
+    async fn session(&self, stream: tokio::net::TcpStream) {
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r).lines();
+        let _ = w.write_all(b"220 sink.test ESMTP\r\n").await;
+        let (mut from, mut to) = (String::new(), Vec::new());
+        while let Ok(Some(line)) = lines.next_line().await {
+            let upper = line.to_uppercase();
+            let reply: String = if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+                "250-sink.test\r\n250-8BITMIME\r\n250 SMTPUTF8\r\n".into()
+            } else if upper.starts_with("MAIL FROM:") {
+                from = line[10..].trim().trim_matches(['<', '>']).to_string();
+                to.clear();
+                "250 OK\r\n".into()
+            } else if upper.starts_with("RCPT TO:") {
+                let rcpt = line[8..].trim().trim_matches(['<', '>']).to_string();
+                if rcpt.starts_with("bounce") {
+                    "550 5.1.1 No such user\r\n".into()
+                } else if rcpt.starts_with("tempfail") && {
+                    let mut n = self.tempfails.lock().unwrap();
+                    let fail = *n > 0;
+                    if fail {
+                        *n -= 1;
+                    }
+                    fail
+                } {
+                    "451 4.3.0 Try again later\r\n".into()
+                } else {
+                    to.push(rcpt);
+                    "250 OK\r\n".into()
+                }
+            } else if upper == "DATA" {
+                let _ = w.write_all(b"354 Go ahead\r\n").await;
+                let mut data = String::new();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    if l == "." {
+                        break;
+                    }
+                    // Dot-unstuffing (RFC 5321 4.5.2).
+                    let l = l.strip_prefix('.').unwrap_or(&l);
+                    data.push_str(l);
+                    data.push_str("\r\n");
+                }
+                self.messages.lock().unwrap().push(Received { from: from.clone(), to: to.clone(), data });
+                "250 OK queued\r\n".into()
+            } else if upper == "QUIT" {
+                let _ = w.write_all(b"221 Bye\r\n").await;
+                return;
+            } else {
+                "250 OK\r\n".into()
+            };
+            if w.write_all(reply.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
