@@ -130,6 +130,43 @@ pub async fn upsert(store: &Store, clock: &SharedClock, project: &str, u: &Upser
     Err(StoreError::Busy("the contact kept changing; gave up after 16 attempts".into()))
 }
 
+/// Sets a contact's subscription, writing the `contact.subscribed` / `contact.unsubscribed` event in the
+/// same transaction when it really flips. Returns the new state, or None when the contact does not exist.
+pub async fn set_subscribed(
+    store: &Store,
+    clock: &SharedClock,
+    project: &str,
+    contact_id: &str,
+    subscribed: bool,
+) -> Result<Option<bool>, StoreError> {
+    for _ in 0..16 {
+        let Some(c) = store.contact(project, contact_id).await? else { return Ok(None) };
+        if c.subscribed == subscribed {
+            return Ok(Some(subscribed));
+        }
+        let now = clock.now_ms();
+        let write = ContactWrite::Update {
+            id: c.id.clone(),
+            version: c.version,
+            email: c.email.clone(),
+            subscribed,
+            data: c.data.clone(),
+            now,
+        };
+        let name = if subscribed {
+            crate::domain::contacts::SUBSCRIBED_EVENT
+        } else {
+            crate::domain::contacts::UNSUBSCRIBED_EVENT
+        };
+        let ev = Event::new(project, &c.id, name, Map::new(), "system", now);
+        match store.write_contact(project, &write, &[ev]).await? {
+            WriteResult::Done => return Ok(Some(subscribed)),
+            WriteResult::Stale => continue,
+        }
+    }
+    Err(StoreError::Busy("the contact kept changing; gave up after 16 attempts".into()))
+}
+
 struct Pending {
     project: String,
     upsert: Upsert,

@@ -127,6 +127,26 @@ pub fn verify_session(key: &[u8], token: &str, now_secs: i64) -> Option<SessionC
     (claims.exp > now_secs).then_some(claims)
 }
 
+/// A signed token naming a contact of a project, for the public subscription pages:
+/// base64url(project "/" contact) "." base64url(HMAC-SHA256).
+pub fn contact_token(key: &[u8], project: &str, contact: &str) -> String {
+    let payload = URL_SAFE_NO_PAD.encode(format!("{project}/{contact}"));
+    let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable_hmac());
+    mac.update(payload.as_bytes());
+    format!("{payload}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+}
+
+/// The (project, contact) of a valid token.
+pub fn open_contact_token(key: &[u8], token: &str) -> Option<(String, String)> {
+    let (payload, sig) = token.split_once('.')?;
+    let mut mac = HmacSha256::new_from_slice(key).ok()?;
+    mac.update(payload.as_bytes());
+    mac.verify_slice(&URL_SAFE_NO_PAD.decode(sig).ok()?).ok()?;
+    let text = String::from_utf8(URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    let (p, c) = text.split_once('/')?;
+    Some((p.to_string(), c.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +169,17 @@ mod tests {
         assert!(verify_password("correct horse", &h));
         assert!(!verify_password("wrong horse", &h));
         assert!(!verify_password("correct horse", "not-a-hash"));
+    }
+
+    #[test]
+    fn contact_tokens_open_only_unchanged_and_with_the_same_key() {
+        let key = derive_key("0123456789abcdef", "links");
+        let t = contact_token(&key, "p1", "c1");
+        assert_eq!(open_contact_token(&key, &t), Some(("p1".into(), "c1".into())));
+        assert_eq!(open_contact_token(&derive_key("0123456789abcdef", "other"), &t), None);
+        let forged = format!("{}.{}", URL_SAFE_NO_PAD.encode("p1/c2"), t.split_once('.').unwrap().1);
+        assert_eq!(open_contact_token(&key, &forged), None);
+        assert_eq!(open_contact_token(&key, "garbage"), None);
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct AppState {
     pub clock: SharedClock,
     /// Key that signs session tokens (derived from the server secret).
     pub session_key: Vec<u8>,
+    /// Key that signs the links of the public subscription pages.
+    pub links_key: Vec<u8>,
     pub limiter: RateLimiter,
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).

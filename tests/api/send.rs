@@ -59,11 +59,22 @@ async fn wait_status(e: &Env, id: &str, want: &str) {
     panic!("email {id} is {} not {want}", email_status(e, id).await);
 }
 
-fn header<'a>(data: &'a str, name: &str) -> Option<&'a str> {
+/// A header's value, with folded continuation lines joined.
+fn header(data: &str, name: &str) -> Option<String> {
     let head = data.split("\r\n\r\n").next().unwrap_or("");
-    head.lines().find_map(|l| {
+    let mut unfolded: Vec<String> = Vec::new();
+    for l in head.lines() {
+        match (l.starts_with([' ', '\t']), unfolded.last_mut()) {
+            (true, Some(prev)) => {
+                prev.push(' ');
+                prev.push_str(l.trim());
+            }
+            _ => unfolded.push(l.to_string()),
+        }
+    }
+    unfolded.iter().find_map(|l| {
         let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then_some(v.trim())
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
     })
 }
 
@@ -99,18 +110,18 @@ async fn a_send_arrives_with_headers_both_parts_attachments_and_a_valid_dkim_sig
     let got = wait_for(&e.sink, 2).await;
     let m = got.iter().find(|m| m.to == ["ada@example.org"]).unwrap();
     assert_eq!(m.from, "news@shop.test");
-    assert_eq!(header(&m.data, "From"), Some("Shop <news@shop.test>"));
-    assert_eq!(header(&m.data, "To"), Some("ada@example.org"));
-    assert_eq!(header(&m.data, "Subject"), Some("Hello Ada"));
-    assert_eq!(header(&m.data, "Reply-To"), Some("help@shop.test"));
-    assert_eq!(header(&m.data, "X-Campaign"), Some("spring"));
+    assert_eq!(header(&m.data, "From").as_deref(), Some("Shop <news@shop.test>"));
+    assert_eq!(header(&m.data, "To").as_deref(), Some("ada@example.org"));
+    assert_eq!(header(&m.data, "Subject").as_deref(), Some("Hello Ada"));
+    assert_eq!(header(&m.data, "Reply-To").as_deref(), Some("help@shop.test"));
+    assert_eq!(header(&m.data, "X-Campaign").as_deref(), Some("spring"));
     assert!(header(&m.data, "Message-ID").unwrap().ends_with("@shop.test>"));
     assert!(m.data.contains("multipart/alternative") && m.data.contains("text/plain") && m.data.contains("text/html"));
     assert!(m.data.contains("multipart/related") && m.data.contains("multipart/mixed"));
     assert!(m.data.contains("Hi Ada, code X1"), "the text part is derived from the HTML");
     assert!(m.data.contains("terms.txt") && m.data.contains("Content-ID: <logo>"));
     let bob = got.iter().find(|m| m.to == ["bob@example.org"]).unwrap();
-    assert_eq!(header(&bob.data, "To"), Some("\"Bob B\" <bob@example.org>"));
+    assert_eq!(header(&bob.data, "To").as_deref(), Some("\"Bob B\" <bob@example.org>"));
 
     // The DKIM signature verifies against the published key.
     let mut config = ResolverConfig::from_parts(None, vec![], Vec::<NameServerConfig>::new());
@@ -118,7 +129,12 @@ async fn a_send_arrives_with_headers_both_parts_attachments_and_a_valid_dkim_sig
     let verifier = mail_auth::MessageAuthenticator::new(config, ResolverOpts::default()).unwrap();
     let parsed = mail_auth::AuthenticatedMessage::parse(m.data.as_bytes()).unwrap();
     let out = verifier.verify_dkim(&parsed).await;
-    assert_eq!(out[0].result(), &mail_auth::DkimResult::Pass, "{}", header(&m.data, "DKIM-Signature").unwrap_or(""));
+    assert_eq!(
+        out[0].result(),
+        &mail_auth::DkimResult::Pass,
+        "{}",
+        header(&m.data, "DKIM-Signature").unwrap_or_default()
+    );
     assert!(header(&m.data, "List-Unsubscribe").is_none(), "transactional mail has no List-Unsubscribe");
 
     // Records, contacts and events.
@@ -226,8 +242,8 @@ async fn templates_supply_fields_that_the_request_overrides_and_marketing_respec
     let r = e.p.secret.post("/v1/send", json!({ "to": "new@example.org", "template": tid, "subscribed": true, "subject": "Override {{name}}", "data": { "name": "Nia" } })).await;
     assert_eq!(r.status, 200, "{}", r.json);
     let m = &wait_for(&e.sink, 1).await[0];
-    assert_eq!(header(&m.data, "Subject"), Some("Override Nia"), "the request's subject wins");
-    assert_eq!(header(&m.data, "From"), Some("Deals <deals@shop.test>"), "the template's from and fromName");
+    assert_eq!(header(&m.data, "Subject").as_deref(), Some("Override Nia"), "the request's subject wins");
+    assert_eq!(header(&m.data, "From").as_deref(), Some("Deals <deals@shop.test>"), "the template's from and fromName");
     assert!(m.data.contains("<p>Nia</p>"));
     // Unsubscribed contact: marketing refused, transactional allowed.
     let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap();
@@ -343,5 +359,79 @@ async fn send_idempotency_keys_conflict_on_reuse() {
             [0]["n"],
         1
     );
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn marketing_mail_carries_signed_one_click_unsubscribe_and_the_pages_flip_the_contact() {
+    let e = env(0, true).await;
+    let t = e
+        .p
+        .secret
+        .post("/templates", json!({ "name": "News", "subject": "News", "body": "<a href=\"{{unsubscribeUrl}}\">stop</a> <a href=\"{{manageUrl}}\">prefs</a>", "from": "news@shop.test" }))
+        .await;
+    let r =
+        e.p.secret
+            .post("/v1/send", json!({ "to": "reader@example.org", "template": t.json["id"], "subscribed": true }))
+            .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
+    let m = &wait_for(&e.sink, 1).await[0];
+    let lu = header(&m.data, "List-Unsubscribe").expect("marketing mail has List-Unsubscribe");
+    assert_eq!(header(&m.data, "List-Unsubscribe-Post").as_deref(), Some("List-Unsubscribe=One-Click"));
+    let url = lu.trim_matches(['<', '>']).to_string();
+    assert!(url.starts_with(&format!("{}/unsubscribe/", e.s.state.config.public_url)), "{url}");
+    assert!(m.data.contains(&url), "the body's {{{{unsubscribeUrl}}}} is the same link");
+    let dkim = header(&m.data, "DKIM-Signature").unwrap().to_lowercase();
+    assert!(
+        dkim.contains("list-unsubscribe") && dkim.contains("list-unsubscribe-post"),
+        "both headers are signed: {dkim}"
+    );
+    let mut config = ResolverConfig::from_parts(None, vec![], Vec::<NameServerConfig>::new());
+    config.add_name_server(NameServerConfig::new(e.dns.addr, ProtocolConfig::Udp));
+    let verifier = mail_auth::MessageAuthenticator::new(config, ResolverOpts::default()).unwrap();
+    let parsed = mail_auth::AuthenticatedMessage::parse(m.data.as_bytes()).unwrap();
+    assert_eq!(verifier.verify_dkim(&parsed).await[0].result(), &mail_auth::DkimResult::Pass);
+
+    let path = url.trim_start_matches(&e.s.state.config.public_url).to_string();
+    let page_url = format!("{}{path}", e.s.base);
+    let http = reqwest::Client::new();
+    let subscribed = || async { e.p.secret.get(&format!("/contacts/{cid}")).await.json["subscribed"].clone() };
+    // GET shows a button and changes nothing (link scanners prefetch).
+    let r = http.get(&page_url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("<form method=\"post\""));
+    assert_eq!(subscribed().await, true);
+    // The RFC 8058 one-click POST unsubscribes, once.
+    let r = http
+        .post(&page_url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("List-Unsubscribe=One-Click")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(subscribed().await, false);
+    http.post(&page_url).send().await.unwrap();
+    let secret = e.p.secret.clone();
+    let events_path = format!("/events/contact/{cid}");
+    let events = |name: &'static str| {
+        let (secret, path) = (secret.clone(), events_path.clone());
+        async move { secret.get(&path).await.json["data"].as_array().unwrap().iter().filter(|v| v["name"] == name).count() }
+    };
+    assert_eq!(events("contact.unsubscribed").await, 1, "no event without a flip");
+    // Subscribe again, and the manage page shows the state.
+    let sub_url = page_url.replace("/unsubscribe/", "/subscribe/");
+    http.post(&sub_url).send().await.unwrap();
+    assert_eq!(subscribed().await, true);
+    assert_eq!(events("contact.subscribed").await, 1);
+    let manage = http.get(page_url.replace("/unsubscribe/", "/manage/")).send().await.unwrap().text().await.unwrap();
+    assert!(manage.contains("reader@example.org") && manage.contains("subscribed"));
+    // Tampered or foreign tokens do nothing.
+    let bad = http.post(format!("{page_url}x")).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    let bad = http.post(format!("{}/unsubscribe/not-a-token", e.s.base)).send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    assert_eq!(subscribed().await, true);
     e.s.stop().await;
 }

@@ -11,6 +11,7 @@ pub mod contacts;
 pub mod domains;
 pub mod events;
 pub mod idempotency;
+pub mod pages;
 pub mod pagination;
 pub mod send;
 pub mod system;
@@ -132,6 +133,7 @@ pub fn service(state: Arc<AppState>) -> Service {
     let router = Router::new()
         .hoop(salvo::prelude::CatchPanic::new())
         .push(api)
+        .push(pages::router())
         .push(doc.into_router("/openapi.json"))
         .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));
     Service::new(router).hoop(InjectState(state)).hoop(request_context).catcher(Catcher::new(catch_errors))

@@ -42,6 +42,8 @@ const RESERVED_HEADERS: &[&str] = &[
     "dkim-signature",
     "return-path",
     "sender",
+    "list-unsubscribe",
+    "list-unsubscribe-post",
 ];
 
 #[derive(Serialize, ToSchema)]
@@ -436,7 +438,6 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
 
         let now = st.clock.now_ms();
         let from_domain = from_email.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default();
-        let headers_json = serde_json::to_string(&hdrs).unwrap_or_else(|_| "[]".into());
         let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
         let mut rows = Vec::new();
         let mut out = Vec::new();
@@ -460,6 +461,16 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             }
             vars["id"] = json!(up.contact.id);
             vars["email"] = json!(up.contact.email);
+            let links = super::pages::links(&st, &ctx.project_id, &up.contact.id);
+            vars["unsubscribeUrl"] = json!(links.unsubscribe);
+            vars["subscribeUrl"] = json!(links.subscribe);
+            vars["manageUrl"] = json!(links.manage);
+            let mut email_headers = hdrs.clone();
+            if kind == "MARKETING" {
+                // RFC 8058 one-click unsubscribe, covered by the DKIM signature at delivery.
+                email_headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
+                email_headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
+            }
             let render = |src: &str, mode: Mode| {
                 st.templates
                     .render(src, &vars, mode, MAX_RENDER_BYTES)
@@ -480,7 +491,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 subject: subject.replace(['\r', '\n'], " "),
                 text: html_to_text(&html),
                 html,
-                headers: headers_json.clone(),
+                headers: serde_json::to_string(&email_headers).unwrap_or_else(|_| "[]".into()),
                 attachments: atts_json.clone(),
                 kind: kind.clone(),
                 template: template.as_ref().map(|t| t.id.clone()),

@@ -228,27 +228,8 @@ async fn emit(ctx: &JobContext, e: &EmailRow, name: &str, reason: Option<&str>) 
 
 /// A permanent bounce unsubscribes the contact (decision 19), with its event when it really flips.
 async fn unsubscribe(ctx: &JobContext, e: &EmailRow) -> Result<(), String> {
-    for _ in 0..16 {
-        let Some(c) = ctx.store.contact(&e.project, &e.contact).await.map_err(|e| e.to_string())? else {
-            return Ok(());
-        };
-        if !c.subscribed {
-            return Ok(());
-        }
-        let now = ctx.clock.now_ms();
-        let write = ContactWrite::Update {
-            id: c.id.clone(),
-            version: c.version,
-            email: c.email.clone(),
-            subscribed: false,
-            data: c.data.clone(),
-            now,
-        };
-        let ev = Event::new(&e.project, &c.id, crate::domain::contacts::UNSUBSCRIBED_EVENT, Map::new(), "system", now);
-        match ctx.store.write_contact(&e.project, &write, &[ev]).await.map_err(|e| e.to_string())? {
-            crate::store::contacts::WriteResult::Done => return Ok(()),
-            crate::store::contacts::WriteResult::Stale => continue,
-        }
-    }
-    Err("the contact kept changing".into())
+    crate::ingest::set_subscribed(&ctx.store, &ctx.clock, &e.project, &e.contact, false)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
