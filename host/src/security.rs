@@ -127,22 +127,31 @@ pub fn verify_session(key: &[u8], token: &str, now_secs: i64) -> Option<SessionC
     (claims.exp > now_secs).then_some(claims)
 }
 
-/// A signed token naming a contact of a project, for the public subscription pages:
-/// base64url(project "/" contact) "." base64url(HMAC-SHA256).
-pub fn contact_token(key: &[u8], project: &str, contact: &str) -> String {
-    let payload = URL_SAFE_NO_PAD.encode(format!("{project}/{contact}"));
+/// A signed, URL-safe token carrying `payload`: base64url(payload) "." base64url(HMAC-SHA256).
+pub fn seal_token(key: &[u8], payload: &str) -> String {
+    let body = URL_SAFE_NO_PAD.encode(payload);
     let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable_hmac());
-    mac.update(payload.as_bytes());
-    format!("{payload}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
+    mac.update(body.as_bytes());
+    format!("{body}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()))
 }
 
-/// The (project, contact) of a valid token.
-pub fn open_contact_token(key: &[u8], token: &str) -> Option<(String, String)> {
-    let (payload, sig) = token.split_once('.')?;
+/// The payload of an unaltered token signed with `key`.
+pub fn open_token(key: &[u8], token: &str) -> Option<String> {
+    let (body, sig) = token.split_once('.')?;
     let mut mac = HmacSha256::new_from_slice(key).ok()?;
-    mac.update(payload.as_bytes());
+    mac.update(body.as_bytes());
     mac.verify_slice(&URL_SAFE_NO_PAD.decode(sig).ok()?).ok()?;
-    let text = String::from_utf8(URL_SAFE_NO_PAD.decode(payload).ok()?).ok()?;
+    String::from_utf8(URL_SAFE_NO_PAD.decode(body).ok()?).ok()
+}
+
+/// A token naming a contact of a project, for the public subscription pages.
+pub fn contact_token(key: &[u8], project: &str, contact: &str) -> String {
+    seal_token(key, &format!("{project}/{contact}"))
+}
+
+/// The (project, contact) of a valid contact token.
+pub fn open_contact_token(key: &[u8], token: &str) -> Option<(String, String)> {
+    let text = open_token(key, token)?;
     let (p, c) = text.split_once('/')?;
     Some((p.to_string(), c.to_string()))
 }

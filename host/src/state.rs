@@ -61,6 +61,8 @@ pub struct AppState {
     pub session_key: Vec<u8>,
     /// Key that signs the links of the public subscription pages.
     pub links_key: Vec<u8>,
+    /// Key that signs open and click tracking tokens.
+    pub tracking_key: Vec<u8>,
     pub limiter: RateLimiter,
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).

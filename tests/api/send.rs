@@ -435,3 +435,110 @@ async fn marketing_mail_carries_signed_one_click_unsubscribe_and_the_pages_flip_
     assert_eq!(subscribed().await, true);
     e.s.stop().await;
 }
+
+fn html_of(m: &Received) -> String {
+    let parsed = mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap();
+    parsed.body_html(0).unwrap().to_string()
+}
+
+fn attr_urls(html: &str, prefix: &str) -> Vec<String> {
+    html.match_indices(prefix).map(|(i, _)| html[i..].split(['"', '\'']).next().unwrap().to_string()).collect()
+}
+
+#[tokio::test]
+async fn opens_and_clicks_are_tracked_on_marketing_mail_with_signed_links() {
+    let e = env(0, true).await;
+    let t = e
+        .p
+        .secret
+        .post("/templates", json!({ "name": "News", "subject": "News", "body": "<html><body><a href=\"https://example.org/sale?a=1&amp;b=2\">Sale</a></body></html>", "from": "news@shop.test" }))
+        .await;
+    let r =
+        e.p.secret
+            .post("/v1/send", json!({ "to": "reader@example.org", "template": t.json["id"], "subscribed": true }))
+            .await;
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
+    let m = &wait_for(&e.sink, 1).await[0];
+    let html = html_of(m);
+    let base = &e.s.state.config.public_url;
+    let pixels = attr_urls(&html, &format!("{base}/t/o/"));
+    let clicks = attr_urls(&html, &format!("{base}/t/c/"));
+    assert_eq!((pixels.len(), clicks.len()), (1, 1), "{html}");
+    assert!(!html.contains("href=\"https://example.org"), "links are rewritten");
+    let text =
+        mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap().body_text(0).unwrap().to_string();
+    assert!(text.contains("https://example.org/sale?a=1&b=2"), "the text part keeps the original link: {text}");
+    wait_status(&e, &id, "SENT").await;
+
+    let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let local = |u: &str| format!("{}{}", e.s.base, u.trim_start_matches(base.as_str()));
+    let r = http.get(local(&pixels[0])).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "image/gif");
+    assert_eq!(email_status(&e, &id).await, "OPENED");
+    let r = http.get(local(&clicks[0])).send().await.unwrap();
+    assert_eq!(r.status(), 302);
+    assert_eq!(r.headers()["location"], "https://example.org/sale?a=1&b=2");
+    assert_eq!(email_status(&e, &id).await, "CLICKED");
+    // A later open counts but never moves the status down.
+    http.get(local(&pixels[0])).send().await.unwrap();
+    let row =
+        e.s.state
+            .store
+            .query("SELECT open_count, click_count, opened_at, clicked_at FROM email", json!({}))
+            .await
+            .unwrap()
+            .value(0)
+            .unwrap();
+    assert_eq!((row[0]["open_count"].clone(), row[0]["click_count"].clone()), (json!(2), json!(1)));
+    assert_eq!(email_status(&e, &id).await, "CLICKED");
+    let names: Vec<String> = e.p.secret.get(&format!("/events/contact/{cid}?limit=100")).await.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.iter().filter(|n| *n == "email.open").count(), 2);
+    assert_eq!(names.iter().filter(|n| *n == "email.click").count(), 1);
+    // No open redirect: a tampered or foreign token goes nowhere.
+    let r = http.get(format!("{}x", local(&clicks[0]))).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.headers().get("location").is_none());
+    let r = http.get(format!("{}/t/c/eyJ1IjoiaHR0cHM6Ly9ldmlsLmV4YW1wbGUifQ.c2ln", e.s.base)).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn tracking_follows_the_project_mode() {
+    let e = env(0, true).await;
+    let send = |kind: &'static str| {
+        let c = e.p.secret.clone();
+        async move {
+            let t = c
+                .post("/templates", json!({ "name": kind, "subject": "s", "body": "<a href=\"https://example.org\">x</a>", "from": "news@shop.test", "type": kind }))
+                .await;
+            c.post("/v1/send", json!({ "to": "r@example.org", "template": t.json["id"], "subscribed": true })).await
+        }
+    };
+    // Default MARKETING_ONLY: transactional mail is not tracked.
+    send("TRANSACTIONAL").await;
+    let m = wait_for(&e.sink, 1).await;
+    assert!(!html_of(&m[0]).contains("/t/o/"), "transactional mail has no pixel by default");
+    let r = e.p.session.patch(&format!("/users/@me/projects/{}", e.p.id), json!({ "tracking": "DISABLED" })).await;
+    assert_eq!(r.json["tracking"], "DISABLED", "{}", r.json);
+    send("MARKETING").await;
+    let m = wait_for(&e.sink, 2).await;
+    assert!(!html_of(&m[1]).contains("/t/o/"), "tracking disabled");
+    e.p.session.patch(&format!("/users/@me/projects/{}", e.p.id), json!({ "tracking": "ENABLED" })).await;
+    send("TRANSACTIONAL").await;
+    let m = wait_for(&e.sink, 3).await;
+    assert!(html_of(&m[2]).contains("/t/o/"), "tracking enabled for all mail");
+    assert_envelope(
+        &e.p.session.patch(&format!("/users/@me/projects/{}", e.p.id), json!({ "tracking": "SOMETIMES" })).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    e.s.stop().await;
+}

@@ -27,6 +27,8 @@ pub struct ProjectOut {
     pub disabled: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// Open and click tracking: ENABLED, DISABLED or MARKETING_ONLY (default)
+    pub tracking: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -42,6 +44,7 @@ impl ProjectOut {
             name: p.name.clone(),
             disabled: p.disabled,
             role: role.map(|r| r.as_str().to_string()),
+            tracking: p.tracking.clone().unwrap_or_else(|| "MARKETING_ONLY".into()),
             public: keys.map(|k| k.public.clone()),
             secret: keys.map(|k| k.secret.clone()),
             created_at: rfc3339(p.created_at),
@@ -196,7 +199,11 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
     let body = json_object(req).await?;
     let mut f = Fields::new(&body);
     let name = f.text("name", false, 100);
+    let tracking = f.one_of("tracking", false, &["ENABLED", "DISABLED", "MARKETING_ONLY"]);
     f.finish()?;
+    if let Some(t) = tracking {
+        st.store.set_project_tracking(&id, &t, st.clock.now_ms()).await?;
+    }
     let project = match name {
         Some(n) => st.store.rename_project(&id, &n, st.clock.now_ms()).await?,
         None => st.store.project(&id).await?,

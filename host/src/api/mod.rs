@@ -16,6 +16,7 @@ pub mod pagination;
 pub mod send;
 pub mod system;
 pub mod templates;
+pub mod tracking;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -134,6 +135,7 @@ pub fn service(state: Arc<AppState>) -> Service {
         .hoop(salvo::prelude::CatchPanic::new())
         .push(api)
         .push(pages::router())
+        .push(tracking::router())
         .push(doc.into_router("/openapi.json"))
         .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));
     Service::new(router).hoop(InjectState(state)).hoop(request_context).catcher(Catcher::new(catch_errors))

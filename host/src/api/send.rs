@@ -17,6 +17,7 @@ use crate::clock::rfc3339;
 use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB, StoredAttachment};
 use crate::domain::templating::Mode;
 use crate::domain::text::html_to_text;
+use crate::domain::tracking::{instrument, tracked};
 use crate::error::{ApiError, FieldError};
 use crate::ingest::{Upsert, upsert};
 use crate::store::emails::EmailRow;
@@ -412,13 +413,12 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 ));
             }
         };
-        let from_name = match from_name
+        let project_row = st.store.project(&ctx.project_id).await?;
+        let tracking_mode = project_row.as_ref().and_then(|p| p.tracking.clone());
+        let from_name = from_name
             .or(legacy_name.filter(|n| !n.trim().is_empty()))
             .or_else(|| template.as_ref().and_then(|t| t.from_name.clone()))
-        {
-            Some(n) => Some(n),
-            None => st.store.project(&ctx.project_id).await?.map(|p| p.name),
-        };
+            .or_else(|| project_row.as_ref().map(|p| p.name.clone()));
         let reply_to = reply.or_else(|| template.as_ref().and_then(|t| t.reply_to.clone()));
         let kind = template.as_ref().map(|t| t.kind.clone()).unwrap_or_else(|| "TRANSACTIONAL".into());
         super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
@@ -479,6 +479,17 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             let subject = render(&subject_src, Mode::Text)?;
             let html = render(&html_src, Mode::Html)?;
             let id = uuid::Uuid::now_v7().to_string();
+            let text = html_to_text(&html);
+            let html = if tracked(tracking_mode.as_deref(), &kind) {
+                instrument(
+                    &html,
+                    &st.config.public_url,
+                    |url| super::tracking::click_url(&st, &ctx.project_id, &id, url),
+                    &super::tracking::pixel_url(&st, &ctx.project_id, &id),
+                )
+            } else {
+                html
+            };
             rows.push(EmailRow {
                 id: id.clone(),
                 project: ctx.project_id.clone(),
@@ -489,7 +500,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 from_name: from_name.clone(),
                 reply_to: reply_to.clone(),
                 subject: subject.replace(['\r', '\n'], " "),
-                text: html_to_text(&html),
+                text,
                 html,
                 headers: serde_json::to_string(&email_headers).unwrap_or_else(|_| "[]".into()),
                 attachments: atts_json.clone(),

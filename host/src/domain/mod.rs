@@ -6,3 +6,4 @@ pub mod contacts;
 pub mod domains;
 pub mod templating;
 pub mod text;
+pub mod tracking;

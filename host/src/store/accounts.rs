@@ -23,6 +23,9 @@ pub struct Project {
     pub public_key_hash: String,
     pub secret_key_hash: String,
     pub disabled: bool,
+    /// Open and click tracking: ENABLED, DISABLED or MARKETING_ONLY (None: the default, MARKETING_ONLY).
+    #[serde(default)]
+    pub tracking: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -84,7 +87,7 @@ pub struct ProjectWithRole {
 
 const USER_FIELDS: &str = "record::id(id) AS id, email, name, password_hash, created_at, updated_at";
 const PROJECT_FIELDS: &str =
-    "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, created_at, updated_at";
+    "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, created_at, updated_at";
 
 impl Store {
     // ---- settings ----
@@ -230,6 +233,18 @@ impl Store {
         })
         .await?;
         self.project(id).await
+    }
+
+    pub async fn set_project_tracking(&self, id: &str, mode: &str, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('project', $id) SET tracking = $m, updated_at = $now RETURN NONE",
+                vars! { "id": id, "m": mode, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
     }
 
     pub async fn set_project_keys(

@@ -88,6 +88,35 @@ impl Store {
         .first(0)
     }
 
+    /// Records an open or a click: the first time, the counter, and the status moved up to `status` when
+    /// it is one of `below` (the statuses ranked lower). Returns the contact, or None for an unknown email.
+    pub async fn record_engagement(
+        &self,
+        project: &str,
+        id: &str,
+        click: bool,
+        below: &[&str],
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let (first, count, status) =
+            if click { ("clicked_at", "click_count", "CLICKED") } else { ("opened_at", "open_count", "OPENED") };
+        let rows: Vec<Value> = self
+            .write(|| async {
+                self.query(
+                    &format!(
+                        "UPDATE type::record('email', $id) SET {count} = ({count} ?? 0) + 1, {first} = {first} ?? $now,
+                            status = IF status IN $below THEN $status ELSE status END, updated_at = $now
+                         WHERE project = $p RETURN contact"
+                    ),
+                    vars! { "id": id, "p": project, "below": below, "status": status, "now": now },
+                )
+                .await?
+                .all(0)
+            })
+            .await?;
+        Ok(rows.first().and_then(|r| r.get("contact")).and_then(Value::as_str).map(str::to_string))
+    }
+
     /// Moves an email to `status` (with an error and sent time when given).
     pub async fn set_email_status(
         &self,

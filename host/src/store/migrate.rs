@@ -14,6 +14,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0003_domains.surql", include_str!("../../../migrations/0003_domains.surql")),
     ("0004_templates.surql", include_str!("../../../migrations/0004_templates.surql")),
     ("0005_emails.surql", include_str!("../../../migrations/0005_emails.surql")),
+    ("0006_tracking.surql", include_str!("../../../migrations/0006_tracking.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -1,0 +1,116 @@
+//! Herald's own open and click tracking (decision 20): `GET /t/o/:token` answers a 1×1 GIF and records
+//! an open; `GET /t/c/:token` records a click and redirects to the link the token was signed for, so the
+//! endpoint cannot be used as an open redirect. Tokens are HMAC-signed. Each open or click counts, the
+//! first times are kept, the status only moves up (decision 18), and `email.open` / `email.click` events
+//! are written.
+
+use salvo::http::StatusCode;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Map;
+
+use super::state;
+use crate::domain::tracking::rank;
+use crate::error::ApiError;
+use crate::security::{open_token, seal_token};
+use crate::state::AppState;
+use crate::store::contacts::{ContactWrite, Event};
+
+/// What a tracking token carries.
+#[derive(Serialize, Deserialize)]
+struct Claim {
+    /// project
+    p: String,
+    /// email record
+    e: String,
+    /// the link, for clicks
+    #[serde(skip_serializing_if = "Option::is_none")]
+    u: Option<String>,
+}
+
+pub fn pixel_url(st: &AppState, project: &str, email: &str) -> String {
+    let claim = Claim { p: project.into(), e: email.into(), u: None };
+    format!(
+        "{}/t/o/{}",
+        st.config.public_url,
+        seal_token(&st.tracking_key, &serde_json::to_string(&claim).unwrap_or_default())
+    )
+}
+
+pub fn click_url(st: &AppState, project: &str, email: &str, url: &str) -> String {
+    let claim = Claim { p: project.into(), e: email.into(), u: Some(url.into()) };
+    format!(
+        "{}/t/c/{}",
+        st.config.public_url,
+        seal_token(&st.tracking_key, &serde_json::to_string(&claim).unwrap_or_default())
+    )
+}
+
+pub fn router() -> Router {
+    Router::new()
+        .push(Router::with_path("t/o/{token}").get(track_open))
+        .push(Router::with_path("t/c/{token}").get(track_click))
+}
+
+/// A transparent 1×1 GIF.
+const GIF: &[u8] = &[
+    0x47, 0x49, 0x46, 0x38, 0x39, 0x61, 0x01, 0x00, 0x01, 0x00, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff,
+    0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00, 0x00, 0x02,
+    0x02, 0x44, 0x01, 0x00, 0x3b,
+];
+
+async fn record(st: &AppState, c: &Claim, click: bool) -> Result<(), ApiError> {
+    let target = if click { "CLICKED" } else { "OPENED" };
+    let target_rank = rank(target).unwrap_or(0);
+    let below: Vec<&str> = ["PENDING", "SENDING", "SENT", "DELIVERED", "OPENED", "CLICKED"]
+        .into_iter()
+        .filter(|s| rank(s).is_some_and(|r| r < target_rank))
+        .collect();
+    let now = st.clock.now_ms();
+    let Some(contact) = st.store.record_engagement(&c.p, &c.e, click, &below, now).await? else { return Ok(()) };
+    let mut data = Map::new();
+    data.insert("emailId".into(), c.e.clone().into());
+    if let Some(u) = &c.u {
+        data.insert("url".into(), u.clone().into());
+    }
+    let name = if click { "email.click" } else { "email.open" };
+    let ev = Event::new(&c.p, &contact, name, data, "system", now);
+    st.store.write_contact(&c.p, &ContactWrite::None, &[ev]).await?;
+    Ok(())
+}
+
+fn claim(st: &AppState, token: &str) -> Option<Claim> {
+    serde_json::from_str(&open_token(&st.tracking_key, token)?).ok()
+}
+
+/// The tracking pixel: always the GIF; an open is recorded for a valid token.
+#[handler]
+pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let st = state(depot)?;
+    if let Some(c) = claim(&st, &token.into_inner()) {
+        record(&st, &c, false).await?;
+    }
+    res.headers_mut().insert(salvo::http::header::CONTENT_TYPE, salvo::http::HeaderValue::from_static("image/gif"));
+    res.headers_mut().insert(salvo::http::header::CACHE_CONTROL, salvo::http::HeaderValue::from_static("no-store"));
+    res.write_body(GIF.to_vec()).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(())
+}
+
+/// A tracked link: records the click and redirects to the signed link; an invalid token is 404.
+#[handler]
+pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let st = state(depot)?;
+    let Some(c) = claim(&st, &token.into_inner()) else {
+        return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
+    };
+    let Some(url) = c.u.clone().filter(|u| u.starts_with("http://") || u.starts_with("https://")) else {
+        return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
+    };
+    record(&st, &c, true).await?;
+    res.status_code(StatusCode::FOUND);
+    let loc = salvo::http::HeaderValue::from_str(&url)
+        .map_err(|_| ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"))?;
+    res.headers_mut().insert(salvo::http::header::LOCATION, loc);
+    Ok(())
+}
