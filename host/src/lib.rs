@@ -125,6 +125,7 @@ impl App {
             session_key: security::derive_key(&secret, "herald-session-v1"),
             links_key: security::derive_key(&secret, "herald-links-v1"),
             tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
+            notifications_key: security::derive_key(&secret, "herald-notifications-v1"),
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
             keys: KeyCache::default(),
             bus,

@@ -34,6 +34,11 @@ enum Command {
         #[command(subcommand)]
         command: ProjectCommand,
     },
+    /// Print the hex key that signs POST /webhooks/notifications (derived from the server secret)
+    NotificationsKey {
+        #[command(flatten)]
+        settings: Settings,
+    },
     /// Manage sender domains directly in the configured database
     Domain {
         #[command(subcommand)]
@@ -96,6 +101,13 @@ async fn main() -> anyhow::Result<()> {
             let store = Store::connect_only(&config).await?;
             let applied = herald_host::store::migrate::apply(&store).await?;
             println!("{}", serde_json::json!({ "applied": applied }));
+            Ok(())
+        }
+        Command::NotificationsKey { settings } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, "warn");
+            let app = App::build(config).await?;
+            println!("{}", hex::encode(&app.state.notifications_key));
             Ok(())
         }
         Command::Domain { command: DomainCommand::Add { domain, project, trust, settings } } => {

@@ -63,6 +63,8 @@ pub struct AppState {
     pub links_key: Vec<u8>,
     /// Key that signs open and click tracking tokens.
     pub tracking_key: Vec<u8>,
+    /// Key that signs delivery notifications (`herald notifications-key` prints it).
+    pub notifications_key: Vec<u8>,
     pub limiter: RateLimiter,
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).

@@ -147,6 +147,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/templates/{id}/duplicate", "post"),
         ("/templates/{id}/usage", "get"),
         ("/v1/send", "post"),
+        ("/webhooks/notifications", "post"),
     ];
     for (path, method) in expect {
         assert!(

@@ -542,3 +542,98 @@ async fn tracking_follows_the_project_mode() {
     );
     e.s.stop().await;
 }
+
+async fn notify(e: &Env, body: &Value, ts: i64, sig: Option<String>) -> Resp {
+    let raw = serde_json::to_vec(body).unwrap();
+    let sig = sig.unwrap_or_else(|| herald_host::api::notifications::sign(&e.s.state.notifications_key, ts, &raw));
+    let res = reqwest::Client::new()
+        .post(format!("{}/webhooks/notifications", e.s.base))
+        .header("X-Herald-Timestamp", ts.to_string())
+        .header("X-Herald-Signature", sig)
+        .header("content-type", "application/json")
+        .body(raw)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    Resp { status, json: res.json().await.unwrap_or(Value::Null), headers }
+}
+
+#[tokio::test]
+async fn signed_notifications_update_emails_and_replays_and_bad_signatures_are_refused() {
+    let e = env(0, true).await;
+    let send = |to: &'static str| {
+        let c = e.p.secret.clone();
+        async move {
+            let r = c
+                .post(
+                    "/v1/send",
+                    json!({ "to": to, "from": "news@shop.test", "subject": "s", "body": "b", "subscribed": true }),
+                )
+                .await;
+            (
+                r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string(),
+                r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string(),
+            )
+        }
+    };
+    let (id, _) = send("a@example.org").await;
+    wait_status(&e, &id, "SENT").await;
+    let mid = e.s.state.store.email(&e.p.id, &id).await.unwrap().unwrap().message_id;
+    let now = herald_host::clock::wall_now_ms() / 1000;
+    let delivery = json!({ "type": "delivery", "messageId": mid });
+    let r = notify(&e, &delivery, now, None).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(email_status(&e, &id).await, "DELIVERED");
+    // The same signed notification again is a replay.
+    assert_envelope(&notify(&e, &delivery, now, None).await, 409, "CONFLICT");
+    // Unsigned, wrongly signed, or stale input is refused.
+    let other = json!({ "type": "complaint", "messageId": mid });
+    assert_envelope(&notify(&e, &other, now, Some("v1=00".into())).await, 401, "UNAUTHORIZED");
+    let forged = herald_host::api::notifications::sign(b"not the key", now, &serde_json::to_vec(&other).unwrap());
+    assert_envelope(&notify(&e, &other, now, Some(forged)).await, 401, "UNAUTHORIZED");
+    assert_envelope(&notify(&e, &other, now - 301, None).await, 401, "UNAUTHORIZED");
+    let res =
+        reqwest::Client::new().post(format!("{}/webhooks/notifications", e.s.base)).json(&other).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(email_status(&e, &id).await, "DELIVERED", "nothing refused changed the email");
+    // A complaint: COMPLAINED, the contact unsubscribed, events written.
+    let (id2, cid2) = send("b@example.org").await;
+    wait_status(&e, &id2, "SENT").await;
+    let mid2 = e.s.state.store.email(&e.p.id, &id2).await.unwrap().unwrap().message_id;
+    assert_eq!(notify(&e, &json!({ "type": "complaint", "messageId": mid2 }), now, None).await.status, 200);
+    assert_eq!(email_status(&e, &id2).await, "COMPLAINED");
+    assert_eq!(e.p.secret.get(&format!("/contacts/{cid2}")).await.json["subscribed"], false);
+    // A delivery notice arriving late never moves the status down.
+    assert_eq!(
+        notify(&e, &json!({ "type": "delivery", "messageId": mid2, "reason": "late" }), now, None).await.status,
+        200
+    );
+    assert_eq!(email_status(&e, &id2).await, "COMPLAINED");
+    // A permanent bounce: BOUNCED and unsubscribed.
+    let (id3, cid3) = send("c@example.org").await;
+    wait_status(&e, &id3, "SENT").await;
+    let mid3 = e.s.state.store.email(&e.p.id, &id3).await.unwrap().unwrap().message_id;
+    assert_eq!(
+        notify(&e, &json!({ "type": "bounce", "messageId": mid3, "permanent": true, "reason": "5.1.1" }), now, None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(email_status(&e, &id3).await, "BOUNCED");
+    assert_eq!(e.p.secret.get(&format!("/contacts/{cid3}")).await.json["subscribed"], false);
+    let names: Vec<String> = e.p.secret.get(&format!("/events/contact/{cid3}")).await.json["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.contains(&"email.bounce".into()) && names.contains(&"contact.unsubscribed".into()), "{names:?}");
+    assert_envelope(
+        &notify(&e, &json!({ "type": "delivery", "messageId": "<nope@x>" }), now, None).await,
+        404,
+        "EMAIL_NOT_FOUND",
+    );
+    e.s.stop().await;
+}

@@ -11,6 +11,7 @@ pub mod contacts;
 pub mod domains;
 pub mod events;
 pub mod idempotency;
+pub mod notifications;
 pub mod pages;
 pub mod pagination;
 pub mod send;
@@ -117,6 +118,7 @@ pub fn api_router() -> Router {
         .push(domains::router())
         .push(templates::router())
         .push(send::router())
+        .push(notifications::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

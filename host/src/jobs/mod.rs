@@ -257,7 +257,12 @@ pub fn builtin_registry() -> Registry {
         // Keep finished jobs for a week for inspection.
         let now = ctx.clock.now_ms();
         ctx.store.purge_finished_jobs(now - 7 * 24 * 3_600_000).await.map_err(|e| e.to_string())?;
-        ctx.store.purge_idempotency_keys(now).await.map_err(|e| e.to_string())
+        ctx.store.purge_idempotency_keys(now).await.map_err(|e| e.to_string())?;
+        ctx.store
+            .query("DELETE notification_seen WHERE expires_at <= $now", serde_json::json!({ "now": now }))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     });
     r
 }

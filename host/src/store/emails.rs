@@ -117,6 +117,63 @@ impl Store {
         Ok(rows.first().and_then(|r| r.get("contact")).and_then(Value::as_str).map(str::to_string))
     }
 
+    /// The email with this Message-ID (system-wide: Message-IDs are unique), as (project, id, contact).
+    pub async fn email_by_message_id(&self, message_id: &str) -> Result<Option<(String, String, String)>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                "SELECT project, record::id(id) AS id, contact FROM email WHERE message_id = $m LIMIT 1",
+                vars! { "m": message_id },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows.first().and_then(|r| {
+            Some((
+                r.get("project")?.as_str()?.to_string(),
+                r.get("id")?.as_str()?.to_string(),
+                r.get("contact")?.as_str()?.to_string(),
+            ))
+        }))
+    }
+
+    /// Moves an email's status up to `status` when it is one of `below` (decision 18's order).
+    pub async fn advance_email(
+        &self,
+        project: &str,
+        id: &str,
+        status: &str,
+        below: &[&str],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('email', $id) SET status = IF status IN $below THEN $s ELSE status END, updated_at = $now
+                 WHERE project = $p RETURN NONE",
+                vars! { "id": id, "p": project, "s": status, "below": below, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Remembers a notification signature until `expires_at`; false when it was seen already (a replay).
+    pub async fn remember_notification(&self, signature: &str, expires_at: i64, now: i64) -> Result<bool, StoreError> {
+        let r = self
+            .query(
+                "BEGIN TRANSACTION;
+                 DELETE notification_seen WHERE expires_at <= $now;
+                 CREATE notification_seen SET signature = $s, expires_at = $exp RETURN NONE;
+                 COMMIT TRANSACTION;",
+                vars! { "s": signature, "exp": expires_at, "now": now },
+            )
+            .await;
+        match r {
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Moves an email to `status` (with an error and sent time when given).
     pub async fn set_email_status(
         &self,

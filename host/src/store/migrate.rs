@@ -15,6 +15,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0004_templates.surql", include_str!("../../../migrations/0004_templates.surql")),
     ("0005_emails.surql", include_str!("../../../migrations/0005_emails.surql")),
     ("0006_tracking.surql", include_str!("../../../migrations/0006_tracking.surql")),
+    ("0007_notifications.surql", include_str!("../../../migrations/0007_notifications.surql")),
 ];
 
 #[derive(serde::Deserialize)]

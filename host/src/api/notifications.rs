@@ -1,0 +1,145 @@
+//! `POST /webhooks/notifications` (decision 21): delivery, bounce and complaint notifications in
+//! Herald's own signed JSON format. Transport plugins will add their providers' formats.
+//!
+//! Format: body `{"type": "delivery" | "bounce" | "complaint", "messageId": "<id@domain>", "permanent"?: bool,
+//! "reason"?: string}`; headers `X-Herald-Timestamp: <unix seconds>` and
+//! `X-Herald-Signature: v1=<hex HMAC-SHA256(key, timestamp + "." + body)>`, where the key is
+//! `herald notifications-key`'s output (derived from HERALD_SECRET). A timestamp more than 5 minutes
+//! away is refused, and an accepted signature is refused if it comes again (replay).
+
+use hmac::{Hmac, Mac};
+use salvo::oapi::ToSchema;
+use salvo::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Map;
+use sha2::Sha256;
+
+use super::body::{MAX_BODY_BYTES, Reply};
+use super::state;
+use crate::domain::tracking::rank;
+use crate::error::ApiError;
+use crate::ingest::set_subscribed;
+use crate::store::contacts::{ContactWrite, Event};
+
+const WINDOW_SECS: i64 = 300;
+
+#[derive(Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct Notification {
+    /// delivery, bounce or complaint
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: String,
+    /// the Message-ID Herald gave the email
+    message_id: String,
+    /// bounces: true for a permanent (hard) bounce
+    #[serde(default)]
+    permanent: Option<bool>,
+    reason: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NotificationOut {
+    success: bool,
+    /// the email's id
+    email: String,
+}
+
+pub fn router() -> Router {
+    Router::with_path("webhooks/notifications").post(notify)
+}
+
+/// Signs a notification body (for senders and tests).
+pub fn sign(key: &[u8], timestamp: i64, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn below(status: &str) -> Vec<&'static str> {
+    let r = rank(status).unwrap_or(0);
+    ["PENDING", "SENDING", "SENT", "DELIVERED", "OPENED", "CLICKED", "BOUNCED", "COMPLAINED"]
+        .into_iter()
+        .filter(|s| rank(s).is_some_and(|x| x < r))
+        .collect()
+}
+
+/// Receives a delivery, bounce or complaint notification for an email Herald sent.
+#[endpoint(
+    tags("webhooks"),
+    parameters(
+        ("X-Herald-Timestamp" = String, Header, description = "unix seconds"),
+        ("X-Herald-Signature" = String, Header, description = "v1=<hex HMAC-SHA256 of timestamp.body>"),
+    ),
+    request_body = Notification,
+    responses((status_code = 200, body = NotificationOut))
+)]
+pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ts_header: Option<String> = req.header("x-herald-timestamp");
+    let sig_header: Option<String> = req.header("x-herald-signature");
+    let (Some(ts), Some(sig)) = (ts_header, sig_header) else {
+        return Err(ApiError::Unauthorized(
+            "Notifications must carry X-Herald-Timestamp and X-Herald-Signature".into(),
+        ));
+    };
+    let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
+        Ok(b) => b.clone(),
+        Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
+    };
+    let ts: i64 =
+        ts.trim().parse().map_err(|_| ApiError::Unauthorized("X-Herald-Timestamp must be unix seconds".into()))?;
+    let expected = sign(&st.notifications_key, ts, &body);
+    let ok = sig.trim().len() == expected.len()
+        && sig.trim().bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if !ok {
+        return Err(ApiError::Unauthorized("The notification signature does not match".into()));
+    }
+    let now = st.clock.now_ms();
+    if (now / 1000 - ts).abs() > WINDOW_SECS {
+        return Err(ApiError::Unauthorized("The notification timestamp is outside the 5-minute window".into()));
+    }
+    if !st.store.remember_notification(&expected, (ts + WINDOW_SECS) * 1000 + 1, now).await? {
+        return Err(ApiError::Conflict("This notification was already received (replay)".into()));
+    }
+    let n: Notification =
+        serde_json::from_slice(&body).map_err(|e| ApiError::MalformedBody(format!("Malformed notification: {e}")))?;
+    let (project, id, contact) = st.store.email_by_message_id(n.message_id.trim()).await?.ok_or_else(|| {
+        ApiError::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id))
+    })?;
+    let (status, event, unsubscribe) = match n.kind.as_str() {
+        "delivery" => ("DELIVERED", "email.delivery", false),
+        "bounce" if n.permanent.unwrap_or(true) => ("BOUNCED", "email.bounce", true),
+        "bounce" => ("", "email.bounce", false),
+        "complaint" => ("COMPLAINED", "email.complaint", true),
+        other => {
+            return Err(ApiError::field(
+                "type",
+                "invalid_enum_value",
+                "type is delivery, bounce or complaint",
+                other.into(),
+            ));
+        }
+    };
+    if !status.is_empty() {
+        st.store.advance_email(&project, &id, status, &below(status), now).await?;
+    }
+    let mut data = Map::new();
+    data.insert("emailId".into(), id.clone().into());
+    if let Some(r) = &n.reason {
+        data.insert("reason".into(), r.clone().into());
+    }
+    if n.kind == "bounce" {
+        data.insert("permanent".into(), n.permanent.unwrap_or(true).into());
+    }
+    st.store
+        .write_contact(&project, &ContactWrite::None, &[Event::new(&project, &contact, event, data, "system", now)])
+        .await?;
+    if unsubscribe {
+        set_subscribed(&st.store, &st.clock, &project, &contact, false).await?;
+    }
+    Reply::ok(&NotificationOut { success: true, email: id })
+}
