@@ -101,6 +101,9 @@ pub struct Settings {
     /// Folder of the file transport (.eml files) when no SMTP server is configured [default: herald-mail]
     #[arg(long, env = "HERALD_MAIL_DIR")]
     pub mail_dir: Option<PathBuf>,
+    /// Messages per second per project handed to the transport; 0 turns the throttle off [default: 100]
+    #[arg(long, env = "HERALD_SEND_RATE_PER_SECOND")]
+    pub send_rate_per_second: Option<u32>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -142,6 +145,7 @@ pub struct Config {
     pub domain_check_ms: i64,
     pub key_cache_check_ms: u64,
     pub smtp_url: Option<String>,
+    pub send_rate_per_second: u32,
     pub mail_dir: PathBuf,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
@@ -187,6 +191,7 @@ impl Settings {
             domain_check_secs: self.domain_check_secs.or(other.domain_check_secs),
             key_cache_check_ms: self.key_cache_check_ms.or(other.key_cache_check_ms),
             smtp_url: self.smtp_url.or(other.smtp_url),
+            send_rate_per_second: self.send_rate_per_second.or(other.send_rate_per_second),
             mail_dir: self.mail_dir.or(other.mail_dir),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
@@ -247,6 +252,7 @@ impl Settings {
             spf_mechanism: s.spf_mechanism.unwrap_or_else(|| "a mx".into()),
             return_path_host: s.return_path_host.filter(|h| !h.is_empty()),
             smtp_url: s.smtp_url.filter(|u| !u.is_empty()),
+            send_rate_per_second: s.send_rate_per_second.unwrap_or(100),
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
             key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,

@@ -70,6 +70,48 @@ impl RateLimiter {
     }
 }
 
+/// The sending throttle of decision 8: at most `per_second` messages per project handed to the
+/// transport each second (a bucket of one second's worth). Per process, like the API limit.
+pub struct SendThrottle {
+    per_second: u32,
+    clock: SharedClock,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl SendThrottle {
+    /// `per_second == 0` turns the throttle off.
+    pub fn new(per_second: u32, clock: SharedClock) -> Self {
+        SendThrottle { per_second, clock, buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes a token for `project` if one is there; otherwise answers how many ms until one is.
+    pub fn try_take(&self, project: &str) -> Result<(), u64> {
+        if self.per_second == 0 {
+            return Ok(());
+        }
+        let cap = f64::from(self.per_second);
+        let rate_per_ms = cap / 1000.0;
+        let now = self.clock.now_ms();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let b = buckets.entry(project.to_string()).or_insert(Bucket { tokens: cap, updated_ms: now });
+        b.tokens = (b.tokens + (now - b.updated_ms).max(0) as f64 * rate_per_ms).min(cap);
+        b.updated_ms = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(((1.0 - b.tokens) / rate_per_ms).ceil().max(1.0) as u64)
+        }
+    }
+
+    /// Waits (in real time) until the project may hand over one more message.
+    pub async fn take(&self, project: &str) {
+        while let Err(wait_ms) = self.try_take(project) {
+            tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -94,6 +136,21 @@ mod tests {
         assert!(rl.check("a").allowed, "one token back after 60 ms");
         clock.advance(60_000);
         assert_eq!(rl.check("a").remaining, 999);
+    }
+
+    #[test]
+    fn the_send_throttle_allows_one_second_of_messages_per_project() {
+        let clock = ManualClock::new(0);
+        let t = SendThrottle::new(10, Arc::new(clock.clone()));
+        for _ in 0..10 {
+            assert!(t.try_take("a").is_ok());
+        }
+        assert_eq!(t.try_take("a"), Err(100), "the next token comes in 100 ms");
+        assert!(t.try_take("b").is_ok(), "projects are throttled separately");
+        clock.advance(100);
+        assert!(t.try_take("a").is_ok());
+        assert!(t.try_take("a").is_err());
+        assert!(SendThrottle::new(0, Arc::new(clock)).try_take("a").is_ok());
     }
 
     #[test]

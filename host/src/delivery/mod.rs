@@ -151,6 +151,8 @@ pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
 pub struct Delivery {
     pub transport: Transport,
     pub domains: Arc<Domains>,
+    /// Messages per second per project handed to the transport.
+    pub throttle: crate::ratelimit::SendThrottle,
 }
 
 #[derive(Deserialize)]
@@ -193,6 +195,7 @@ impl Delivery {
             raw = signed;
         }
         let id = e.message_id.trim_matches(['<', '>']).to_string();
+        self.throttle.take(&e.project).await;
         let now = ctx.clock.now_ms();
         match self.transport.send(&e.from, &e.recipient, &id, &raw).await {
             Ok(()) => {
