@@ -101,6 +101,9 @@ pub struct Settings {
     /// Folder of the file transport (.eml files) when no SMTP server is configured [default: herald-mail]
     #[arg(long, env = "HERALD_MAIL_DIR")]
     pub mail_dir: Option<PathBuf>,
+    /// DKIM-sign outgoing mail from verified domains (turn off only when an MTA downstream signs) [default: true]
+    #[arg(long, env = "HERALD_DKIM_SIGNING")]
+    pub dkim_signing: Option<bool>,
     /// Messages per second per project handed to the transport; 0 turns the throttle off [default: 100]
     #[arg(long, env = "HERALD_SEND_RATE_PER_SECOND")]
     pub send_rate_per_second: Option<u32>,
@@ -146,6 +149,7 @@ pub struct Config {
     pub key_cache_check_ms: u64,
     pub smtp_url: Option<String>,
     pub send_rate_per_second: u32,
+    pub dkim_signing: bool,
     pub mail_dir: PathBuf,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
@@ -192,6 +196,7 @@ impl Settings {
             key_cache_check_ms: self.key_cache_check_ms.or(other.key_cache_check_ms),
             smtp_url: self.smtp_url.or(other.smtp_url),
             send_rate_per_second: self.send_rate_per_second.or(other.send_rate_per_second),
+            dkim_signing: self.dkim_signing.or(other.dkim_signing),
             mail_dir: self.mail_dir.or(other.mail_dir),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             config: self.config.or(other.config),
@@ -253,6 +258,7 @@ impl Settings {
             return_path_host: s.return_path_host.filter(|h| !h.is_empty()),
             smtp_url: s.smtp_url.filter(|u| !u.is_empty()),
             send_rate_per_second: s.send_rate_per_second.unwrap_or(100),
+            dkim_signing: s.dkim_signing.unwrap_or(true),
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
             key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,

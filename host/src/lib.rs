@@ -108,7 +108,8 @@ impl App {
             None => delivery::Transport::File(config.mail_dir.clone()),
         };
         let throttle = ratelimit::SendThrottle::new(config.send_rate_per_second, clock.clone());
-        Arc::new(delivery::Delivery { transport, domains: domains.clone(), throttle }).register(&mut registry);
+        Arc::new(delivery::Delivery { transport, domains: domains.clone(), throttle, sign: config.dkim_signing })
+            .register(&mut registry);
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
         store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
         let worker = Worker::new(

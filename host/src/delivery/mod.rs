@@ -153,6 +153,8 @@ pub struct Delivery {
     pub domains: Arc<Domains>,
     /// Messages per second per project handed to the transport.
     pub throttle: crate::ratelimit::SendThrottle,
+    /// Sign with the sender domain's DKIM key.
+    pub sign: bool,
 }
 
 #[derive(Deserialize)]
@@ -183,7 +185,8 @@ impl Delivery {
         store.set_email_status(&e.id, "SENDING", None, None, now).await.map_err(|e| e.to_string())?;
         let mut raw = build_message(&e, now)?;
         let from_domain = e.from.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default();
-        if let Some(d) = store.domain_by_name(&from_domain).await.map_err(|e| e.to_string())?
+        if self.sign
+            && let Some(d) = store.domain_by_name(&from_domain).await.map_err(|e| e.to_string())?
             && d.project == e.project
             && d.status == "VERIFIED"
         {

@@ -1,0 +1,196 @@
+//! Benchmark of `POST /v1/send` and delivery into Postfix's `smtp-sink` on loopback (sending issue).
+//! Prints numbers; asserts nothing. Needs `smtp-sink`, `smtp-source` (Debian package postfix; the
+//! binaries run without the daemon) and `openssl`.
+//!
+//! For each of "unsigned" and "DKIM-signed": a fresh embedded database, `herald project create`,
+//! `herald domain add --trust`, then `herald serve` (child process, SMTP to smtp-sink, throttles off)
+//! driven by CLIENTS concurrent `/v1/send` calls for SECONDS; it prints accepted sends/s, p99 acceptance
+//! latency, delivered messages/s (from the first acceptance until the queue has delivered everything)
+//! and the server's peak RSS. In the same run it measures the ceilings: smtp-source into the same sink
+//! over 8 sessions, and `openssl speed rsa2048` signs/s.
+//!
+//! Run: `cargo bench -p herald-host --bench send` (env: BENCH_CLIENTS, BENCH_SECONDS).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn peak_rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn delivered(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("herald_job_runs_total{kind=\"email.deliver\",outcome=\"completed\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
+    let bin = env!("CARGO_BIN_EXE_herald");
+    let dir = std::env::temp_dir().join(format!("herald-bench-send-{}-{signed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = free_port();
+    let envs = [
+        ("HERALD_DB", format!("surrealkv://{}", dir.display())),
+        ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
+        ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
+        ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
+        ("HERALD_SMTP_URL", format!("smtp://127.0.0.1:{sink_port}")),
+        ("HERALD_DKIM_SIGNING", signed.to_string()),
+        ("HERALD_JOB_CONCURRENCY", "32".into()),
+        ("HERALD_JOB_POLL_MS", "20".into()),
+        ("HERALD_LOG", "warn".into()),
+        ("HERALD_SECRET", "bench-secret-bench-secret".into()),
+    ];
+    let out = Command::new(bin).args(["project", "create", "bench"]).envs(envs.clone()).output().unwrap();
+    let project: Value = serde_json::from_slice(&out.stdout).expect("project json");
+    let key = project["secret"].as_str().unwrap().to_string();
+    let out = Command::new(bin)
+        .args(["domain", "add", "bench.test", "--project", project["id"].as_str().unwrap(), "--trust"])
+        .envs(envs.clone())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut server = Command::new(bin).arg("serve").envs(envs.clone()).stdout(Stdio::null()).spawn().unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
+    for _ in 0..200 {
+        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let errors = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (http, base, key, errors) = (http.clone(), base.clone(), key.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                i += 1;
+                let body = json!({
+                    "to": format!("user{c}-{i}@example.org"),
+                    "from": { "name": "Bench", "email": "news@bench.test" },
+                    "subject": "Order {{order}}",
+                    "body": "<p>Hello {{name}}, your order {{order}} has shipped.</p><p><a href=\"https://example.org/o\">Track it</a></p>",
+                    "data": { "name": format!("User {c}"), "order": i },
+                });
+                let t = Instant::now();
+                match http.post(format!("{base}/v1/send")).bearer_auth(&key).json(&body).send().await {
+                    Ok(r) if r.status().is_success() => lat.push(t.elapsed().as_micros() as u64),
+                    _ => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            lat
+        }));
+    }
+    let mut lat: Vec<u64> = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let accept_secs = started.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    let accepted = lat.len() as u64;
+    // Wait until the queue has delivered everything (or 3 minutes).
+    let mut done = 0;
+    let wait_deadline = Instant::now() + Duration::from_secs(180);
+    while Instant::now() < wait_deadline {
+        let m = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        done = delivered(&m);
+        if done >= accepted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deliver_secs = started.elapsed().as_secs_f64();
+    let p99 = lat.get(((lat.len() as f64 - 1.0) * 0.99) as usize).copied().unwrap_or(0) as f64 / 1000.0;
+    let label = if signed { "DKIM-signed" } else { "unsigned" };
+    println!("  {label}:");
+    println!(
+        "    accepted {accepted} sends in {accept_secs:.1} s = {:.0} sends/s, p99 acceptance {p99:.1} ms, errors {}",
+        accepted as f64 / accept_secs,
+        errors.load(Ordering::Relaxed)
+    );
+    println!("    delivered {done} messages in {deliver_secs:.1} s = {:.0} msg/s", done as f64 / deliver_secs);
+    println!("    server peak RSS {:.0} MB", peak_rss_mb(server.id()));
+    let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::main]
+async fn main() {
+    let clients = env_or("BENCH_CLIENTS", 32) as usize;
+    let seconds = env_or("BENCH_SECONDS", 10);
+    let sink_port = free_port();
+    let mut sink = Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("smtp-sink (Debian package postfix) must be installed");
+    std::thread::sleep(Duration::from_millis(300));
+    println!("send benchmark: {clients} clients, {seconds} s of sending, smtp-sink on 127.0.0.1:{sink_port}");
+
+    // Ceilings measured in this run.
+    let n = 20_000;
+    let t = Instant::now();
+    let src = Command::new("smtp-source")
+        .args([
+            "-s",
+            "8",
+            "-m",
+            &n.to_string(),
+            "-l",
+            "1000",
+            "-f",
+            "a@bench.test",
+            "-t",
+            "b@example.org",
+            &format!("127.0.0.1:{sink_port}"),
+        ])
+        .status();
+    if src.is_ok_and(|s| s.success()) {
+        println!("  ceiling: smtp-source, 8 sessions: {:.0} msg/s", n as f64 / t.elapsed().as_secs_f64());
+    }
+    if let Ok(out) = Command::new("openssl").args(["speed", "-seconds", "3", "rsa2048"]).output() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(line) = text.lines().find(|l| l.starts_with("rsa 2048") || l.contains("rsa  2048")) {
+            let nums: Vec<&str> = line.split_whitespace().collect();
+            if let Some(signs) = nums.iter().rev().nth(1) {
+                println!("  ceiling: openssl speed rsa2048: {signs} signs/s per core");
+            }
+        }
+    }
+    run(sink_port, false, clients, seconds).await;
+    run(sink_port, true, clients, seconds).await;
+    let _ = sink.kill();
+    let _ = sink.wait();
+}
