@@ -98,17 +98,6 @@ impl Store {
     }
 
     pub async fn delete_domain(&self, project: &str, id: &str) -> Result<bool, StoreError> {
-        let v = self
-            .write(|| async {
-                self.query(
-                    "LET $gone = (DELETE domain WHERE id = type::record('domain', $id) AND project = $p RETURN BEFORE);
-                     RETURN array::len($gone) > 0;",
-                    vars! { "p": project, "id": id },
-                )
-                .await?
-                .value_last()
-            })
-            .await?;
-        Ok(v.as_bool().unwrap_or(false))
+        self.delete_scoped("domain", project, id).await
     }
 }

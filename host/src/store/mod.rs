@@ -181,6 +181,25 @@ impl Store {
         }
     }
 
+    /// Deletes the record `table:id` if it belongs to `project`; true when it did. `table` is a fixed
+    /// identifier from the code, never input.
+    pub async fn delete_scoped(&self, table: &'static str, project: &str, id: &str) -> Result<bool, StoreError> {
+        let v = self
+            .write(|| async {
+                self.query(
+                    &format!(
+                        "LET $gone = (DELETE {table} WHERE id = type::record('{table}', $id) AND project = $p RETURN BEFORE);
+                         RETURN array::len($gone) > 0;"
+                    ),
+                    serde_json::json!({ "p": project, "id": id }),
+                )
+                .await?
+                .value_last()
+            })
+            .await?;
+        Ok(v.as_bool().unwrap_or(false))
+    }
+
     /// Checks that the database answers.
     pub async fn health(&self) -> Result<(), StoreError> {
         self.query("RETURN 1", serde_json::json!({})).await.map(|_| ())

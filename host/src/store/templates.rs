@@ -111,17 +111,6 @@ impl Store {
     }
 
     pub async fn delete_template(&self, project: &str, id: &str) -> Result<bool, StoreError> {
-        let v = self
-            .write(|| async {
-                self.query(
-                    "LET $gone = (DELETE template WHERE id = type::record('template', $id) AND project = $p RETURN BEFORE);
-                     RETURN array::len($gone) > 0;",
-                    vars! { "p": project, "id": id },
-                )
-                .await?
-                .value_last()
-            })
-            .await?;
-        Ok(v.as_bool().unwrap_or(false))
+        self.delete_scoped("template", project, id).await
     }
 }
