@@ -20,23 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn peak_rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+mod common;
+use common::{env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
 
 fn delivered(metrics: &str) -> u64 {
     metrics
@@ -76,12 +61,7 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
     let mut server = Command::new(bin).arg("serve").envs(envs.clone()).stdout(Stdio::null()).spawn().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
-    for _ in 0..200 {
-        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_healthy(&http, &base).await;
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -130,7 +110,7 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let deliver_secs = started.elapsed().as_secs_f64();
-    let p99 = lat.get(((lat.len() as f64 - 1.0) * 0.99) as usize).copied().unwrap_or(0) as f64 / 1000.0;
+    let p99 = percentile_ms(&lat, 0.99);
     let label = if signed { "DKIM-signed" } else { "unsigned" };
     println!("  {label}:");
     println!(

@@ -19,28 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn peak_rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx] as f64 / 1000.0
-}
+mod common;
+use common::{env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
 
 /// A small deterministic generator (xorshift), so runs are comparable.
 struct Rng(u64);
@@ -85,10 +65,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("herald-bench-track-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let db = format!("surrealkv://{}", dir.display());
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let envs = [
         ("HERALD_DB", db.clone()),
         ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
@@ -107,12 +84,7 @@ async fn main() {
     let mut server = Command::new(bin).arg("serve").envs(envs.clone()).stdout(Stdio::null()).spawn().expect("serve");
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
-    for _ in 0..200 {
-        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_healthy(&http, &base).await;
 
     // Seed the pool of returning contacts (not measured).
     let seed_counter = Arc::new(AtomicUsize::new(0));
@@ -168,7 +140,7 @@ async fn main() {
     let peak = peak_rss_mb(server.id());
     println!("  events accepted: {} in {:.1} s, errors: {}", lat.len(), elapsed, errors.load(Ordering::Relaxed));
     println!("  throughput:      {rate:.0} events/s");
-    println!("  latency:         p50 {:.2} ms, p99 {:.2} ms", percentile(&lat, 0.50), percentile(&lat, 0.99));
+    println!("  latency:         p50 {:.2} ms, p99 {:.2} ms", percentile_ms(&lat, 0.50), percentile_ms(&lat, 0.99));
     println!("  server peak RSS: {peak:.0} MB");
 
     if let Ok(r) = http.get(format!("{base}/metrics")).send().await {

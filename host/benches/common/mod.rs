@@ -1,0 +1,44 @@
+//! Helpers shared by the benchmark programs.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+/// An integer from the environment, or `default`.
+pub fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+}
+
+/// Peak resident memory (VmHWM) of a process, in MB.
+pub fn peak_rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Waits (up to 10 s) until `base/health` answers 2xx.
+pub async fn wait_healthy(http: &reqwest::Client, base: &str) {
+    for _ in 0..200 {
+        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value at quantile `p` of sorted microsecond samples, in ms.
+pub fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    sorted_us[((sorted_us.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
+}
