@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Each check panics with the list of problems it found. Calls run under a fresh
-//! [`MockHost`](crate::mock::MockHost) without config, secrets or HTTP answers; a panic inside the
+//! [`crate::mock::MockHost`] without config, secrets or HTTP answers; a panic inside the
 //! plugin counts as a problem (in a real host it would trap the call).
 //!
 //! # The manifest

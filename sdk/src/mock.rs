@@ -132,19 +132,21 @@ impl MockHost {
         self
     }
 
-    /// Makes this the current thread's host until the guard is dropped.
+    /// Makes this the current thread's host until the guard is dropped, when the host that was
+    /// current before comes back (installs nest).
     pub fn install(self) -> MockGuard {
         let state = Rc::new(RefCell::new(self.state));
-        CURRENT.with(|c| *c.borrow_mut() = Rc::clone(&state));
-        MockGuard { state }
+        let previous = CURRENT.with(|c| std::mem::replace(&mut *c.borrow_mut(), Rc::clone(&state)));
+        MockGuard { state, previous }
     }
 }
 
 /// The installed mock host: inspect what the plugin did, or change the host between calls. Dropping
-/// it puts an empty host back.
+/// it puts back the host that was current before.
 #[must_use = "the mock host is uninstalled when the guard is dropped"]
 pub struct MockGuard {
     state: Rc<RefCell<State>>,
+    previous: Rc<RefCell<State>>,
 }
 
 impl MockGuard {
@@ -191,7 +193,7 @@ impl Drop for MockGuard {
         let _ = CURRENT.try_with(|c| {
             let mut current = c.borrow_mut();
             if Rc::ptr_eq(&current, &self.state) {
-                *current = Rc::new(RefCell::new(State::default()));
+                *current = Rc::clone(&self.previous);
             }
         });
     }
@@ -278,6 +280,18 @@ mod tests {
         }
         assert_eq!(config::get("a"), None);
         assert!(clock::now_ms() > 1_600_000_000_000);
+    }
+
+    #[test]
+    fn installs_nest() {
+        let outer = MockHost::new().config("a", "outer").install();
+        {
+            let _inner = MockHost::new().config("a", "inner").install();
+            assert_eq!(config::get("a").as_deref(), Some("inner"));
+        }
+        assert_eq!(config::get("a").as_deref(), Some("outer"));
+        plog::info("to the outer host", &[]);
+        assert_eq!(outer.logs().len(), 1);
     }
 
     #[test]
