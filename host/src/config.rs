@@ -107,10 +107,46 @@ pub struct Settings {
     /// Messages per second per project handed to the transport; 0 turns the throttle off [default: 100]
     #[arg(long, env = "HERALD_SEND_RATE_PER_SECOND")]
     pub send_rate_per_second: Option<u32>,
+    /// Folder watched for plugins (`<name>.wasm` beside its `<name>.toml` manifest) [default: herald-plugins]
+    #[arg(long, env = "HERALD_PLUGINS_DIR")]
+    pub plugins_dir: Option<PathBuf>,
+    /// Folder of precompiled plugin artifacts, keyed by content hash and engine [default: herald-plugin-cache]
+    #[arg(long, env = "HERALD_PLUGIN_CACHE_DIR")]
+    pub plugin_cache_dir: Option<PathBuf>,
+    /// The server's default transport: `smtp` (needs smtp_url), `file`, or a transport plugin's name
+    /// [default: smtp when smtp_url is set, else file]
+    #[arg(long, env = "HERALD_TRANSPORT")]
+    pub transport: Option<String>,
+    /// Per-plugin grants and settings, only in herald.toml: `[plugin.<name>]` with `http` (host patterns),
+    /// `allow_private`, `secrets` (name = value), `config` (key = value), `timeout_ms`, `memory_mb`, `fuel`.
+    #[arg(skip)]
+    pub plugin: Option<std::collections::BTreeMap<String, PluginGrant>>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+}
+
+/// What the operator of the server grants one plugin, beyond (or instead of) what its manifest asks for.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PluginGrant {
+    /// Host patterns the plugin may call; replaces the manifest's list when given.
+    pub http: Option<Vec<String>>,
+    /// Lets the plugin reach private, loopback and link-local addresses (off by default).
+    #[serde(default)]
+    pub allow_private: bool,
+    /// Secret values; a secret is visible only when the manifest names it too.
+    #[serde(default)]
+    pub secrets: std::collections::BTreeMap<String, String>,
+    /// Config values, over the manifest's defaults.
+    #[serde(default)]
+    pub config: std::collections::BTreeMap<String, String>,
+    pub timeout_ms: Option<u64>,
+    pub memory_mb: Option<u64>,
+    pub fuel: Option<u64>,
+    /// Set to false to keep a plugin in the folder from loading.
+    pub enabled: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -153,6 +189,12 @@ pub struct Config {
     pub mail_dir: PathBuf,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
+    pub plugins_dir: PathBuf,
+    pub plugin_cache_dir: PathBuf,
+    /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
+    /// (see [`Config::default_transport`]).
+    pub transport: Option<String>,
+    pub plugin_grants: std::collections::BTreeMap<String, PluginGrant>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +241,10 @@ impl Settings {
             dkim_signing: self.dkim_signing.or(other.dkim_signing),
             mail_dir: self.mail_dir.or(other.mail_dir),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
+            plugins_dir: self.plugins_dir.or(other.plugins_dir),
+            plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
+            transport: self.transport.or(other.transport),
+            plugin: self.plugin.or(other.plugin),
             config: self.config.or(other.config),
         }
     }
@@ -250,13 +296,22 @@ impl Settings {
                 "dkim_selector: {selector:?} must be letters, digits and hyphens"
             )));
         }
+        let smtp_url = s.smtp_url.filter(|u| !u.is_empty());
+        let transport = s.transport.filter(|t| !t.is_empty());
+        if transport.as_deref() == Some("smtp") && smtp_url.is_none() {
+            return Err(ConfigError::Invalid("transport = \"smtp\" needs smtp_url".into()));
+        }
         Ok(Config {
+            plugins_dir: s.plugins_dir.unwrap_or_else(|| PathBuf::from("herald-plugins")),
+            plugin_cache_dir: s.plugin_cache_dir.unwrap_or_else(|| PathBuf::from("herald-plugin-cache")),
+            transport,
+            plugin_grants: s.plugin.unwrap_or_default(),
             dns_servers,
             dns_timeout_ms: s.dns_timeout_ms.unwrap_or(3000).max(50),
             dkim_selector: selector,
             spf_mechanism: s.spf_mechanism.unwrap_or_else(|| "a mx".into()),
             return_path_host: s.return_path_host.filter(|h| !h.is_empty()),
-            smtp_url: s.smtp_url.filter(|u| !u.is_empty()),
+            smtp_url,
             send_rate_per_second: s.send_rate_per_second.unwrap_or(100),
             dkim_signing: s.dkim_signing.unwrap_or(true),
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
@@ -292,6 +347,15 @@ fn read_toml(path: &Path) -> Result<Settings, ConfigError> {
 }
 
 impl Config {
+    /// The transport of projects that have not picked one.
+    pub fn default_transport(&self) -> String {
+        match &self.transport {
+            Some(t) => t.clone(),
+            None if self.smtp_url.is_some() => "smtp".into(),
+            None => "file".into(),
+        }
+    }
+
     /// A configuration for tests: in-memory database, an ephemeral port, fixed secret.
     pub fn for_tests() -> Config {
         Settings {
@@ -299,6 +363,8 @@ impl Config {
             db: Some("mem://".into()),
             secret: Some("test-secret-test-secret".into()),
             job_poll_ms: Some(20),
+            plugins_dir: Some(std::env::temp_dir().join(format!("herald-test-plugins-{}", uuid::Uuid::new_v4()))),
+            plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
             ..Default::default()
         }
         .resolve()

@@ -68,6 +68,9 @@ pub enum ApiError {
     RateLimited { limit: u32, retry_after_secs: u64 },
     #[error("An unexpected error occurred")]
     Internal(String),
+    /// A plugin needed for the request failed (trap, timeout); the message names it.
+    #[error("{0}")]
+    PluginUnavailable(String),
     /// The sender check (decision 5): 403 with code INTERNAL_SERVER_ERROR, as the spec names it.
     #[error("{message}")]
     SenderDomain { reason: &'static str, domain: String, message: String },
@@ -122,6 +125,11 @@ impl ApiError {
                 (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMIT_EXCEEDED", Some("Wait for the Retry-After seconds"))
             }
             Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_SERVER_ERROR", None),
+            PluginUnavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "PLUGIN_UNAVAILABLE",
+                Some("GET /plugins shows each plugin's status and last error"),
+            ),
             SenderDomain { .. } => (
                 StatusCode::FORBIDDEN,
                 "INTERNAL_SERVER_ERROR",

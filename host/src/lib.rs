@@ -16,6 +16,7 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod metrics;
+pub mod plugins;
 pub mod ratelimit;
 pub mod security;
 pub mod sending_domains;
@@ -49,6 +50,8 @@ pub enum BuildError {
     Dns(String),
     #[error("transport: {0}")]
     Transport(String),
+    #[error("plugins: {0}")]
+    Plugins(String),
 }
 
 /// The recurring job that re-checks every sender domain's DNS.
@@ -103,13 +106,32 @@ impl App {
                 async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
             });
         }
-        let transport = match &config.smtp_url {
-            Some(url) => delivery::Transport::smtp(url).map_err(BuildError::Transport)?,
-            None => delivery::Transport::File(config.mail_dir.clone()),
+        let smtp = match &config.smtp_url {
+            Some(url) => Some(delivery::Transport::smtp(url).map_err(BuildError::Transport)?),
+            None => None,
         };
+        let plugins = plugins::PluginHost::new(
+            plugins::Options {
+                dir: config.plugins_dir.clone(),
+                cache_dir: config.plugin_cache_dir.clone(),
+                grants: config.plugin_grants.clone(),
+            },
+            clock.clone(),
+        )
+        .map_err(BuildError::Plugins)?;
+        plugins.load_all().await;
         let throttle = ratelimit::SendThrottle::new(config.send_rate_per_second, clock.clone());
-        Arc::new(delivery::Delivery { transport, domains: domains.clone(), throttle, sign: config.dkim_signing })
-            .register(&mut registry);
+        Arc::new(delivery::Delivery {
+            smtp,
+            file: delivery::Transport::File(config.mail_dir.clone()),
+            default_transport: config.default_transport(),
+            plugins: plugins.clone(),
+            project_transports: Default::default(),
+            domains: domains.clone(),
+            throttle,
+            sign: config.dkim_signing,
+        })
+        .register(&mut registry);
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
         store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
         let worker = Worker::new(
@@ -135,6 +157,7 @@ impl App {
             templates: domain::templating::Engine::new(),
             job_wake: worker.waker(),
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
+            plugins,
             config,
             store,
             clock,
@@ -151,13 +174,20 @@ impl App {
         let service = api::service(self.state.clone());
         let server_task = tokio::spawn(server.serve(service));
         let (stop_tx, stop_rx) = watch::channel(false);
+        let plugin_watch = match self.state.plugins.watch() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "plugins folder is not watched; restart to pick up new plugins");
+                None
+            }
+        };
         tokio::spawn(watch_key_epoch(self.state.clone(), stop_rx.clone()));
         let worker_task = if self.state.config.run_jobs {
             tokio::spawn(self.worker.clone().run(stop_rx))
         } else {
             tokio::spawn(async {})
         };
-        Ok(Running { addr, state: self.state, handle, stop_tx, server_task, worker_task })
+        Ok(Running { addr, state: self.state, handle, stop_tx, server_task, worker_task, _plugin_watch: plugin_watch })
     }
 
     /// Binds the configured address and starts.
@@ -191,6 +221,7 @@ pub struct Running {
     stop_tx: watch::Sender<bool>,
     server_task: tokio::task::JoinHandle<()>,
     worker_task: tokio::task::JoinHandle<()>,
+    _plugin_watch: Option<plugins::watch::Watcher>,
 }
 
 impl Running {

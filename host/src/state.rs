@@ -77,4 +77,6 @@ pub struct AppState {
     pub templates: crate::domain::templating::Engine,
     /// Wakes the job worker after enqueueing urgent work (deliveries).
     pub job_wake: Arc<tokio::sync::Notify>,
+    /// The plugin runtime (operators, step types, transports).
+    pub plugins: Arc<crate::plugins::PluginHost>,
 }

@@ -5,6 +5,8 @@
 
 mod dns_server;
 mod harness;
+mod http_sink;
+mod plugin_kit;
 
 mod accounts;
 mod binary;
@@ -12,6 +14,7 @@ mod contacts;
 mod domains;
 mod foundation;
 mod jobs;
+mod plugins;
 mod send;
 mod smtp_sink;
 mod templates;

@@ -29,6 +29,8 @@ pub struct ProjectOut {
     pub role: Option<String>,
     /// Open and click tracking: ENABLED, DISABLED or MARKETING_ONLY (default)
     pub tracking: String,
+    /// Delivery transport: `smtp`, `file` or a transport plugin's name; null means the server's default
+    pub transport: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -45,6 +47,7 @@ impl ProjectOut {
             disabled: p.disabled,
             role: role.map(|r| r.as_str().to_string()),
             tracking: p.tracking.clone().unwrap_or_else(|| "MARKETING_ONLY".into()),
+            transport: p.transport.clone(),
             public: keys.map(|k| k.public.clone()),
             secret: keys.map(|k| k.secret.clone()),
             created_at: rfc3339(p.created_at),
@@ -82,6 +85,17 @@ impl From<&Member> for MemberOut {
 pub struct ProjectBody {
     /// 1 to 100 characters
     name: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ProjectPatchBody {
+    /// 1 to 100 characters
+    name: Option<String>,
+    /// ENABLED, DISABLED or MARKETING_ONLY
+    tracking: Option<String>,
+    /// `smtp` (when configured), `file`, a loaded transport plugin's name, or null for the server's default
+    transport: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -188,8 +202,8 @@ fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
     }
 }
 
-/// Renames a project (OWNER or ADMIN).
-#[endpoint(tags("account"), security(("session" = [])), request_body = ProjectBody, responses((status_code = 200, body = ProjectOut)))]
+/// Changes a project's name, tracking mode or delivery transport (OWNER or ADMIN).
+#[endpoint(tags("account"), security(("session" = [])), request_body = ProjectPatchBody, responses((status_code = 200, body = ProjectOut)))]
 pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let st = state(depot)?;
     let u = user(depot)?;
@@ -200,9 +214,33 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
     let mut f = Fields::new(&body);
     let name = f.text("name", false, 100);
     let tracking = f.one_of("tracking", false, &["ENABLED", "DISABLED", "MARKETING_ONLY"]);
+    let transport = match body.get("transport") {
+        None => None,
+        Some(serde_json::Value::Null) => Some(None),
+        Some(serde_json::Value::String(t)) => {
+            let available = available_transports(&st);
+            if available.iter().any(|a| a == t) {
+                Some(Some(t.clone()))
+            } else {
+                f.error(
+                    "transport",
+                    "invalid_transport",
+                    format!("Unknown transport {t:?}; available: {}", available.join(", ")),
+                );
+                None
+            }
+        }
+        Some(_) => {
+            f.error("transport", "invalid_type", "transport must be a string or null");
+            None
+        }
+    };
     f.finish()?;
     if let Some(t) = tracking {
         st.store.set_project_tracking(&id, &t, st.clock.now_ms()).await?;
+    }
+    if let Some(t) = transport {
+        st.store.set_project_transport(&id, t.as_deref(), st.clock.now_ms()).await?;
     }
     let project = match name {
         Some(n) => st.store.rename_project(&id, &n, st.clock.now_ms()).await?,
@@ -210,6 +248,17 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
     }
     .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
     Reply::ok(&ProjectOut::new(&project, Some(role), None))
+}
+
+/// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
+fn available_transports(st: &crate::state::AppState) -> Vec<String> {
+    let mut t = Vec::new();
+    if st.config.smtp_url.is_some() {
+        t.push("smtp".to_string());
+    }
+    t.push("file".to_string());
+    t.extend(st.plugins.transports());
+    t
 }
 
 /// Deletes a project and its data (OWNER only). Its keys stop working at once.

@@ -14,6 +14,7 @@ pub mod idempotency;
 pub mod notifications;
 pub mod pages;
 pub mod pagination;
+pub mod plugins;
 pub mod send;
 pub mod system;
 pub mod templates;
@@ -119,6 +120,7 @@ pub fn api_router() -> Router {
         .push(templates::router())
         .push(send::router())
         .push(notifications::router())
+        .push(plugins::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

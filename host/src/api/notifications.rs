@@ -19,7 +19,9 @@ use super::state;
 use crate::domain::tracking::rank;
 use crate::error::ApiError;
 use crate::ingest::set_subscribed;
+use crate::plugins::{Notification as PluginNotification, NotificationKind};
 use crate::store::contacts::{ContactWrite, Event};
+use salvo::oapi::extract::PathParam;
 
 const WINDOW_SECS: i64 = 300;
 
@@ -47,7 +49,9 @@ pub struct NotificationOut {
 }
 
 pub fn router() -> Router {
-    Router::with_path("webhooks/notifications").post(notify)
+    Router::with_path("webhooks/notifications")
+        .post(notify)
+        .push(Router::with_path("{transport}").post(notify_transport))
 }
 
 /// Signs a notification body (for senders and tests).
@@ -107,14 +111,10 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
     }
     let n: Notification =
         serde_json::from_slice(&body).map_err(|e| ApiError::MalformedBody(format!("Malformed notification: {e}")))?;
-    let (project, id, contact) = st.store.email_by_message_id(n.message_id.trim()).await?.ok_or_else(|| {
-        ApiError::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id))
-    })?;
-    let (status, event, unsubscribe) = match n.kind.as_str() {
-        "delivery" => ("DELIVERED", "email.delivery", false),
-        "bounce" if n.permanent.unwrap_or(true) => ("BOUNCED", "email.bounce", true),
-        "bounce" => ("", "email.bounce", false),
-        "complaint" => ("COMPLAINED", "email.complaint", true),
+    let kind = match n.kind.as_str() {
+        "delivery" => NotificationKind::Delivery,
+        "bounce" => NotificationKind::Bounce,
+        "complaint" => NotificationKind::Complaint,
         other => {
             return Err(ApiError::field(
                 "type",
@@ -124,6 +124,43 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
             ));
         }
     };
+    let id = apply(
+        &st,
+        &PluginNotification {
+            kind,
+            message_id: Some(n.message_id.clone()),
+            provider_message_id: None,
+            permanent: n.permanent.unwrap_or(true),
+            reason: n.reason.clone(),
+        },
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id)))?;
+    Reply::ok(&NotificationOut { success: true, email: id })
+}
+
+/// Applies one notification (decision 18's precedence, the event, and an unsubscribe for hard bounces and
+/// complaints). Returns the email's id, or None when no email matches.
+async fn apply(st: &crate::state::AppState, n: &PluginNotification) -> Result<Option<String>, ApiError> {
+    let found = match (&n.message_id, &n.provider_message_id) {
+        (Some(m), _) if !m.trim().is_empty() => {
+            st.store.email_by_message_id(&format!("<{}>", m.trim().trim_matches(['<', '>']))).await?
+        }
+        _ => None,
+    };
+    let found = match (found, &n.provider_message_id) {
+        (Some(f), _) => Some(f),
+        (None, Some(p)) if !p.trim().is_empty() => st.store.email_by_provider_message_id(p.trim()).await?,
+        _ => None,
+    };
+    let Some((project, id, contact)) = found else { return Ok(None) };
+    let now = st.clock.now_ms();
+    let (status, event, unsubscribe) = match n.kind {
+        NotificationKind::Delivery => ("DELIVERED", "email.delivery", false),
+        NotificationKind::Bounce if n.permanent => ("BOUNCED", "email.bounce", true),
+        NotificationKind::Bounce => ("", "email.bounce", false),
+        NotificationKind::Complaint => ("COMPLAINED", "email.complaint", true),
+    };
     if !status.is_empty() {
         st.store.advance_email(&project, &id, status, &below(status), now).await?;
     }
@@ -132,8 +169,8 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
     if let Some(r) = &n.reason {
         data.insert("reason".into(), r.clone().into());
     }
-    if n.kind == "bounce" {
-        data.insert("permanent".into(), n.permanent.unwrap_or(true).into());
+    if n.kind == NotificationKind::Bounce {
+        data.insert("permanent".into(), n.permanent.into());
     }
     st.store
         .write_contact(&project, &ContactWrite::None, &[Event::new(&project, &contact, event, data, "system", now)])
@@ -141,5 +178,79 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
     if unsubscribe {
         set_subscribed(&st.store, &st.clock, &project, &contact, false).await?;
     }
-    Reply::ok(&NotificationOut { success: true, email: id })
+    Ok(Some(id))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PluginNotificationsOut {
+    success: bool,
+    /// notifications the transport plugin parsed
+    received: usize,
+    /// ids of the emails they matched
+    emails: Vec<String>,
+    /// true when this exact notification was received before (nothing was applied again)
+    duplicate: bool,
+}
+
+/// Receives a provider's delivery, bounce and complaint notifications for a transport plugin, which
+/// authenticates and parses them.
+#[endpoint(
+    tags("webhooks"),
+    parameters(("transport" = String, Path, description = "the transport plugin's name")),
+    responses((status_code = 200, body = PluginNotificationsOut))
+)]
+pub async fn notify_transport(
+    transport: PathParam<String>,
+    req: &mut Request,
+    depot: &mut Depot,
+) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let transport = transport.into_inner();
+    if st.plugins.transport(&transport).is_none() {
+        return Err(ApiError::not_found(
+            "TRANSPORT_NOT_FOUND",
+            format!("No loaded transport plugin is called {transport}"),
+        ));
+    }
+    let headers: Vec<(String, String)> = req
+        .headers()
+        .iter()
+        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_string(), v.to_string())))
+        .collect();
+    let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
+        Ok(b) => b.to_vec(),
+        Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
+    };
+    // Plugins keep no state between calls, so the host refuses replays: the same body for the same
+    // transport counts once (a provider's redelivery is answered 200 without applying it again).
+    let digest = {
+        use sha2::Digest;
+        let mut h = Sha256::new();
+        h.update(transport.as_bytes());
+        h.update(b"\0");
+        h.update(&body);
+        format!("{transport}:{}", hex::encode(h.finalize()))
+    };
+    let now = st.clock.now_ms();
+    let parsed = st
+        .plugins
+        .parse_notifications(&transport, headers, body)
+        .await
+        .map_err(|e| ApiError::PluginUnavailable(e.to_string()))?
+        .map_err(|msg| ApiError::Unauthorized(format!("The {transport} plugin refused the notification: {msg}")))?;
+    if !st.store.remember_notification(&digest, now + 24 * 3_600_000, now).await? {
+        return Reply::ok(&PluginNotificationsOut {
+            success: true,
+            received: parsed.len(),
+            emails: vec![],
+            duplicate: true,
+        });
+    }
+    let mut emails = Vec::new();
+    for n in &parsed {
+        if let Some(id) = apply(&st, n).await? {
+            emails.push(id);
+        }
+    }
+    Reply::ok(&PluginNotificationsOut { success: true, received: parsed.len(), emails, duplicate: false })
 }

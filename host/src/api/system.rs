@@ -67,8 +67,8 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
             signups: !st.config.disable_signups,
             rate_limit: st.limiter.enabled(),
             billing: false,
-            plugins: false,
-            smtp: false,
+            plugins: true,
+            smtp: st.config.smtp_url.is_some(),
         },
     })
 }
@@ -82,6 +82,8 @@ pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiErr
         salvo::http::header::CONTENT_TYPE,
         salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
-    res.write_body(crate::metrics::render(&counts)).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut body = crate::metrics::render(&counts);
+    body.push_str(&st.plugins.render_metrics());
+    res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(())
 }

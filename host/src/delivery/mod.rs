@@ -1,5 +1,6 @@
 //! Delivery: builds each email's MIME message, DKIM-signs it with its verified domain's key, and hands
-//! it to the transport (SMTP through lettre with pooled connections, or `.eml` files in a folder).
+//! it to the project's transport: SMTP through lettre with pooled connections, `.eml` files in a folder,
+//! or a transport plugin (which receives the structured message and the signed raw bytes).
 //! Outcomes follow decision 19: accepted → SENT and `email.sent`; a temporary failure (4xx, connection)
 //! → retried with backoff, then FAILED; a permanent failure (5xx) → BOUNCED, the contact unsubscribed,
 //! `email.bounce` and `contact.unsubscribed`.
@@ -149,7 +150,15 @@ pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
 
 /// Delivery with its dependencies.
 pub struct Delivery {
-    pub transport: Transport,
+    /// The built-in SMTP transport, when the server has an SMTP URL.
+    pub smtp: Option<Transport>,
+    /// The built-in file transport.
+    pub file: Transport,
+    /// `smtp`, `file` or a transport plugin's name, for projects that have not picked one.
+    pub default_transport: String,
+    pub plugins: Arc<crate::plugins::PluginHost>,
+    /// Each project's transport setting, read at most every few seconds.
+    pub project_transports: std::sync::Mutex<std::collections::HashMap<String, (Option<String>, std::time::Instant)>>,
     pub domains: Arc<Domains>,
     /// Messages per second per project handed to the transport.
     pub throttle: crate::ratelimit::SendThrottle,
@@ -198,10 +207,22 @@ impl Delivery {
             raw = signed;
         }
         let id = e.message_id.trim_matches(['<', '>']).to_string();
+        let transport = self.transport_for(ctx, &e.project).await?;
         self.throttle.take(&e.project).await;
         let now = ctx.clock.now_ms();
-        match self.transport.send(&e.from, &e.recipient, &id, &raw).await {
-            Ok(()) => {
+        let outcome = match transport.as_str() {
+            "smtp" => match &self.smtp {
+                Some(t) => t.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
+                None => Err(SendError::Transient("SMTP is not configured on this server (set smtp_url)".into())),
+            },
+            "file" => self.file.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
+            plugin => self.send_plugin(plugin, &e, &id, raw).await,
+        };
+        match outcome {
+            Ok(provider_id) => {
+                if let Some(pid) = provider_id {
+                    store.set_provider_message_id(&e.id, &pid).await.map_err(|e| e.to_string())?;
+                }
                 store.set_email_status(&e.id, "SENT", None, Some(now), now).await.map_err(|e| e.to_string())?;
                 emit(ctx, &e, "email.sent", None).await
             }
@@ -217,6 +238,75 @@ impl Delivery {
                 emit(ctx, &e, "email.bounce", Some(&msg)).await?;
                 unsubscribe(ctx, &e).await
             }
+        }
+    }
+}
+
+impl Delivery {
+    /// The project's transport (cached for a few seconds), or the server's default.
+    async fn transport_for(&self, ctx: &JobContext, project: &str) -> Result<String, String> {
+        const FRESH: Duration = Duration::from_secs(3);
+        let cached = {
+            let map = self.project_transports.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(project).filter(|(_, at)| at.elapsed() < FRESH).map(|(t, _)| t.clone())
+        };
+        let setting = match cached {
+            Some(t) => t,
+            None => {
+                let t = ctx.store.project(project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
+                let mut map = self.project_transports.lock().unwrap_or_else(|p| p.into_inner());
+                map.insert(project.to_string(), (t.clone(), std::time::Instant::now()));
+                t
+            }
+        };
+        Ok(setting.unwrap_or_else(|| self.default_transport.clone()))
+    }
+
+    /// Hands a message to a transport plugin. Any failure of the plugin itself (not loaded, trap,
+    /// timeout) is temporary: the job retries with backoff, and a fixed or reloaded plugin picks it up.
+    async fn send_plugin(&self, name: &str, e: &EmailRow, id: &str, raw: Vec<u8>) -> Result<Option<String>, SendError> {
+        use crate::plugins::{Address, OutAttachment, Outgoing, SendOutcome};
+        let headers: Vec<(String, String)> = serde_json::from_str(&e.headers).unwrap_or_default();
+        let stored: Vec<StoredAttachment> = serde_json::from_str(&e.attachments).unwrap_or_default();
+        let mut attachments = Vec::with_capacity(stored.len());
+        for a in stored {
+            let content = STANDARD.decode(&a.content).map_err(|err| SendError::Permanent(err.to_string()))?;
+            attachments.push(OutAttachment {
+                filename: a.filename,
+                content_type: a.content_type,
+                content,
+                content_id: a.content_id.filter(|_| a.inline),
+            });
+        }
+        let mut tags = vec![("project".to_string(), e.project.clone()), ("email".to_string(), e.id.clone())];
+        tags.push(("kind".to_string(), e.kind.clone()));
+        if let Some(t) = &e.template {
+            tags.push(("template".to_string(), t.clone()));
+        }
+        let msg = Outgoing {
+            mail_from: e.from.clone(),
+            rcpt_to: vec![e.recipient.clone()],
+            message_id: id.to_string(),
+            from: Address { email: e.from.clone(), name: e.from_name.clone() },
+            reply_to: e.reply_to.clone().map(|r| Address { email: r, name: None }),
+            to: vec![Address { email: e.recipient.clone(), name: e.recipient_name.clone() }],
+            cc: vec![],
+            subject: e.subject.clone(),
+            html: Some(e.html.clone()).filter(|h| !h.is_empty()),
+            text: Some(e.text.clone()).filter(|t| !t.is_empty()),
+            headers,
+            attachments,
+            tags,
+            raw,
+        };
+        match self.plugins.send(name, &msg).await {
+            Ok(SendOutcome::Accepted { provider_message_id }) => Ok(provider_message_id),
+            Ok(SendOutcome::Temporary(m)) => Err(SendError::Transient(format!("{name}: {m}"))),
+            Ok(SendOutcome::RateLimited { retry_after_ms }) => {
+                Err(SendError::Transient(format!("{name}: rate limited, retry after {retry_after_ms} ms")))
+            }
+            Ok(SendOutcome::Permanent(m)) => Err(SendError::Permanent(format!("{name}: {m}"))),
+            Err(err) => Err(SendError::Transient(err.to_string())),
         }
     }
 }

@@ -26,6 +26,9 @@ pub struct Project {
     /// Open and click tracking: ENABLED, DISABLED or MARKETING_ONLY (None: the default, MARKETING_ONLY).
     #[serde(default)]
     pub tracking: Option<String>,
+    /// Delivery transport (`smtp`, `file` or a transport plugin); None: the server's default.
+    #[serde(default)]
+    pub transport: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -86,8 +89,7 @@ pub struct ProjectWithRole {
 }
 
 const USER_FIELDS: &str = "record::id(id) AS id, email, name, password_hash, created_at, updated_at";
-const PROJECT_FIELDS: &str =
-    "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, created_at, updated_at";
+const PROJECT_FIELDS: &str = "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, transport, created_at, updated_at";
 
 impl Store {
     // ---- settings ----
@@ -245,6 +247,15 @@ impl Store {
         })
         .await
         .map(|_| ())
+    }
+
+    /// Sets (or, with None, clears) a project's delivery transport.
+    pub async fn set_project_transport(&self, id: &str, transport: Option<&str>, now: i64) -> Result<(), StoreError> {
+        let sql = match transport {
+            Some(_) => "UPDATE type::record('project', $id) SET transport = $t, updated_at = $now RETURN NONE",
+            None => "UPDATE type::record('project', $id) SET transport = NONE, updated_at = $now RETURN NONE",
+        };
+        self.write(|| async { self.query(sql, vars! { "id": id, "t": transport, "now": now }).await }).await.map(|_| ())
     }
 
     pub async fn set_project_keys(

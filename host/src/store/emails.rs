@@ -118,6 +118,40 @@ impl Store {
     }
 
     /// The email with this Message-ID (system-wide: Message-IDs are unique), as (project, id, contact).
+    /// The email a transport plugin's provider knows by this id.
+    pub async fn email_by_provider_message_id(
+        &self,
+        provider_id: &str,
+    ) -> Result<Option<(String, String, String)>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                "SELECT project, record::id(id) AS id, contact FROM email WHERE provider_message_id = $p LIMIT 1",
+                vars! { "p": provider_id },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows.first().and_then(|r| {
+            Some((
+                r.get("project")?.as_str()?.to_string(),
+                r.get("id")?.as_str()?.to_string(),
+                r.get("contact")?.as_str()?.to_string(),
+            ))
+        }))
+    }
+
+    /// Remembers the id a transport plugin's provider gave an email.
+    pub async fn set_provider_message_id(&self, id: &str, provider_id: &str) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('email', $id) SET provider_message_id = $p RETURN NONE",
+                vars! { "id": id, "p": provider_id },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     pub async fn email_by_message_id(&self, message_id: &str) -> Result<Option<(String, String, String)>, StoreError> {
         let rows: Vec<Value> = self
             .query(

@@ -16,6 +16,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0005_emails.surql", include_str!("../../../migrations/0005_emails.surql")),
     ("0006_tracking.surql", include_str!("../../../migrations/0006_tracking.surql")),
     ("0007_notifications.surql", include_str!("../../../migrations/0007_notifications.surql")),
+    ("0008_plugins.surql", include_str!("../../../migrations/0008_plugins.surql")),
 ];
 
 #[derive(serde::Deserialize)]

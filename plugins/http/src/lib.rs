@@ -65,7 +65,7 @@ impl Transport for HttpTransport {
     fn send(message: &Outgoing) -> Result<Accepted, SendError> {
         let url = config::get("url")
             .filter(|u| !u.trim().is_empty())
-            .ok_or_else(|| SendError::Permanent("the http transport has no `url` configured".into()))?;
+            .ok_or_else(|| SendError::Temporary("the http transport has no `url` configured".into()))?;
         let timeout_ms = config::get("timeout_ms").and_then(|t| t.trim().parse().ok()).unwrap_or(DEFAULT_TIMEOUT_MS);
         let body = payload(message).to_string();
         let mut request = Request::post(url.trim())
@@ -82,7 +82,8 @@ impl Transport for HttpTransport {
         match http::fetch(&request) {
             Ok(response) => classify(&response),
             Err(HttpError::Denied(reason)) => {
-                Err(SendError::Permanent(format!("the host refused the transport's endpoint: {reason}")))
+                // a configuration problem, not the recipient's: retried, then FAILED (never a bounce)
+                Err(SendError::Temporary(format!("the host refused the transport's endpoint: {reason}")))
             }
             Err(e) => Err(SendError::Temporary(e.to_string())),
         }
@@ -177,7 +178,11 @@ fn classify(response: &Response) -> Result<Accepted, SendError> {
                 .map_or(DEFAULT_RETRY_AFTER_MS, |secs| secs.saturating_mul(1000));
             Err(SendError::RateLimited(ms))
         }
-        408 | 500..=599 => Err(SendError::Temporary(format!("the endpoint answered {status}: {snippet}"))),
+        // timeouts, server errors and the endpoint's own configuration (auth, path) are not the recipient's
+        // fault: retried, then FAILED; other 4xx reject this message for good (a bounce)
+        401 | 403 | 404 | 408 | 500..=599 => {
+            Err(SendError::Temporary(format!("the endpoint answered {status}: {snippet}")))
+        }
         _ => Err(SendError::Permanent(format!("the endpoint answered {status}: {snippet}"))),
     }
 }

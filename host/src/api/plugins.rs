@@ -1,0 +1,81 @@
+//! `GET /plugins`: every plugin in the plugins folder with its status, what it provides and its call counts.
+//! Needs a dashboard session or any project API key (plugins are server-wide).
+
+use salvo::oapi::ToSchema;
+use salvo::prelude::*;
+use serde::Serialize;
+
+use super::auth::{KeyRule, authenticate, session_user};
+use super::body::Reply;
+use super::state;
+use crate::error::ApiError;
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct PluginOut {
+    name: String,
+    version: Option<String>,
+    /// operator, step or transport
+    kind: Option<String>,
+    /// the herald:plugin version it was built against
+    abi_version: Option<String>,
+    description: Option<String>,
+    /// operator names, step types or the transport name
+    provides: Vec<String>,
+    /// loaded or failed
+    status: String,
+    /// the last load error; with status loaded, the previous version is still serving
+    error: Option<String>,
+    loaded_at: Option<String>,
+    load_ms: Option<u64>,
+    calls: u64,
+    failures: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct PluginsOut {
+    /// the ABI versions this server loads
+    supported_abi: Vec<String>,
+    plugins: Vec<PluginOut>,
+}
+
+pub fn router() -> Router {
+    Router::with_path("plugins").get(list_plugins)
+}
+
+/// Lists the plugins of this server.
+#[endpoint(tags("plugins"), security(("session" = []), ("bearer" = [])), responses((status_code = 200, body = PluginsOut)))]
+pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    if req.headers().contains_key(salvo::http::header::AUTHORIZATION) {
+        authenticate(req, &st, KeyRule::AnyKey).await?;
+    } else {
+        session_user(req, &st).await?;
+    }
+    let plugins = st
+        .plugins
+        .list()
+        .into_iter()
+        .map(|p| PluginOut {
+            name: p.name,
+            version: p.version,
+            kind: p.kind,
+            abi_version: p.abi_version,
+            description: p.description,
+            provides: p.provides,
+            status: p.status,
+            error: p.error,
+            loaded_at: p.loaded_at,
+            load_ms: p.load_ms,
+            calls: p.calls,
+            failures: p.failures,
+        })
+        .collect();
+    Reply::ok(&PluginsOut {
+        supported_abi: crate::plugins::SUPPORTED_ABI.iter().map(|s| s.to_string()).collect(),
+        plugins,
+    })
+}

@@ -1,0 +1,311 @@
+//! Outbound HTTP for plugins (`herald:plugin/http.fetch`): only to hosts the plugin was granted, never to
+//! private, loopback or link-local addresses unless the operator allowed those, every redirect re-checked,
+//! a deadline on the whole exchange and a cap on the response size. The client's resolver filters
+//! addresses too, so a name that re-resolves to a private address between check and connect is refused.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::dns::{Name, Resolve, Resolving};
+
+/// Largest response body a plugin receives.
+pub const MAX_RESPONSE_BYTES: usize = 10 << 20;
+const MAX_REDIRECTS: usize = 5;
+
+#[derive(Debug, Clone)]
+pub struct FetchRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+    pub timeout_ms: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum FetchError {
+    Denied(String),
+    Timeout,
+    Connect(String),
+    TooLarge,
+    Other(String),
+}
+
+/// Whether an address is on the public internet.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || v4.is_multicast()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || (o[0] == 198 && (o[1] & 0xfe) == 18)
+                || o[0] >= 240)
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] == 0x2001 && s[1] == 0x0db8)
+                || (s[0] == 0x64 && s[1] == 0xff9b))
+        }
+    }
+}
+
+/// A plugin's HTTP policy and its client.
+pub struct Outbound {
+    hosts: Vec<String>,
+    allow_private: bool,
+    timeout: Duration,
+    client: reqwest::Client,
+}
+
+struct FilteringResolver {
+    allow_private: bool,
+}
+
+impl Resolve for FilteringResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow_private = self.allow_private;
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let ok: Vec<SocketAddr> = found.into_iter().filter(|a| allow_private || is_public(a.ip())).collect();
+            if ok.is_empty() {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!("{host} resolves only to private addresses"),
+                );
+                return Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(ok.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+impl Outbound {
+    pub fn new(hosts: Vec<String>, allow_private: bool, timeout: Duration) -> Result<Outbound, String> {
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(FilteringResolver { allow_private }))
+            .user_agent(concat!("herald-plugin/", env!("CARGO_PKG_VERSION")))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Outbound { hosts, allow_private, timeout, client })
+    }
+
+    fn host_allowed(&self, host: &str, port: u16) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.hosts.iter().any(|p| {
+            let p = p.trim().to_ascii_lowercase();
+            let (pat, pat_port) = match p.rsplit_once(':') {
+                Some((h, port_s)) if !h.contains(':') || h.starts_with('[') => {
+                    (h.to_string(), port_s.parse::<u16>().ok())
+                }
+                _ => (p.clone(), None),
+            };
+            if pat_port.is_some_and(|pp| pp != port) {
+                return false;
+            }
+            let pat = pat.trim_start_matches('[').trim_end_matches(']');
+            pat == "*"
+                || pat == host
+                || pat.strip_prefix("*.").is_some_and(|suffix| host.ends_with(&format!(".{suffix}")))
+        })
+    }
+
+    /// Checks a URL against the policy, resolving its host.
+    async fn check(&self, url: &reqwest::Url) -> Result<(), FetchError> {
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(FetchError::Denied(format!("scheme {} is not allowed (http or https)", url.scheme())));
+        }
+        let host = url.host_str().ok_or_else(|| FetchError::Denied("the URL has no host".into()))?;
+        let port = url.port_or_known_default().unwrap_or(80);
+        if !self.host_allowed(host, port) {
+            return Err(FetchError::Denied(format!("host {host} is not in this plugin's allowed hosts")));
+        }
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let addrs: Vec<IpAddr> = match bare.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => tokio::net::lookup_host((bare, port))
+                .await
+                .map_err(|e| FetchError::Connect(format!("cannot resolve {host}: {e}")))?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        if !self.allow_private && addrs.iter().any(|ip| !is_public(*ip)) {
+            return Err(FetchError::Denied(format!(
+                "{host} is a private, loopback or link-local address; the operator has not allowed those"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Performs one request (following up to five redirects, each checked) within the deadline.
+    pub async fn fetch(&self, req: FetchRequest) -> Result<FetchResponse, FetchError> {
+        let deadline = match req.timeout_ms {
+            Some(ms) => self.timeout.min(Duration::from_millis(ms as u64)),
+            None => self.timeout,
+        };
+        match tokio::time::timeout(deadline, self.fetch_inner(req)).await {
+            Ok(r) => r,
+            Err(_) => Err(FetchError::Timeout),
+        }
+    }
+
+    async fn fetch_inner(&self, req: FetchRequest) -> Result<FetchResponse, FetchError> {
+        let mut url = reqwest::Url::parse(&req.url).map_err(|e| FetchError::Denied(format!("invalid URL: {e}")))?;
+        let mut method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes())
+            .map_err(|_| FetchError::Other(format!("invalid method {:?}", req.method)))?;
+        let mut body = req.body;
+        for _ in 0..=MAX_REDIRECTS {
+            self.check(&url).await?;
+            let mut b = self.client.request(method.clone(), url.clone());
+            for (k, v) in &req.headers {
+                b = b.header(k.as_str(), v.as_str());
+            }
+            if let Some(body) = &body {
+                b = b.body(body.clone());
+            }
+            let mut resp = b.send().await.map_err(|e| {
+                if e.is_timeout() {
+                    FetchError::Timeout
+                } else if e.is_connect() {
+                    FetchError::Connect(error_chain(&e))
+                } else {
+                    FetchError::Other(error_chain(&e))
+                }
+            })?;
+            let status = resp.status();
+            if status.is_redirection()
+                && let Some(loc) = resp.headers().get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok())
+            {
+                url = url.join(loc).map_err(|e| FetchError::Other(format!("bad redirect location: {e}")))?;
+                if status == reqwest::StatusCode::SEE_OTHER
+                    || ((status == reqwest::StatusCode::MOVED_PERMANENTLY || status == reqwest::StatusCode::FOUND)
+                        && method == reqwest::Method::POST)
+                {
+                    method = reqwest::Method::GET;
+                    body = None;
+                }
+                continue;
+            }
+            let headers = resp
+                .headers()
+                .iter()
+                .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_string(), v.to_string())))
+                .collect();
+            let mut out = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(|e| FetchError::Other(error_chain(&e)))? {
+                if out.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err(FetchError::TooLarge);
+                }
+                out.extend_from_slice(&chunk);
+            }
+            return Ok(FetchResponse { status: status.as_u16(), headers, body: out });
+        }
+        Err(FetchError::Other(format!("more than {MAX_REDIRECTS} redirects")))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_addresses_are_not_public() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn host_patterns() {
+        let o = Outbound::new(
+            vec!["*.amazonaws.com".into(), "api.example.com".into(), "127.0.0.1:8080".into()],
+            false,
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(o.host_allowed("email.us-east-1.amazonaws.com", 443));
+        assert!(!o.host_allowed("amazonaws.com.evil.net", 443));
+        assert!(o.host_allowed("API.example.com", 443));
+        assert!(!o.host_allowed("other.example.com", 443));
+        assert!(o.host_allowed("127.0.0.1", 8080));
+        assert!(!o.host_allowed("127.0.0.1", 8081));
+        let any = Outbound::new(vec!["*".into()], false, Duration::from_secs(1)).unwrap();
+        assert!(any.host_allowed("anything.net", 80));
+    }
+
+    #[tokio::test]
+    async fn loopback_is_denied_unless_allowed() {
+        let o = Outbound::new(vec!["*".into()], false, Duration::from_secs(1)).unwrap();
+        let r = o
+            .fetch(FetchRequest {
+                method: "GET".into(),
+                url: "http://127.0.0.1:9/".into(),
+                headers: vec![],
+                body: None,
+                timeout_ms: None,
+            })
+            .await;
+        assert!(matches!(r, Err(FetchError::Denied(_))), "{r:?}");
+        let r = o
+            .fetch(FetchRequest {
+                method: "GET".into(),
+                url: "http://localhost:9/".into(),
+                headers: vec![],
+                body: None,
+                timeout_ms: None,
+            })
+            .await;
+        assert!(matches!(r, Err(FetchError::Denied(_))), "{r:?}");
+    }
+}
