@@ -59,19 +59,19 @@ async fn plugins_load_list_and_a_wrong_abi_is_refused_with_the_supported_version
     assert_eq!(s.client().get("/plugins").await.status, 401, "needs a session or a key");
     let r = p.secret.get("/plugins").await;
     assert_eq!(r.status, 200, "{}", r.json);
-    assert_eq!(r.json["supportedAbi"], json!(["1.0.0"]));
+    assert_eq!(r.json["supportedAbi"], json!(["1.0.0", "1.1.0"]));
     let list = r.json["plugins"].as_array().unwrap();
     let ops = list.iter().find(|p| p["name"] == "operators").expect("operators listed");
     assert_eq!(ops["status"], "loaded", "{ops}");
     assert_eq!(ops["kind"], "operator");
-    assert_eq!(ops["abiVersion"], "1.0.0");
+    assert_eq!(ops["abiVersion"], "1.0.0", "a guest built against 1.0.0 loads on a host whose newest is 1.1.0");
     for name in ["matchesRegex", "domainIs", "semverAtLeast", "anniversaryWithin"] {
         assert!(ops["provides"].as_array().unwrap().iter().any(|v| v == name), "{name} in {ops}");
     }
     let wrong = list.iter().find(|p| p["name"] == "wrong-abi").expect("wrong-abi listed");
     assert_eq!(wrong["status"], "failed", "{wrong}");
     let err = wrong["error"].as_str().unwrap();
-    assert!(err.contains("herald:plugin@2.0.0") && err.contains("supported: 1.0.0"), "{err}");
+    assert!(err.contains("herald:plugin@2.0.0") && err.contains("supported: 1.0.0, 1.1.0"), "{err}");
 
     // the operators evaluate in batches, one result per value
     let got = s.state.plugins.evaluate("matchesRegex", &Value::Text("^a.*z$".into()), &texts(&["abcz", "nope"])).await;

@@ -1,23 +1,28 @@
-//! Bindings for `herald:plugin@1.0.0` (plugin-api/wit/1.0.0), frozen like the WIT they come from, and the
-//! conversions between its types and the runtime's own ([`super::types`]). A later ABI version gets a
-//! module of its own beside this one.
+//! Bindings for the `herald:plugin@1.x` ABI, generated from the newest 1.x WIT (plugin-api/wit/1.1.0), and
+//! the conversions between its types and the runtime's own ([`super::types`]).
+//!
+//! Minor versions only add interfaces, and wasmtime resolves semver-compatible names in both directions
+//! (a guest's `herald:plugin/log@1.0.0` import is served by the host's `@1.1.0`, and the host's lookup of
+//! `operators@1.1.0` finds a 1.0.0 guest's `operators@1.0.0` export), so one module serves every 1.x
+//! guest. A new major version gets a module of its own beside this one.
 
 // The generated bindings use `unsafe` internally (typed function handles); nothing else here does.
 #![allow(unsafe_code)]
 
 wasmtime::component::bindgen!({
-    path: "../plugin-api/wit/1.0.0",
+    path: "../plugin-api/wit/1.1.0",
     inline: "
-        package herald:host-v1-0;
+        package herald:host-v1;
         world all {
-            import herald:plugin/log@1.0.0;
-            import herald:plugin/config@1.0.0;
-            import herald:plugin/clock@1.0.0;
-            import herald:plugin/http@1.0.0;
-            export herald:plugin/plugin@1.0.0;
-            export herald:plugin/operators@1.0.0;
-            export herald:plugin/steps@1.0.0;
-            export herald:plugin/transports@1.0.0;
+            import herald:plugin/log@1.1.0;
+            import herald:plugin/config@1.1.0;
+            import herald:plugin/metrics@1.1.0;
+            import herald:plugin/clock@1.1.0;
+            import herald:plugin/http@1.1.0;
+            export herald:plugin/plugin@1.1.0;
+            export herald:plugin/operators@1.1.0;
+            export herald:plugin/steps@1.1.0;
+            export herald:plugin/transports@1.1.0;
         }
     ",
     world: "all",
@@ -32,7 +37,7 @@ use wasmtime::component::{HasSelf, InstancePre, Linker};
 use wasmtime::{Engine, Store};
 
 use self::exports::herald::plugin::{operators, plugin, steps, transports};
-use self::herald::plugin::{clock, config, http as wit_http, log, types as wit};
+use self::herald::plugin::{clock, config, http as wit_http, log, metrics, types as wit};
 use super::http::{FetchError, FetchRequest};
 use super::types as t;
 use super::{CallError, CallState, Loaded, PluginEnv, PluginHost};
@@ -65,6 +70,24 @@ impl config::Host for CallState {
 
     fn secret(&mut self, name: String) -> Option<String> {
         self.env.grants.secrets.get(&name).cloned()
+    }
+}
+
+impl metrics::Host for CallState {
+    fn counter(&mut self, name: String, delta: u64) {
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !valid {
+            tracing::debug!(plugin = %self.env.name, counter = %name, "ignoring a counter with an invalid name");
+            return;
+        }
+        let mut counters = self.env.counters.lock().unwrap_or_else(|p| p.into_inner());
+        if counters.len() >= super::MAX_COUNTERS && !counters.contains_key(&(self.env.name.clone(), name.clone())) {
+            return;
+        }
+        let c = counters.entry((self.env.name.clone(), name)).or_default();
+        *c = c.saturating_add(delta);
     }
 }
 
@@ -109,6 +132,7 @@ pub fn add_imports(linker: &mut Linker<CallState>) -> wasmtime::Result<()> {
     log::add_to_linker::<CallState, HasSelf<CallState>>(linker, |s| s)?;
     config::add_to_linker::<CallState, HasSelf<CallState>>(linker, |s| s)?;
     clock::add_to_linker::<CallState, HasSelf<CallState>>(linker, |s| s)?;
+    metrics::add_to_linker::<CallState, HasSelf<CallState>>(linker, |s| s)?;
     wit_http::add_to_linker::<CallState, HasSelf<CallState>>(linker, |s| s)
 }
 

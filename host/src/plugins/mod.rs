@@ -39,7 +39,12 @@ use manifest::{Grants, Manifest};
 pub use types::*;
 
 /// The `herald:plugin` versions this host loads.
-pub const SUPPORTED_ABI: &[&str] = &["1.0.0"];
+pub const SUPPORTED_ABI: &[&str] = &["1.0.0", "1.1.0"];
+/// Plugin-defined counters kept per process (all plugins together).
+const MAX_COUNTERS: usize = 1000;
+
+/// Plugin-defined counters by (plugin, counter).
+pub type Counters = Arc<Mutex<BTreeMap<(String, String), u64>>>;
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 const STDERR_CAPACITY: usize = 4096;
 
@@ -96,6 +101,7 @@ pub struct PluginEnv {
     pub grants: Grants,
     pub outbound: http::Outbound,
     pub clock: SharedClock,
+    pub counters: Counters,
 }
 
 struct MemoryCap {
@@ -240,6 +246,7 @@ pub struct PluginHost {
     linker: Linker<CallState>,
     registry: RwLock<Registry>,
     stats: Mutex<HashMap<String, Arc<Stats>>>,
+    counters: Counters,
     options: Options,
     clock: SharedClock,
     /// serialises loads so two events for one file cannot race
@@ -302,6 +309,7 @@ impl PluginHost {
             linker,
             registry: RwLock::new(Registry::default()),
             stats: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
             options,
             clock,
             loading: tokio::sync::Mutex::new(()),
@@ -471,7 +479,13 @@ impl PluginHost {
             return Err("disabled by the operator ([plugin.<name>] enabled = false)".into());
         }
         let outbound = http::Outbound::new(grants.http_hosts.clone(), grants.allow_private, grants.timeout)?;
-        let env = Arc::new(PluginEnv { name: p.stem.clone(), grants, outbound, clock: self.clock.clone() });
+        let env = Arc::new(PluginEnv {
+            name: p.stem.clone(),
+            grants,
+            outbound,
+            clock: self.clock.clone(),
+            counters: self.counters.clone(),
+        });
         let exports = abi_v1::exported_kinds(&self.engine, &p.component);
         let kind = match exports.as_slice() {
             [k] => *k,
@@ -764,6 +778,10 @@ impl PluginHost {
                 "herald_plugin_call_seconds_total{{plugin=\"{name}\"}} {}",
                 s.micros.load(Ordering::Relaxed) as f64 / 1e6
             );
+        }
+        out.push_str("# HELP herald_plugin_counter_total Counters plugins keep (herald:plugin/metrics).\n# TYPE herald_plugin_counter_total counter\n");
+        for ((plugin, counter), n) in self.counters.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "herald_plugin_counter_total{{plugin=\"{plugin}\",counter=\"{counter}\"}} {n}");
         }
         let reg = self.read();
         out.push_str("# HELP herald_plugin_loaded Whether each plugin is loaded (1) or failed (0).\n# TYPE herald_plugin_loaded gauge\n");
