@@ -280,3 +280,98 @@ async fn a_restart_loads_the_precompiled_artifact_from_the_cache() {
     assert_eq!(again[0].metadata().unwrap().modified().unwrap(), written, "the restart did not recompile");
     s.stop().await;
 }
+
+async fn email_status(s: &Server, project: &str, id: &str) -> String {
+    s.state.store.email(project, id).await.unwrap().unwrap().status
+}
+
+async fn post_notification(s: &Server, transport: &str, body: &serde_json::Value, key: &[u8]) -> crate::harness::Resp {
+    let raw = serde_json::to_vec(body).unwrap();
+    let ts = herald_host::clock::wall_now_ms() / 1000;
+    let sig = herald_host::api::notifications::sign(key, ts, &raw);
+    let res = reqwest::Client::new()
+        .post(format!("{}/webhooks/notifications/{transport}", s.base))
+        .header("X-Herald-Timestamp", ts.to_string())
+        .header("X-Herald-Signature", sig)
+        .header("content-type", "application/json")
+        .body(raw)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    crate::harness::Resp { status, json: res.json().await.unwrap_or(serde_json::Value::Null), headers }
+}
+
+#[tokio::test]
+async fn a_project_switched_to_the_http_transport_plugin_delivers_to_a_local_receiver() {
+    use base64::Engine as _;
+    let receiver = http_sink::start(200, r#"{"id":"prov-123"}"#).await;
+    let mut config = config_with(&[plugin_kit::HTTP]);
+    grant(
+        &mut config,
+        "http",
+        PluginGrant {
+            allow_private: true,
+            config: [("url".to_string(), receiver.url("/mail"))].into(),
+            secrets: [("signing_key".to_string(), "k3y-k3y".to_string())].into(),
+            ..Default::default()
+        },
+    );
+    let s = Server::start_with(config, None).await;
+    let p = proj(&s, "transport@example.com").await;
+    let st = s.state.clone();
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+
+    let path = format!("/users/@me/projects/{}", p.id);
+    let r = p.session.patch(&path, json!({"transport": "carrier-pigeon"})).await;
+    crate::harness::assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "transport", "{}", r.json);
+    let r = p.session.patch(&path, json!({"transport": "http"})).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json["transport"], "http");
+
+    let r = p
+        .secret
+        .post("/v1/send", json!({"to": "ada@example.org", "from": "news@shop.test", "subject": "Plugged in", "body": "<p>Hi</p>"}))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    for _ in 0..400 {
+        if email_status(&s, &p.id, &id).await == "SENT" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(email_status(&s, &p.id, &id).await, "SENT");
+    let got = receiver.requests();
+    assert_eq!(got.len(), 1, "one POST per message");
+    assert_eq!((got[0].method.as_str(), got[0].path.as_str()), ("POST", "/mail"));
+    // signed with the plugin's secret, in Herald's notification signature scheme
+    let ts: i64 = got[0].header("x-herald-timestamp").unwrap().parse().unwrap();
+    let expected = herald_host::api::notifications::sign(b"k3y-k3y", ts, &got[0].body);
+    assert_eq!(got[0].header("x-herald-signature"), Some(expected.as_str()));
+    let msg: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(msg["subject"], "Plugged in");
+    assert_eq!(msg["to"][0]["email"], "ada@example.org");
+    assert_eq!(msg["tags"]["project"], p.id.as_str());
+    let raw = base64::engine::general_purpose::STANDARD.decode(msg["raw"].as_str().unwrap()).unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("DKIM-Signature:"), "the raw message is the DKIM-signed one: {raw}");
+    assert!(raw.contains("Subject: Plugged in"));
+
+    // the provider's notification, parsed and authenticated by the plugin, finds the email by its id
+    let note = json!({"type": "delivery", "providerMessageId": "prov-123"});
+    let r = post_notification(&s, "http", &note, b"k3y-k3y").await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json["emails"], json!([id.clone()]));
+    assert_eq!(email_status(&s, &p.id, &id).await, "DELIVERED");
+    let again = post_notification(&s, "http", &note, b"k3y-k3y").await;
+    assert_eq!((again.status, again.json["duplicate"].as_bool()), (200, Some(true)), "{}", again.json);
+    let forged = post_notification(&s, "http", &json!({"type": "complaint", "providerMessageId": "prov-123"}), b"nope").await;
+    crate::harness::assert_envelope(&forged, 401, "UNAUTHORIZED");
+    assert_eq!(email_status(&s, &p.id, &id).await, "DELIVERED");
+    let unknown = post_notification(&s, "nope", &note, b"k3y-k3y").await;
+    crate::harness::assert_envelope(&unknown, 404, "TRANSPORT_NOT_FOUND");
+    s.stop().await;
+}
