@@ -127,11 +127,14 @@ pub struct Accepted {
 /// Why a send failed. A failed send is data for the host (it retries or bounces the email), not a crash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
-    /// Try again later: connection trouble, a 5xx from an API, throttling without a hint.
+    /// Try again later: connection trouble, a 5xx from an API, throttling without a hint, and the
+    /// sender's own configuration problems (they never bounce an email).
     Temporary(String),
     /// The provider asked to slow down: retry after this many milliseconds.
     RateLimited(u64),
-    /// Will never succeed (rejected recipient, bad credentials): the email bounces.
+    /// The provider rejected this message or its recipient for good: the email bounces and the contact
+    /// is unsubscribed. Configuration problems (missing settings, bad credentials, an endpoint the host
+    /// refuses) are [`SendError::Temporary`] instead.
     Permanent(String),
 }
 

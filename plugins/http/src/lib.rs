@@ -24,8 +24,10 @@
 //! timestamp + "." + body)>` and `X-Herald-Message-Id` (an idempotency key, stable across retries).
 //!
 //! A 2xx answer accepts the message (the provider id is the `id` of a JSON answer, if any); 429 asks
-//! to retry after `Retry-After` seconds (1 s without one); 408, 5xx, timeouts and connection failures
-//! are temporary; any other 4xx is permanent (the email bounces).
+//! to retry after `Retry-After` seconds (1 s without one); 401, 403, 404, 408, 5xx, timeouts and
+//! connection failures are temporary, and so are configuration problems (no `url`, an endpoint the host
+//! refuses): they are not the recipient's fault, and a bounce unsubscribes the contact. Any other 4xx
+//! rejects the message for good: permanent (the email bounces).
 //!
 //! # Notifications
 //!
@@ -294,13 +296,18 @@ mod tests {
     }
 
     #[test]
-    fn unsigned_without_a_key_and_no_url_is_permanent() {
+    fn unsigned_without_a_key_and_no_url_is_temporary() {
         let host = MockHost::new().config("url", "https://relay.example.com/in").respond(Response::new(200)).install();
         assert_eq!(HttpTransport::send(&message()), Ok(Accepted { provider_message_id: None }));
         assert_eq!(host.requests()[0].header_value("x-herald-signature"), None);
         drop(host);
+        // a configuration problem: retried, never a bounce
+        let host = MockHost::new().config("url", "  ").install();
+        assert!(matches!(HttpTransport::send(&message()), Err(SendError::Temporary(m)) if m.contains("url")));
+        assert!(host.requests().is_empty(), "nothing is sent without a url");
+        drop(host);
         let _host = MockHost::new().install();
-        assert!(matches!(HttpTransport::send(&message()), Err(SendError::Permanent(m)) if m.contains("url")));
+        assert!(matches!(HttpTransport::send(&message()), Err(SendError::Temporary(m)) if m.contains("url")));
     }
 
     #[test]
@@ -311,7 +318,12 @@ mod tests {
             .respond(Response::new(503).with_body("down"))
             .respond(Response::new(408))
             .respond(Response::new(422).with_body("bad recipient"))
+            .respond(Response::new(400).with_body("malformed address"))
+            .respond(Response::new(410))
             .respond(Response::new(401))
+            .respond(Response::new(403))
+            .respond(Response::new(404))
+            .respond(Response::new(500))
             .respond_error(HttpError::Timeout)
             .respond_error(HttpError::Connect("refused".into()))
             .respond_error(HttpError::Denied("10.0.0.1 is private".into()))
@@ -320,12 +332,18 @@ mod tests {
         assert_eq!(send(), Err(SendError::RateLimited(7000)));
         assert_eq!(send(), Err(SendError::RateLimited(DEFAULT_RETRY_AFTER_MS)));
         assert!(matches!(send(), Err(SendError::Temporary(m)) if m.contains("503") && m.contains("down")));
+        assert!(matches!(send(), Err(SendError::Temporary(m)) if m.contains("408")));
+        // message-level rejections bounce
+        assert!(matches!(send(), Err(SendError::Permanent(m)) if m.contains("422") && m.contains("bad recipient")));
+        assert!(matches!(send(), Err(SendError::Permanent(m)) if m.contains("400")));
+        assert!(matches!(send(), Err(SendError::Permanent(m)) if m.contains("410")));
+        // the endpoint's own configuration (auth, path) is not the recipient's fault
+        for status in ["401", "403", "404", "500"] {
+            assert!(matches!(send(), Err(SendError::Temporary(m)) if m.contains(status)), "{status}");
+        }
         assert!(matches!(send(), Err(SendError::Temporary(_))));
-        assert!(matches!(send(), Err(SendError::Permanent(m)) if m.contains("422")));
-        assert!(matches!(send(), Err(SendError::Permanent(_))));
         assert!(matches!(send(), Err(SendError::Temporary(_))));
-        assert!(matches!(send(), Err(SendError::Temporary(_))));
-        assert!(matches!(send(), Err(SendError::Permanent(m)) if m.contains("private")));
+        assert!(matches!(send(), Err(SendError::Temporary(m)) if m.contains("private")));
     }
 
     fn signed(body: &str, ts: i64) -> InboundRequest {

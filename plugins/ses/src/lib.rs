@@ -18,8 +18,14 @@
 //! `POST <endpoint>/v2/email/outbound-emails` with `{"Content": {"Raw": {"Data": <base64>}},
 //! "Destination": {"ToAddresses": <envelope recipients>}, "EmailTags": [...], "ConfigurationSetName"?}`.
 //! 200 accepts (provider id `MessageId`); 429 or a throttling error asks to retry later
-//! (`Retry-After`, 1 s without one, an hour for an exhausted daily quota); 5xx, timeouts and connection
-//! failures are temporary; any other 4xx (`MessageRejected`, bad credentials, ...) is permanent.
+//! (`Retry-After`, 1 s without one, an hour for an exhausted daily quota); 408, 5xx, timeouts and
+//! connection failures are temporary. So are configuration problems, which are not the recipient's
+//! fault (a bounce unsubscribes the contact): missing region or credentials, an endpoint the host
+//! refuses, authentication and signature errors (401, 403, `InvalidClientTokenId`,
+//! `SignatureDoesNotMatch`, `AccessDenied`, ...), an unknown configuration set (404) and account-level
+//! refusals (`AccountSuspendedException`, `SendingPausedException`,
+//! `MailFromDomainNotVerifiedException`). Any other 4xx (`MessageRejected`, an invalid recipient,
+//! `BadRequestException`, ...) rejects the message for good: permanent (the email bounces).
 //!
 //! # Notifications
 //!
@@ -62,13 +68,14 @@ impl Transport for Ses {
     }
 
     fn send(message: &Outgoing) -> Result<Accepted, SendError> {
-        let setup = Setup::load().map_err(SendError::Permanent)?;
+        // a configuration problem: retried, then FAILED (never a bounce)
+        let setup = Setup::load().map_err(SendError::Temporary)?;
         let body = request_body(message, config::get("configuration_set").filter(|c| !c.trim().is_empty()));
         let request = setup.signed_request(&body, clock::now_ms());
         match http::fetch(&request) {
             Ok(response) => classify(&response),
             Err(HttpError::Denied(reason)) => {
-                Err(SendError::Permanent(format!("the host refused the SES endpoint: {reason}")))
+                Err(SendError::Temporary(format!("the host refused the SES endpoint: {reason}")))
             }
             Err(e) => Err(SendError::Temporary(format!("SES: {e}"))),
         }
@@ -218,6 +225,26 @@ fn error_code(response: &Response, body: &Json) -> String {
     code.rsplit('#').next().unwrap_or(code).to_owned()
 }
 
+/// Error codes that mean the sender's setup (credentials, signature, account, configuration set) is
+/// wrong, not the message: temporary, so the email is retried and never bounces.
+const CONFIGURATION_ERRORS: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "AccountSuspendedException",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "IncompleteSignature",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "MailFromDomainNotVerifiedException",
+    "MissingAuthenticationToken",
+    "NotAuthorized",
+    "NotFoundException",
+    "SendingPausedException",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+];
+
 /// Maps SES's answer to the send's result.
 fn classify(response: &Response) -> Result<Accepted, SendError> {
     let body = response.json().unwrap_or(Json::Null);
@@ -245,7 +272,9 @@ fn classify(response: &Response) -> Result<Accepted, SendError> {
         return Err(SendError::RateLimited(ms));
     }
     let what = format!("SES answered {status} {code}: {message}");
-    if status >= 500 || status == 408 { Err(SendError::Temporary(what)) } else { Err(SendError::Permanent(what)) }
+    let temporary =
+        matches!(status, 401 | 403 | 404 | 408) || status >= 500 || CONFIGURATION_ERRORS.contains(&code.as_str());
+    if temporary { Err(SendError::Temporary(what)) } else { Err(SendError::Permanent(what)) }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -442,7 +471,13 @@ mod tests {
             .respond(err(400, "Throttling", "Maximum sending rate exceeded.").with_header("Retry-After", "3"))
             .respond(err(400, "Throttling", "Daily message quota exceeded."))
             .respond(err(400, "MessageRejected", "Email address is not verified."))
+            .respond(err(400, "BadRequestException", "Illegal address"))
             .respond(err(403, "InvalidClientTokenId", "The security token included in the request is invalid."))
+            .respond(err(403, "SignatureDoesNotMatch", "The request signature we calculated does not match."))
+            .respond(err(403, "AccessDeniedException", "not authorized to perform ses:SendEmail"))
+            .respond(Response::new(401).with_body("Unauthorized"))
+            .respond(err(400, "AccountSuspendedException", "sending is disabled for this account"))
+            .respond(err(404, "NotFoundException", "Configuration set <herald> does not exist."))
             .respond(Response::new(503).with_body("Service Unavailable"))
             .respond(
                 Response::new(400).with_json(&json!({"__type": "com.amazon#BadRequestException", "message": "bad"})),
@@ -456,17 +491,35 @@ mod tests {
         assert!(
             matches!(send(&host).0, Err(SendError::Permanent(m)) if m.contains("MessageRejected") && m.contains("not verified"))
         );
-        assert!(matches!(send(&host).0, Err(SendError::Permanent(m)) if m.contains("InvalidClientTokenId")));
+        assert!(matches!(send(&host).0, Err(SendError::Permanent(m)) if m.contains("Illegal address")));
+        // credentials, signature, account and configuration set: the sender's setup, never a bounce
+        for code in [
+            "InvalidClientTokenId",
+            "SignatureDoesNotMatch",
+            "AccessDeniedException",
+            "401",
+            "AccountSuspendedException",
+            "NotFoundException",
+        ] {
+            assert!(matches!(send(&host).0, Err(SendError::Temporary(m)) if m.contains(code)), "{code}");
+        }
         assert!(matches!(send(&host).0, Err(SendError::Temporary(m)) if m.contains("503")));
         assert!(matches!(send(&host).0, Err(SendError::Permanent(m)) if m.contains("BadRequestException")));
         assert!(matches!(send(&host).0, Err(SendError::Temporary(_))));
-        assert!(matches!(send(&host).0, Err(SendError::Permanent(m)) if m.contains("refused")));
+        assert!(matches!(send(&host).0, Err(SendError::Temporary(m)) if m.contains("refused")));
     }
 
     #[test]
-    fn missing_credentials_are_permanent() {
-        let _host = MockHost::new().config("region", "us-east-1").secret("access_key_id", "a").install();
-        assert!(matches!(Ses::send(&message()), Err(SendError::Permanent(m)) if m.contains("secret_access_key")));
+    fn missing_configuration_is_temporary() {
+        let guard = MockHost::new().config("region", "us-east-1").secret("access_key_id", "a").install();
+        assert!(matches!(Ses::send(&message()), Err(SendError::Temporary(m)) if m.contains("secret_access_key")));
+        assert!(guard.requests().is_empty(), "nothing is sent without credentials");
+        drop(guard);
+        let guard = MockHost::new().secret("access_key_id", "a").secret("secret_access_key", "b").install();
+        assert!(matches!(Ses::send(&message()), Err(SendError::Temporary(m)) if m.contains("region")));
+        drop(guard);
+        let _guard = host().config("endpoint", "ftp://nowhere").install();
+        assert!(matches!(Ses::send(&message()), Err(SendError::Temporary(m)) if m.contains("https://")));
     }
 
     fn sns(event: &Json) -> Vec<u8> {
