@@ -37,6 +37,15 @@
 //! they go to the thread-local [`mock::MockHost`], so plugin logic is tested without a Herald server.
 //! [`compliance`] has the checks every plugin of a kind should pass.
 //!
+//! # Testing the built component
+//!
+//! [`mock::MockHost`] and [`compliance`] test the plugin's Rust code natively. To test the `.wasm` the
+//! operator installs — in the real plugin runtime, with its manifest, grants, limits, timeouts and HTTP
+//! policy — use the test kit `herald-plugin-testkit` (`sdk/testkit/` in Herald's repository) as a
+//! dev-dependency: its `Harness` loads the component into Herald's plugin host, its `FakeEndpoint`
+//! plays a provider or webhook receiver on loopback, and its `compliance::{operator, step, transport}`
+//! suites check the artifact against its kind's rules.
+//!
 //! # Building
 //!
 //! `cargo build --release --target wasm32-wasip2` produces `target/wasm32-wasip2/release/<crate>.wasm`,
