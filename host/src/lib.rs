@@ -127,6 +127,7 @@ impl App {
             default_transport: config.default_transport(),
             plugins: plugins.clone(),
             project_transports: Default::default(),
+            signers: Default::default(),
             domains: domains.clone(),
             throttle,
             sign: config.dkim_signing,

@@ -195,3 +195,51 @@ async fn graceful_release_gives_jobs_back_without_counting_the_attempt() {
     assert_eq!(job.attempts, 0);
     assert_eq!(store.claim_jobs("other", T0, 30_000, 10).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_batch_kind_runs_many_jobs_in_one_call_and_records_each_outcome() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::new();
+    let seen = calls.clone();
+    r.register_batch("batch", 10, move |ctxs| {
+        let seen = seen.clone();
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            ctxs.iter()
+                .map(|c| match c.payload["n"].as_i64() {
+                    Some(0) => Err("fails for good".to_string()),
+                    Some(1) => Err("fails once".to_string()),
+                    _ => Ok(()),
+                })
+                .collect()
+        }
+    });
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let mut job = NewJob::new("batch", json!({ "n": n }), T0);
+        job.max_attempts = if n == 0 { 1 } else { 3 };
+        ids.push(store.enqueue(&job, T0).await.unwrap());
+    }
+    let w = worker(&store, &clock, r, "w");
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran.len(), 4);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one handler call for the whole batch");
+    let status = |id: &str| {
+        let store = store.clone();
+        let id = id.to_string();
+        async move { store.job(&id).await.unwrap().unwrap() }
+    };
+    assert_eq!(status(&ids[0]).await.status, "dead");
+    assert_eq!(status(&ids[0]).await.last_error.as_deref(), Some("fails for good"));
+    let retried = status(&ids[1]).await;
+    assert_eq!((retried.status.as_str(), retried.run_at), ("queued", T0 + 1000), "retried with backoff");
+    assert_eq!(status(&ids[2]).await.status, "completed");
+    assert_eq!(status(&ids[3]).await.status, "completed");
+    // the retried job runs again once its time comes
+    clock.advance(1000);
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}

@@ -22,7 +22,7 @@ use serde_json::Map;
 
 use crate::jobs::{JobContext, Registry};
 use crate::sending_domains::Domains;
-use crate::store::contacts::{ContactWrite, Event};
+use crate::store::contacts::Event;
 use crate::store::emails::EmailRow;
 
 pub const DELIVER_JOB: &str = "email.deliver";
@@ -148,6 +148,9 @@ pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
     Ok(msg.formatted())
 }
 
+/// A verified domain's project and its DKIM signer.
+pub type SignerEntry = (String, Arc<crate::dkim::Signer>);
+
 /// Delivery with its dependencies.
 pub struct Delivery {
     /// The built-in SMTP transport, when the server has an SMTP URL.
@@ -159,6 +162,8 @@ pub struct Delivery {
     pub plugins: Arc<crate::plugins::PluginHost>,
     /// Each project's transport setting, read at most every few seconds.
     pub project_transports: std::sync::Mutex<std::collections::HashMap<String, (Option<String>, std::time::Instant)>>,
+    /// Each sender domain's signer (None: not verified), read at most every few seconds.
+    pub signers: std::sync::Mutex<std::collections::HashMap<String, (Option<SignerEntry>, std::time::Instant)>>,
     pub domains: Arc<Domains>,
     /// Messages per second per project handed to the transport.
     pub throttle: crate::ratelimit::SendThrottle,
@@ -172,79 +177,200 @@ struct Payload {
     project: String,
 }
 
+/// Jobs of `email.deliver` claimed and delivered together.
+pub const DELIVER_BATCH: usize = 64;
+
+/// What happened to one message of a batch.
+enum Sent {
+    /// Nothing to do (deleted meanwhile, or already decided by an earlier run).
+    Skip,
+    Accepted(Option<String>),
+    /// Temporary failure: the job retries (or, at the last attempt, the email is FAILED).
+    Temporary(String),
+    Bounced(String),
+}
+
 impl Delivery {
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
         let d = self.clone();
-        registry.register(DELIVER_JOB, move |ctx: JobContext| {
+        registry.register_batch(DELIVER_JOB, DELIVER_BATCH, move |ctxs: Vec<JobContext>| {
             let d = d.clone();
-            async move { d.deliver(&ctx).await }
+            async move { d.deliver_batch(ctxs).await }
         });
     }
 
-    async fn deliver(&self, ctx: &JobContext) -> Result<(), String> {
-        let p: Payload = serde_json::from_value(ctx.payload.clone()).map_err(|e| format!("bad payload: {e}"))?;
-        let store = &ctx.store;
-        let Some(e) = store.email(&p.project, &p.email).await.map_err(|e| e.to_string())? else {
-            return Ok(()); // deleted meanwhile
+    /// Delivers a batch: one read of the emails, one status write, the messages built, signed and sent
+    /// concurrently, and one transaction for every outcome with its event.
+    async fn deliver_batch(&self, ctxs: Vec<JobContext>) -> Vec<Result<(), String>> {
+        let n = ctxs.len();
+        let Some(first) = ctxs.first() else { return vec![] };
+        let (store, clock) = (first.store.clone(), first.clock.clone());
+        let payloads: Vec<Option<Payload>> =
+            ctxs.iter().map(|c| serde_json::from_value::<Payload>(c.payload.clone()).ok()).collect();
+        let ids: Vec<String> = payloads.iter().flatten().map(|p| p.email.clone()).collect();
+        let rows = match store.emails_by_ids(&ids).await {
+            Ok(r) => r,
+            Err(e) => return vec![Err(e.to_string()); n],
         };
-        if e.status != "PENDING" && e.status != "SENDING" {
-            return Ok(()); // already decided (a retried job after the outcome was stored)
+        let by_id: std::collections::HashMap<&str, &EmailRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+        // The email each job delivers, when it still needs delivering (and belongs to the job's project).
+        let todo: Vec<Option<&EmailRow>> = payloads
+            .iter()
+            .map(|p| {
+                let p = p.as_ref()?;
+                let e = by_id.get(p.email.as_str())?;
+                (e.project == p.project && (e.status == "PENDING" || e.status == "SENDING")).then_some(*e)
+            })
+            .collect();
+        let sending: Vec<String> = todo.iter().flatten().map(|e| e.id.clone()).collect();
+        if let Err(e) = store.mark_sending(&sending, clock.now_ms()).await {
+            return vec![Err(e.to_string()); n];
         }
-        let now = ctx.clock.now_ms();
-        store.set_email_status(&e.id, "SENDING", None, None, now).await.map_err(|e| e.to_string())?;
-        let mut raw = build_message(&e, now)?;
+        let sends = todo.iter().map(|e| async {
+            match e {
+                None => Ok(Sent::Skip),
+                Some(e) => self.send_one(&store, &clock, e).await,
+            }
+        });
+        let sent = futures_util::future::join_all(sends).await;
+        let now = clock.now_ms();
+        let mut outcomes = Vec::new();
+        let mut events = Vec::new();
+        let mut bounced = Vec::new();
+        let mut results = Vec::with_capacity(n);
+        for ((ctx, e), r) in ctxs.iter().zip(&todo).zip(sent) {
+            let outcome = |status: &str, error: Option<String>, sent_at: Option<i64>, pid: Option<String>| {
+                crate::store::emails::DeliveryOutcome {
+                    id: e.map(|e| e.id.clone()).unwrap_or_default(),
+                    status: status.to_string(),
+                    error,
+                    sent_at,
+                    provider_message_id: pid,
+                }
+            };
+            match (e, r) {
+                (_, Err(msg)) => results.push(Err(msg)),
+                (None, _) | (_, Ok(Sent::Skip)) => results.push(Ok(())),
+                (Some(e), Ok(Sent::Accepted(pid))) => {
+                    outcomes.push(outcome("SENT", None, Some(now), pid));
+                    events.push(event(e, "email.sent", None, now));
+                    results.push(Ok(()));
+                }
+                (Some(_), Ok(Sent::Temporary(msg))) if ctx.attempt < DELIVER_ATTEMPTS => {
+                    results.push(Err(format!("temporary failure: {msg}")));
+                }
+                (Some(_), Ok(Sent::Temporary(msg))) => {
+                    outcomes.push(outcome("FAILED", Some(msg), None, None));
+                    results.push(Ok(()));
+                }
+                (Some(e), Ok(Sent::Bounced(msg))) => {
+                    events.push(event(e, "email.bounce", Some(&msg), now));
+                    outcomes.push(outcome("BOUNCED", Some(msg), None, None));
+                    bounced.push(e);
+                    results.push(Ok(()));
+                }
+            }
+        }
+        if let Err(e) = store.record_deliveries(&outcomes, &events, now).await {
+            return vec![Err(e.to_string()); n];
+        }
+        // A permanent bounce unsubscribes the contact (decision 19), with its event when it really flips.
+        for e in bounced {
+            if let Err(err) = crate::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await {
+                tracing::warn!(email = %e.id, error = %err, "cannot unsubscribe a bounced contact");
+            }
+        }
+        results
+    }
+
+    /// Builds, signs and sends one message through the project's transport.
+    async fn send_one(
+        &self,
+        store: &crate::store::Store,
+        clock: &crate::clock::SharedClock,
+        e: &EmailRow,
+    ) -> Result<Sent, String> {
+        let now = clock.now_ms();
         let from_domain = e.from.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default();
-        if self.sign
-            && let Some(d) = store.domain_by_name(&from_domain).await.map_err(|e| e.to_string())?
-            && d.project == e.project
-            && d.status == "VERIFIED"
-        {
-            let signer = self.domains.signer(&d).map_err(|e| e.to_string())?;
-            let extra: &[&str] = if e.kind == "MARKETING" { crate::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
-            let header = signer.sign(&raw, extra).map_err(|e| e.to_string())?;
-            let mut signed = header.into_bytes();
-            signed.extend_from_slice(&raw);
-            raw = signed;
-        }
+        let signer = if self.sign { self.signer_for(store, &from_domain, &e.project).await? } else { None };
+        let row = e.clone();
+        let raw = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+            let raw = build_message(&row, now)?;
+            match signer {
+                None => Ok(raw),
+                Some(signer) => {
+                    let extra: &[&str] =
+                        if row.kind == "MARKETING" { crate::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
+                    let header = signer.sign(&raw, extra).map_err(|e| e.to_string())?;
+                    let mut signed = header.into_bytes();
+                    signed.extend_from_slice(&raw);
+                    Ok(signed)
+                }
+            }
+        })
+        .await
+        .map_err(|e| format!("message building failed: {e}"))??;
         let id = e.message_id.trim_matches(['<', '>']).to_string();
-        let transport = self.transport_for(ctx, &e.project).await?;
+        let transport = self.transport_for(store, &e.project).await?;
         self.throttle.take(&e.project).await;
-        let now = ctx.clock.now_ms();
         let outcome = match transport.as_str() {
             "smtp" => match &self.smtp {
                 Some(t) => t.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
                 None => Err(SendError::Transient("SMTP is not configured on this server (set smtp_url)".into())),
             },
             "file" => self.file.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
-            plugin => self.send_plugin(plugin, &e, &id, raw).await,
+            plugin => self.send_plugin(plugin, e, &id, raw).await,
         };
-        match outcome {
-            Ok(provider_id) => {
-                if let Some(pid) = provider_id {
-                    store.set_provider_message_id(&e.id, &pid).await.map_err(|e| e.to_string())?;
-                }
-                store.set_email_status(&e.id, "SENT", None, Some(now), now).await.map_err(|e| e.to_string())?;
-                emit(ctx, &e, "email.sent", None).await
-            }
-            Err(SendError::Transient(msg)) if ctx.attempt < DELIVER_ATTEMPTS => {
-                Err(format!("temporary failure: {msg}"))
-            }
-            Err(SendError::Transient(msg)) => {
-                store.set_email_status(&e.id, "FAILED", Some(&msg), None, now).await.map_err(|e| e.to_string())?;
-                Ok(())
-            }
-            Err(SendError::Permanent(msg)) => {
-                store.set_email_status(&e.id, "BOUNCED", Some(&msg), None, now).await.map_err(|e| e.to_string())?;
-                emit(ctx, &e, "email.bounce", Some(&msg)).await?;
-                unsubscribe(ctx, &e).await
-            }
-        }
+        Ok(match outcome {
+            Ok(pid) => Sent::Accepted(pid),
+            Err(SendError::Transient(m)) => Sent::Temporary(m),
+            Err(SendError::Permanent(m)) => Sent::Bounced(m),
+        })
     }
+
+    /// The DKIM signer of a verified sender domain of this project (cached for a few seconds).
+    async fn signer_for(
+        &self,
+        store: &crate::store::Store,
+        domain: &str,
+        project: &str,
+    ) -> Result<Option<Arc<crate::dkim::Signer>>, String> {
+        const FRESH: Duration = Duration::from_secs(3);
+        let cached = {
+            let map = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(domain).filter(|(_, at)| at.elapsed() < FRESH).map(|(s, _)| s.clone())
+        };
+        let entry = match cached {
+            Some(entry) => entry,
+            None => {
+                let entry = match store.domain_by_name(domain).await.map_err(|e| e.to_string())? {
+                    Some(d) if d.status == "VERIFIED" => {
+                        Some((d.project.clone(), Arc::new(self.domains.signer(&d).map_err(|e| e.to_string())?)))
+                    }
+                    _ => None,
+                };
+                let mut map = self.signers.lock().unwrap_or_else(|p| p.into_inner());
+                map.insert(domain.to_string(), (entry.clone(), std::time::Instant::now()));
+                entry
+            }
+        };
+        Ok(entry.filter(|(p, _)| p == project).map(|(_, s)| s))
+    }
+}
+
+fn event(e: &EmailRow, name: &str, reason: Option<&str>, now: i64) -> Event {
+    let mut data = Map::new();
+    data.insert("emailId".into(), e.id.clone().into());
+    data.insert("subject".into(), e.subject.clone().into());
+    if let Some(r) = reason {
+        data.insert("reason".into(), r.into());
+    }
+    Event::new(&e.project, &e.contact, name, data, "system", now)
 }
 
 impl Delivery {
     /// The project's transport (cached for a few seconds), or the server's default.
-    async fn transport_for(&self, ctx: &JobContext, project: &str) -> Result<String, String> {
+    async fn transport_for(&self, store: &crate::store::Store, project: &str) -> Result<String, String> {
         const FRESH: Duration = Duration::from_secs(3);
         let cached = {
             let map = self.project_transports.lock().unwrap_or_else(|p| p.into_inner());
@@ -253,7 +379,7 @@ impl Delivery {
         let setting = match cached {
             Some(t) => t,
             None => {
-                let t = ctx.store.project(project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
+                let t = store.project(project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
                 let mut map = self.project_transports.lock().unwrap_or_else(|p| p.into_inner());
                 map.insert(project.to_string(), (t.clone(), std::time::Instant::now()));
                 t
@@ -309,23 +435,4 @@ impl Delivery {
             Err(err) => Err(SendError::Transient(err.to_string())),
         }
     }
-}
-
-async fn emit(ctx: &JobContext, e: &EmailRow, name: &str, reason: Option<&str>) -> Result<(), String> {
-    let mut data = Map::new();
-    data.insert("emailId".into(), e.id.clone().into());
-    data.insert("subject".into(), e.subject.clone().into());
-    if let Some(r) = reason {
-        data.insert("reason".into(), r.into());
-    }
-    let ev = Event::new(&e.project, &e.contact, name, data, "system", ctx.clock.now_ms());
-    ctx.store.write_contact(&e.project, &ContactWrite::None, &[ev]).await.map(|_| ()).map_err(|e| e.to_string())
-}
-
-/// A permanent bounce unsubscribes the contact (decision 19), with its event when it really flips.
-async fn unsubscribe(ctx: &JobContext, e: &EmailRow) -> Result<(), String> {
-    crate::ingest::set_subscribed(&ctx.store, &ctx.clock, &e.project, &e.contact, false)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }

@@ -23,6 +23,8 @@ use crate::store::{Store, StoreError};
 
 pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 type HandlerFn = Arc<dyn Fn(JobContext) -> JobFuture + Send + Sync>;
+pub type BatchFuture = Pin<Box<dyn Future<Output = Vec<Result<(), String>>> + Send>>;
+type BatchFn = Arc<dyn Fn(Vec<JobContext>) -> BatchFuture + Send + Sync>;
 
 /// What a handler gets: the job's payload and identity, and the shared services.
 #[derive(Clone)]
@@ -39,6 +41,8 @@ pub struct JobContext {
 #[derive(Clone, Default)]
 pub struct Registry {
     handlers: HashMap<String, HandlerFn>,
+    /// Kinds whose jobs are claimed and run many at a time (one handler call, one outcome write).
+    batch: HashMap<String, (usize, BatchFn)>,
 }
 
 impl Registry {
@@ -54,8 +58,24 @@ impl Registry {
         self.handlers.insert(kind.to_string(), Arc::new(move |ctx| Box::pin(f(ctx))));
     }
 
+    /// Registers a batch handler: up to `max` jobs of `kind` are claimed together and handed over in one
+    /// call, which returns one result per job, in order. Outcomes are recorded in one transaction.
+    pub fn register_batch<F, Fut>(&mut self, kind: &str, max: usize, f: F)
+    where
+        F: Fn(Vec<JobContext>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<Result<(), String>>> + Send + 'static,
+    {
+        self.batch.insert(kind.to_string(), (max.max(1), Arc::new(move |ctxs| Box::pin(f(ctxs)))));
+    }
+
     pub fn kinds(&self) -> impl Iterator<Item = &str> {
-        self.handlers.keys().map(String::as_str)
+        self.handlers.keys().chain(self.batch.keys()).map(String::as_str)
+    }
+
+    fn batch_kinds(&self) -> Vec<String> {
+        let mut k: Vec<String> = self.batch.keys().cloned().collect();
+        k.sort();
+        k
     }
 }
 
@@ -118,14 +138,94 @@ impl Worker {
     pub async fn run_once(&self, limit: usize) -> Result<Vec<(Job, Outcome)>, StoreError> {
         let now = self.clock.now_ms();
         let jobs = self.store.claim_jobs(&self.opts.id, now, self.opts.lease_ms, limit).await?;
-        let runs = jobs.into_iter().map(|job| {
+        let (batched, single): (Vec<Job>, Vec<Job>) =
+            jobs.into_iter().partition(|j| self.registry.batch.contains_key(&j.kind));
+        let runs = single.into_iter().map(|job| {
             let this = self.clone();
             async move {
                 let outcome = this.execute(&job).await;
                 (job, outcome)
             }
         });
-        Ok(futures_util::future::join_all(runs).await)
+        let mut out = futures_util::future::join_all(runs).await;
+        for kind in self.registry.batch_kinds() {
+            let group: Vec<Job> = batched.iter().filter(|j| j.kind == kind).cloned().collect();
+            if !group.is_empty() {
+                out.extend(self.execute_batch(&kind, group).await);
+            }
+        }
+        Ok(out)
+    }
+
+    fn context(&self, job: &Job) -> JobContext {
+        JobContext {
+            id: job.id.clone(),
+            kind: job.kind.clone(),
+            payload: serde_json::from_str(&job.payload).unwrap_or(Value::Null),
+            attempt: job.attempts,
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    /// Runs claimed jobs of a batch kind through one handler call and records every outcome in one
+    /// transaction.
+    async fn execute_batch(&self, kind: &str, jobs: Vec<Job>) -> Vec<(Job, Outcome)> {
+        let started = std::time::Instant::now();
+        let Some((_, handler)) = self.registry.batch.get(kind).cloned() else { return vec![] };
+        let ctxs: Vec<JobContext> = jobs.iter().map(|j| self.context(j)).collect();
+        let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+        let fut = tokio::spawn(handler(ctxs));
+        let heartbeat = self.heartbeat_many(ids);
+        let results = tokio::select! {
+            r = fut => r.unwrap_or_else(|e| vec![Err(format!("job handler panicked: {e}")); jobs.len()]),
+            _ = heartbeat => vec![Err("lease heartbeat stopped".to_string()); jobs.len()],
+        };
+        let now = self.clock.now_ms();
+        let mut done = Vec::new();
+        let mut failed = Vec::new();
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for (i, job) in jobs.into_iter().enumerate() {
+            let result = results.get(i).cloned().unwrap_or_else(|| Err("the batch handler returned no result".into()));
+            let outcome = match result {
+                Ok(()) => {
+                    done.push(job.id.clone());
+                    Outcome::Completed
+                }
+                Err(error) => {
+                    let retry_at = (job.attempts < job.max_attempts).then(|| now + backoff_ms(job.attempts));
+                    tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %error, "job failed");
+                    failed.push(crate::store::jobs::FailedJob { id: job.id.clone(), error, retry_at });
+                    match retry_at {
+                        Some(at) => Outcome::Retried { at },
+                        None => Outcome::Dead,
+                    }
+                }
+            };
+            outcomes.push((job, outcome));
+        }
+        if let Err(e) = self.store.finish_jobs(&self.opts.id, &done, &failed, now).await {
+            tracing::error!(kind, error = %e, "cannot record the outcomes of a job batch");
+            for o in &mut outcomes {
+                o.1 = Outcome::LeaseLost;
+            }
+        }
+        for (job, outcome) in &outcomes {
+            crate::metrics::job_finished(&job.kind, outcome, started.elapsed());
+        }
+        outcomes
+    }
+
+    /// Extends the leases of a batch every third of the lease length, forever (dropped when it ends).
+    async fn heartbeat_many(&self, ids: Vec<String>) {
+        let period = Duration::from_millis((self.opts.lease_ms / 3).max(10) as u64);
+        loop {
+            tokio::time::sleep(period).await;
+            let until = self.clock.now_ms() + self.opts.lease_ms;
+            if let Err(e) = self.store.extend_leases(&ids, &self.opts.id, until).await {
+                tracing::warn!(error = %e, "cannot extend job leases");
+            }
+        }
     }
 
     /// Runs one claimed job and records its outcome.
@@ -134,15 +234,7 @@ impl Worker {
         let result = match self.registry.handlers.get(&job.kind) {
             None => Err(format!("no handler registered for job kind {:?}", job.kind)),
             Some(handler) => {
-                let payload = serde_json::from_str(&job.payload).unwrap_or(Value::Null);
-                let ctx = JobContext {
-                    id: job.id.clone(),
-                    kind: job.kind.clone(),
-                    payload,
-                    attempt: job.attempts,
-                    store: self.store.clone(),
-                    clock: self.clock.clone(),
-                };
+                let ctx = self.context(job);
                 // Keep the lease alive while the handler runs; a panic in the handler fails the attempt.
                 let fut = tokio::spawn(handler(ctx));
                 let heartbeat = self.heartbeat(job.id.clone());
@@ -202,16 +294,48 @@ impl Worker {
     /// jobs to finish and releases any leases still held.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let slots = Arc::new(Semaphore::new(self.opts.concurrency));
+        let batch_kinds = self.registry.batch_kinds();
+        let single = crate::store::jobs::KindFilter::Except(batch_kinds.clone());
         loop {
             if *shutdown.borrow() {
                 break;
             }
-            let free = slots.available_permits();
             let mut claimed = 0;
+            // Batch kinds first: one slot runs a whole batch.
+            for kind in &batch_kinds {
+                let Some((max, _)) = self.registry.batch.get(kind) else { continue };
+                if slots.available_permits() == 0 {
+                    break;
+                }
+                let only = crate::store::jobs::KindFilter::Only(vec![kind.clone()]);
+                match self
+                    .store
+                    .claim_jobs_of(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, *max, &only)
+                    .await
+                {
+                    Ok(jobs) if !jobs.is_empty() => {
+                        claimed += jobs.len();
+                        let Ok(permit) = slots.clone().acquire_owned().await else { break };
+                        let this = self.clone();
+                        let kind = kind.clone();
+                        tokio::spawn(async move {
+                            this.execute_batch(&kind, jobs).await;
+                            drop(permit);
+                        });
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot claim jobs"),
+                }
+            }
+            let free = slots.available_permits();
             if free > 0 {
-                match self.store.claim_jobs(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, free).await {
+                match self
+                    .store
+                    .claim_jobs_of(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, free, &single)
+                    .await
+                {
                     Ok(jobs) => {
-                        claimed = jobs.len();
+                        claimed += jobs.len();
                         for job in jobs {
                             let Ok(permit) = slots.clone().acquire_owned().await else { break };
                             let this = self.clone();

@@ -45,7 +45,7 @@ impl Event {
         }
     }
 
-    fn doc(&self) -> Value {
+    pub(crate) fn doc(&self) -> Value {
         vars! {
             "id": self.id, "doc": {
                 "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,

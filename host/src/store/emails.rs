@@ -31,6 +31,16 @@ pub struct EmailRow {
     pub updated_at: i64,
 }
 
+/// The recorded outcome of one delivery.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryOutcome {
+    pub id: String,
+    pub status: String,
+    pub error: Option<String>,
+    pub sent_at: Option<i64>,
+    pub provider_message_id: Option<String>,
+}
+
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
      subject, html, text, headers, attachments, kind, template, message_id, status, error, sent_at, created_at, updated_at";
 
@@ -72,6 +82,66 @@ impl Store {
                  INSERT INTO job $jobs RETURN NONE;
                  COMMIT TRANSACTION;",
                 vars! { "emails": rows.clone(), "jobs": jobs.clone() },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Emails by id, in any project (the delivery batch checks each against its job's project).
+    pub async fn emails_by_ids(&self, ids: &[String]) -> Result<Vec<EmailRow>, StoreError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        self.query(
+            &format!("SELECT {FIELDS} FROM array::map($ids, |$i| type::record('email', $i))"),
+            vars! { "ids": ids },
+        )
+        .await?
+        .all(0)
+    }
+
+    /// Marks emails as being sent (those still PENDING), in one statement.
+    pub async fn mark_sending(&self, ids: &[String], now: i64) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.write(|| async {
+            self.query(
+                "UPDATE array::map($ids, |$i| type::record('email', $i)) SET status = 'SENDING', updated_at = $now
+                 WHERE status = 'PENDING' RETURN NONE",
+                vars! { "ids": ids, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Records the outcomes of a delivery batch and their events in one transaction.
+    pub async fn record_deliveries(
+        &self,
+        outcomes: &[DeliveryOutcome],
+        events: &[super::contacts::Event],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        if outcomes.is_empty() && events.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<Value> =
+            outcomes.iter().map(|o| super::jobs::strip_nulls(serde_json::to_value(o).unwrap_or(Value::Null))).collect();
+        let events: Vec<Value> = events.iter().map(|e| e.doc()).collect();
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 FOR $o IN $rows {
+                    UPDATE type::record('email', $o.id) SET status = $o.status, error = $o.error, sent_at = $o.sent_at,
+                        provider_message_id = $o.provider_message_id, updated_at = $now RETURN NONE;
+                 };
+                 FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };
+                 COMMIT TRANSACTION;",
+                vars! { "rows": rows.clone(), "events": events.clone(), "now": now },
             )
             .await
         })

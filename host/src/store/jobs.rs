@@ -29,6 +29,22 @@ pub struct Job {
 }
 
 /// What to enqueue.
+/// Which job kinds a claim takes.
+#[derive(Debug, Clone)]
+pub enum KindFilter {
+    Any,
+    Only(Vec<String>),
+    Except(Vec<String>),
+}
+
+/// A failed attempt of a batch job: retried at `retry_at`, or dead-lettered when None.
+#[derive(Debug, Clone)]
+pub struct FailedJob {
+    pub id: String,
+    pub error: String,
+    pub retry_at: Option<i64>,
+}
+
 #[derive(Debug, Clone)]
 pub struct NewJob {
     pub kind: String,
@@ -127,16 +143,33 @@ impl Store {
         lease_ms: i64,
         limit: usize,
     ) -> Result<Vec<Job>, StoreError> {
+        self.claim_jobs_of(worker, now, lease_ms, limit, &KindFilter::Any).await
+    }
+
+    /// [`Store::claim_jobs`] restricted to some kinds (or to all but some).
+    pub async fn claim_jobs_of(
+        &self,
+        worker: &str,
+        now: i64,
+        lease_ms: i64,
+        limit: usize,
+        filter: &KindFilter,
+    ) -> Result<Vec<Job>, StoreError> {
         if limit == 0 {
             return Ok(vec![]);
         }
+        let (cond, kinds): (&str, &[String]) = match filter {
+            KindFilter::Any => ("", &[]),
+            KindFilter::Only(k) => (" AND kind IN $kinds", k),
+            KindFilter::Except(k) => (" AND kind NOT IN $kinds", k),
+        };
         self.write(|| async {
             self.query(
                 &format!(
                     "{{
-                        LET $ready = (SELECT VALUE id FROM job WHERE status = 'queued' AND run_at <= $now
+                        LET $ready = (SELECT VALUE id FROM job WHERE status = 'queued' AND run_at <= $now{cond}
                             ORDER BY priority DESC, run_at ASC LIMIT $limit);
-                        LET $stale = (SELECT VALUE id FROM job WHERE status = 'running' AND lease_expires <= $now
+                        LET $stale = (SELECT VALUE id FROM job WHERE status = 'running' AND lease_expires <= $now{cond}
                             LIMIT $limit);
                         LET $ids = array::slice(array::concat($stale, $ready), 0, $limit);
                         UPDATE $ids SET status = 'running', lease_owner = $w, lease_expires = $now + $lease,
@@ -144,13 +177,75 @@ impl Store {
                         RETURN (SELECT {JOB_FIELDS} FROM $ids ORDER BY priority DESC, run_at ASC);
                     }}"
                 ),
-                vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit },
+                vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit, "kinds": kinds },
             )
             .await?
             .value(0)
             .and_then(|v| serde_json::from_value::<Vec<Job>>(v).map_err(|e| StoreError::Decode(e.to_string())))
         })
         .await
+    }
+
+    /// Records the outcomes of many jobs a worker holds in one transaction: done, back to the queue at a
+    /// time, or dead-lettered. Jobs whose lease the worker lost are left alone. (Batch kinds are never
+    /// recurring.)
+    pub async fn finish_jobs(
+        &self,
+        worker: &str,
+        done: &[String],
+        failed: &[FailedJob],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        if done.is_empty() && failed.is_empty() {
+            return Ok(());
+        }
+        let retry: Vec<Value> = failed
+            .iter()
+            .filter_map(|f| f.retry_at.map(|at| serde_json::json!({ "id": f.id, "err": f.error, "at": at })))
+            .collect();
+        let dead: Vec<Value> = failed
+            .iter()
+            .filter(|f| f.retry_at.is_none())
+            .map(|f| serde_json::json!({ "id": f.id, "err": f.error }))
+            .collect();
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 FOR $id IN $done {
+                    UPDATE type::record('job', $id) SET status = 'completed', lease_owner = NONE, lease_expires = NONE,
+                        finished_at = $now, updated_at = $now WHERE status = 'running' AND lease_owner = $w RETURN NONE;
+                 };
+                 FOR $f IN $retry {
+                    UPDATE type::record('job', $f.id) SET status = 'queued', run_at = $f.at, lease_owner = NONE,
+                        lease_expires = NONE, last_error = $f.err, updated_at = $now
+                        WHERE status = 'running' AND lease_owner = $w RETURN NONE;
+                 };
+                 FOR $f IN $dead {
+                    UPDATE type::record('job', $f.id) SET status = 'dead', lease_owner = NONE, lease_expires = NONE,
+                        last_error = $f.err, finished_at = $now, updated_at = $now
+                        WHERE status = 'running' AND lease_owner = $w RETURN NONE;
+                 };
+                 COMMIT TRANSACTION;",
+                vars! { "w": worker, "now": now, "done": done, "retry": retry.clone(), "dead": dead.clone() },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Extends the leases of many jobs the worker still holds.
+    pub async fn extend_leases(&self, ids: &[String], worker: &str, until: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE array::map($ids, |$i| type::record('job', $i)) SET lease_expires = $until
+                 WHERE status = 'running' AND lease_owner = $w RETURN NONE",
+                vars! { "ids": ids, "w": worker, "until": until },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Marks a job done. A recurring job goes back to the queue for its next run. Returns false when the
