@@ -579,6 +579,11 @@ impl PluginHost {
         p.stats.micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// A loaded plugin by name.
+    pub fn plugin(&self, name: &str) -> Option<Arc<Loaded>> {
+        self.read().plugins.get(name).cloned()
+    }
+
     /// The plugin that provides an operator.
     pub fn operator(&self, name: &str) -> Option<Arc<Loaded>> {
         self.read().operators.get(name).cloned()
