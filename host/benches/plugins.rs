@@ -105,6 +105,8 @@ where
             while !stop.load(Ordering::Relaxed) {
                 assert!(f().await, "call failed");
                 done.fetch_add(1, Ordering::Relaxed);
+                // wasm calls that finish without waiting never yield; let the timer and others run
+                tokio::task::yield_now().await;
             }
         }));
     }
@@ -141,7 +143,7 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let receiver = listener.local_addr().unwrap();
     let acceptor = salvo::conn::tcp::TcpAcceptor::try_from(listener).unwrap();
-    tokio::spawn(Server::new(acceptor).serve(Router::new().post(receive)));
+    tokio::spawn(Server::new(acceptor).serve(Router::with_path("mail").post(receive)));
     let mut grants = std::collections::BTreeMap::new();
     grants.insert(
         "http".to_string(),
@@ -215,7 +217,13 @@ async fn main() {
         let (h, counter) = (h.clone(), counter.clone());
         async move {
             let i = counter.fetch_add(1, Ordering::Relaxed);
-            matches!(h.send("http", &outgoing(i)).await, Ok(SendOutcome::Accepted { .. }))
+            match h.send("http", &outgoing(i)).await {
+                Ok(SendOutcome::Accepted { .. }) => true,
+                other => {
+                    eprintln!("send failed: {other:?}");
+                    false
+                }
+            }
         }
     })
     .await;
@@ -249,6 +257,7 @@ async fn main() {
                     }
                 }
                 calls.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
             }
         }));
     }
