@@ -333,7 +333,10 @@ async fn a_project_switched_to_the_http_transport_plugin_delivers_to_a_local_rec
 
     let r = p
         .secret
-        .post("/v1/send", json!({"to": "ada@example.org", "from": "news@shop.test", "subject": "Plugged in", "body": "<p>Hi</p>"}))
+        .post(
+            "/v1/send",
+            json!({"to": "ada@example.org", "from": "news@shop.test", "subject": "Plugged in", "body": "<p>Hi</p>"}),
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.json);
     let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
@@ -368,7 +371,8 @@ async fn a_project_switched_to_the_http_transport_plugin_delivers_to_a_local_rec
     assert_eq!(email_status(&s, &p.id, &id).await, "DELIVERED");
     let again = post_notification(&s, "http", &note, b"k3y-k3y").await;
     assert_eq!((again.status, again.json["duplicate"].as_bool()), (200, Some(true)), "{}", again.json);
-    let forged = post_notification(&s, "http", &json!({"type": "complaint", "providerMessageId": "prov-123"}), b"nope").await;
+    let forged =
+        post_notification(&s, "http", &json!({"type": "complaint", "providerMessageId": "prov-123"}), b"nope").await;
     crate::harness::assert_envelope(&forged, 401, "UNAUTHORIZED");
     assert_eq!(email_status(&s, &p.id, &id).await, "DELIVERED");
     let unknown = post_notification(&s, "nope", &note, b"k3y-k3y").await;
