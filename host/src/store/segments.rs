@@ -35,6 +35,8 @@ pub struct Segment {
     pub track: bool,
     pub member_count: i64,
     #[serde(default)]
+    pub ref_fields: Vec<String>,
+    #[serde(default)]
     pub ref_segments: Vec<String>,
     #[serde(default)]
     pub ref_events: Vec<String>,
@@ -64,7 +66,7 @@ pub struct SegmentWrite {
 }
 
 const SEGMENT_FIELDS: &str = "record::id(id) AS id, project, name, description, kind, condition, track, member_count, \
-                              ref_segments, ref_events, computed_at, created_at, updated_at";
+                              ref_fields, ref_segments, ref_events, computed_at, created_at, updated_at";
 
 /// What a referenced segment contributes to a tree.
 #[derive(Debug, Clone)]
