@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::domain::conditions::{self, Tree};
 use crate::plugins::{CallError, PluginHost};
 use crate::store::contacts::Contact;
-use crate::store::segments::{Compiled, Diff, Leaf, Ref, Segment, compile};
+use crate::store::segments::{Compiled, Diff, Leaf, MembershipEvents, Ref, Segment, compile};
 use crate::store::{Store, StoreError};
 
 /// Candidates per plugin call.
@@ -318,7 +318,8 @@ impl Engine {
         let ids = self.matching_ids(&s.project, &c).await?;
         let (entry, exit) = event_names(&s.name, &s.id);
         let data = json!({ "segmentId": s.id, "segmentName": s.name });
-        Ok(self.store.apply_membership(&s.project, &s.id, &ids, &entry, &exit, &data, now).await?)
+        let events = MembershipEvents { entry, exit, data };
+        Ok(self.store.apply_membership(&s.project, &s.id, &ids, &events, now).await?)
     }
 
     /// The recurring recount: every segment's count, and every tracked segment's membership.

@@ -390,6 +390,14 @@ pub struct Candidate {
     pub v: Vec<Value>,
 }
 
+/// The names and payload of a tracked segment's entry and exit events.
+#[derive(Debug, Clone)]
+pub struct MembershipEvents {
+    pub entry: String,
+    pub exit: String,
+    pub data: Value,
+}
+
 /// What a compute changed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Diff {
@@ -772,11 +780,10 @@ impl Store {
         project: &str,
         segment: &str,
         matches: &[String],
-        entry: &str,
-        exit: &str,
-        data: &Value,
+        events: &MembershipEvents,
         now: i64,
     ) -> Result<Diff, StoreError> {
+        let (entry, exit, data) = (&events.entry, &events.exit, &events.data);
         let v = self
             .write(|| async {
                 self.query(
