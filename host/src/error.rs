@@ -188,6 +188,16 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<crate::segments::SegmentError> for ApiError {
+    fn from(e: crate::segments::SegmentError) -> Self {
+        match e {
+            crate::segments::SegmentError::Invalid(m) => ApiError::BadRequest(m),
+            crate::segments::SegmentError::Store(s) => s.into(),
+            crate::segments::SegmentError::Plugin(p) => ApiError::PluginUnavailable(p.to_string()),
+        }
+    }
+}
+
 /// Request id of the current request (set by the request-context hoop).
 pub fn request_id(depot: &Depot) -> String {
     depot.get::<String>(crate::api::REQUEST_ID).cloned().unwrap_or_default()

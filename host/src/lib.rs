@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod plugins;
 pub mod ratelimit;
 pub mod security;
+pub mod segments;
 pub mod sending_domains;
 pub mod state;
 pub mod store;
@@ -133,7 +134,11 @@ impl App {
             sign: config.dkim_signing,
         })
         .register(&mut registry);
+        let segments = segments::Engine::new(store.clone(), plugins.clone());
+        segments.register(&mut registry);
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
+        store.ensure_recurring(segments::REFRESH_JOB, segments::REFRESH_MS, clock.now_ms()).await?;
+        store.ensure_recurring(segments::TRACK_JOB, segments::TRACK_MS, clock.now_ms()).await?;
         store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
@@ -159,6 +164,7 @@ impl App {
             job_wake: worker.waker(),
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
             plugins,
+            segments,
             config,
             store,
             clock,

@@ -79,4 +79,6 @@ pub struct AppState {
     pub job_wake: Arc<tokio::sync::Notify>,
     /// The plugin runtime (operators, step types, transports).
     pub plugins: Arc<crate::plugins::PluginHost>,
+    /// The segment engine (conditions, counts, tracked memberships).
+    pub segments: crate::segments::Engine,
 }

@@ -15,6 +15,7 @@ mod domains;
 mod foundation;
 mod jobs;
 mod plugins;
+mod segments;
 mod send;
 mod smtp_sink;
 mod templates;

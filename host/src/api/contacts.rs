@@ -474,8 +474,15 @@ pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<
 
 async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
     let contact_count = st.store.all_contact_data(project_id).await?.iter().filter(|d| d.contains_key(name)).count();
-    // Segments, campaigns and workflows do not exist yet: nothing references a field.
-    let (segments, campaigns, workflows): (Vec<Value>, Vec<Value>, Vec<Value>) = (vec![], vec![], vec![]);
+    let segments: Vec<Value> = st
+        .store
+        .segments_using_field(project_id, name)
+        .await?
+        .into_iter()
+        .map(|(id, name)| json!({ "id": id, "name": name }))
+        .collect();
+    // Campaigns and workflows do not exist yet.
+    let (campaigns, workflows): (Vec<Value>, Vec<Value>) = (vec![], vec![]);
     let can_delete = segments.is_empty() && campaigns.is_empty() && workflows.is_empty();
     Ok(FieldUsageOut {
         field: format!("data.{name}"),

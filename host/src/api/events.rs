@@ -359,10 +359,17 @@ pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<R
     let ctx = project(depot)?;
     let name = event_name.into_inner();
     let event_count = st.store.count_events(&ctx.project_id, Some(&name), None).await?;
-    // Segments and workflows do not exist yet: nothing references an event.
+    let used_in_segments = st
+        .store
+        .segments_using_event(&ctx.project_id, &name)
+        .await?
+        .into_iter()
+        .map(|(id, name)| serde_json::json!({ "id": id, "name": name }))
+        .collect();
+    // Workflows and campaigns do not exist yet.
     Reply::ok(&EventUsageOut {
         event: name,
-        used_in_segments: vec![],
+        used_in_segments,
         used_in_workflows: vec![],
         used_in_campaigns: vec![],
         event_count,

@@ -15,6 +15,7 @@ pub mod notifications;
 pub mod pages;
 pub mod pagination;
 pub mod plugins;
+pub mod segments;
 pub mod send;
 pub mod system;
 pub mod templates;
@@ -118,6 +119,7 @@ pub fn api_router() -> Router {
         .push(events::router())
         .push(domains::router())
         .push(templates::router())
+        .push(segments::router())
         .push(send::router())
         .push(notifications::router())
         .push(plugins::router())

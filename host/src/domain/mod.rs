@@ -2,6 +2,7 @@
 //!
 //! Must not import: salvo, surrealdb, tokio.
 
+pub mod conditions;
 pub mod contacts;
 pub mod domains;
 pub mod templating;

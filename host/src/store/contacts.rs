@@ -108,7 +108,8 @@ pub struct EventQuery {
     pub limit: usize,
 }
 
-const CONTACT_FIELDS: &str = "record::id(id) AS id, email, subscribed, data, version, created_at, updated_at";
+pub(crate) const CONTACT_FIELDS: &str =
+    "record::id(id) AS id, email, subscribed, data, version, created_at, updated_at";
 const EVENT_FIELDS: &str = "record::id(id) AS id, project, contact, name, data, source, created_at";
 
 impl Store {
@@ -182,7 +183,10 @@ impl Store {
                 self.query(
                     "BEGIN TRANSACTION;
                      LET $gone = (DELETE contact WHERE id = type::record('contact', $id) AND project = $p RETURN BEFORE);
-                     IF array::len($gone) > 0 { DELETE event WHERE project = $p AND contact = $id; };
+                     IF array::len($gone) > 0 {
+                        DELETE event WHERE project = $p AND contact = $id;
+                        DELETE segment_member WHERE project = $p AND contact = $id;
+                     };
                      RETURN array::len($gone) > 0;
                      COMMIT TRANSACTION;",
                     vars! { "p": project, "id": id },

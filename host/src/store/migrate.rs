@@ -17,6 +17,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0006_tracking.surql", include_str!("../../../migrations/0006_tracking.surql")),
     ("0007_notifications.surql", include_str!("../../../migrations/0007_notifications.surql")),
     ("0008_plugins.surql", include_str!("../../../migrations/0008_plugins.surql")),
+    ("0009_segments.surql", include_str!("../../../migrations/0009_segments.surql")),
 ];
 
 #[derive(serde::Deserialize)]

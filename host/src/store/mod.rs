@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod ingest;
 pub mod jobs;
 pub mod migrate;
+pub mod segments;
 pub mod templates;
 
 use std::future::Future;

@@ -1,0 +1,528 @@
+//! Segments (spec 2.4, 2.5, 4.7, 6; decisions 13, 25, 26): list, create, get, patch, delete, the live
+//! contacts of a segment, static members, compute (tracked memberships with entry and exit events) and
+//! refresh (count only).
+
+use salvo::http::StatusCode;
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::auth::{ApiKeyAuth, KeyRule, project};
+use super::body::{Fields, Reply, is_email, json_object};
+use super::contacts::ContactOut;
+use super::state;
+use crate::clock::rfc3339;
+use crate::domain::contacts::{DataPatch, normalize_email};
+use crate::error::ApiError;
+use crate::ingest::{Upsert, upsert};
+use crate::store::segments::{Segment, SegmentWrite};
+
+/// Most emails one members call takes.
+pub const MAX_MEMBER_EMAILS: usize = 1000;
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct SegmentOut {
+    id: String,
+    name: String,
+    description: Option<String>,
+    /// DYNAMIC or STATIC
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: String,
+    /// the condition tree (null for static segments)
+    #[salvo(schema(value_type = Object))]
+    condition: Value,
+    track_membership: bool,
+    /// cached count (see refresh)
+    member_count: i64,
+    project_id: String,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<&Segment> for SegmentOut {
+    fn from(s: &Segment) -> Self {
+        SegmentOut {
+            id: s.id.clone(),
+            name: s.name.clone(),
+            description: s.description.clone(),
+            kind: s.kind.clone(),
+            condition: s.condition.clone().unwrap_or(Value::Null),
+            track_membership: s.track,
+            member_count: s.member_count,
+            project_id: s.project.clone(),
+            created_at: rfc3339(s.created_at),
+            updated_at: rfc3339(s.updated_at),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct SegmentBody {
+    name: String,
+    description: Option<String>,
+    /// DYNAMIC (default) or STATIC
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: Option<String>,
+    /// `{logic, groups: [{filters, conditions?}]}`; required for DYNAMIC, ignored for STATIC
+    #[salvo(schema(value_type = Object))]
+    condition: Option<Value>,
+    track_membership: Option<bool>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct SegmentContactsOut {
+    data: Vec<ContactOut>,
+    total: i64,
+    page: usize,
+    page_size: usize,
+    total_pages: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct MembersBody {
+    /// at most 1000
+    emails: Vec<String>,
+    /// create contacts for unknown emails (default false)
+    create_missing: Option<bool>,
+    /// subscription state of created contacts (default true)
+    subscribed: Option<bool>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct MembersOut {
+    /// contacts that became members (add) or stopped being members (remove)
+    changed: usize,
+    /// emails that were already members (add) or were not members (remove)
+    unchanged: Vec<String>,
+    /// emails without a contact (and not created)
+    not_found: Vec<String>,
+    /// contacts created for unknown emails (createMissing)
+    created: Vec<String>,
+    member_count: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct ComputeOut {
+    id: String,
+    member_count: i64,
+    /// contacts that joined (an entry event each)
+    entered: i64,
+    /// contacts that left (an exit event each)
+    exited: i64,
+    computed_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct RefreshOut {
+    id: String,
+    member_count: i64,
+    refreshed_at: String,
+}
+
+pub fn router() -> Router {
+    Router::with_path("segments")
+        .hoop(ApiKeyAuth(KeyRule::SecretOnly))
+        .get(list_segments)
+        .post(create_segment)
+        .push(Router::with_path("{id}/contacts").get(segment_contacts))
+        .push(Router::with_path("{id}/members").post(add_members).delete(remove_members))
+        .push(Router::with_path("{id}/compute").post(compute))
+        .push(Router::with_path("{id}/refresh").post(refresh))
+        .push(Router::with_path("{id}").get(get_segment).patch(patch_segment).delete(delete_segment))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found("SEGMENT_NOT_FOUND", format!("Segment {id} not found"))
+}
+
+async fn load(st: &crate::state::AppState, project_id: &str, id: &str) -> Result<Segment, ApiError> {
+    st.store.segment(project_id, id).await?.ok_or_else(|| not_found(id))
+}
+
+/// The references of a condition, stored with the segment for usage queries and cycle checks.
+fn write_of(
+    name: String,
+    description: Option<String>,
+    kind: &str,
+    condition: Option<(Value, crate::domain::conditions::Tree)>,
+    track: bool,
+) -> SegmentWrite {
+    let (condition, rf, re, rs) = match condition {
+        Some((v, t)) => (Some(v), t.data_keys(), t.events(), t.segments()),
+        None => (None, vec![], vec![], vec![]),
+    };
+    SegmentWrite {
+        name,
+        description,
+        kind: kind.to_string(),
+        condition,
+        track,
+        ref_fields: rf,
+        ref_events: re,
+        ref_segments: rs,
+    }
+}
+
+/// Every segment of the project, newest first (a bare array).
+#[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = Vec<SegmentOut>)))]
+pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let list = st.store.list_segments(&ctx.project_id).await?;
+    Reply::ok(&list.iter().map(SegmentOut::from).collect::<Vec<_>>())
+}
+
+/// Creates a segment (201). A DYNAMIC segment needs an object condition (else a bare 400); a STATIC
+/// segment's condition is ignored (decision 26). An invalid condition is a 400 naming the filter.
+#[endpoint(
+    tags("segments"),
+    security(("bearer" = [])),
+    request_body = SegmentBody,
+    responses((status_code = 201, body = SegmentOut))
+)]
+pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let name = f.text("name", true, 100);
+    let description = f.string("description", false, 0, 500);
+    let kind = f.one_of("type", false, &["DYNAMIC", "STATIC"]).unwrap_or_else(|| "DYNAMIC".into());
+    let track = f.boolean("trackMembership").unwrap_or(false);
+    let dynamic = kind == "DYNAMIC";
+    if dynamic && !matches!(body.get("condition"), Some(Value::Object(_))) && f.errors.is_empty() {
+        return Err(ApiError::BareBadRequest("A dynamic segment needs a condition object".into()));
+    }
+    f.finish()?;
+    let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+    let condition = if dynamic {
+        let v = body.get("condition").cloned().unwrap_or(Value::Null);
+        let tree = st.segments.check(&ctx.project_id, &v, None).await?;
+        Some((v, tree))
+    } else {
+        None
+    };
+    let id = uuid::Uuid::now_v7().to_string();
+    let now = st.clock.now_ms();
+    st.store.create_segment(&ctx.project_id, &id, &write_of(name, description, &kind, condition, track), now).await?;
+    let s = load(&st, &ctx.project_id, &id).await?;
+    let n = st.segments.refresh(&s, now).await?;
+    let s = Segment { member_count: n, ..s };
+    Reply::created(&SegmentOut::from(&s))
+}
+
+/// One segment with its cached `memberCount`.
+#[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = SegmentOut)))]
+pub async fn get_segment(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+    Reply::ok(&SegmentOut::from(&s))
+}
+
+/// Updates name, description, condition (dynamic segments only) and trackMembership. A condition that
+/// references this segment, directly or through others, is refused.
+#[endpoint(tags("segments"), security(("bearer" = [])), request_body = SegmentBody, responses((status_code = 200, body = SegmentOut)))]
+pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let s = load(&st, &ctx.project_id, &id).await?;
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let name = f.text("name", false, 100);
+    let description = f.string("description", false, 0, 500);
+    let track = f.boolean("trackMembership");
+    if body.contains_key("type") && body.get("type") != Some(&Value::String(s.kind.clone())) {
+        f.error("type", "invalid_enum_value", "the type of a segment cannot change");
+    }
+    f.finish()?;
+    let name = name.unwrap_or_else(|| s.name.clone());
+    let description = if body.contains_key("description") { description } else { s.description.clone() };
+    let track = track.unwrap_or(s.track);
+    let w = match body.get("condition") {
+        None => SegmentWrite {
+            name,
+            description,
+            kind: s.kind.clone(),
+            condition: s.condition.clone(),
+            track,
+            ref_fields: s.ref_fields.clone(),
+            ref_events: s.ref_events.clone(),
+            ref_segments: s.ref_segments.clone(),
+        },
+        Some(Value::Null) if !s.is_dynamic() => write_of(name, description, &s.kind, None, track),
+        Some(_) if !s.is_dynamic() => {
+            return Err(ApiError::BadRequest("A static segment has no condition; manage its members instead".into()));
+        }
+        Some(v @ Value::Object(_)) => {
+            let tree = st.segments.check(&ctx.project_id, v, Some(&id)).await?;
+            write_of(name, description, &s.kind, Some((v.clone(), tree)), track)
+        }
+        Some(_) => return Err(ApiError::BadRequest("condition must be a condition object".into())),
+    };
+    let changed_condition = body.get("condition").is_some();
+    let now = st.clock.now_ms();
+    if !st.store.update_segment(&ctx.project_id, &id, &w, now).await? {
+        return Err(not_found(&id));
+    }
+    let mut s = load(&st, &ctx.project_id, &id).await?;
+    if changed_condition {
+        s.member_count = st.segments.refresh(&s, now).await?;
+    }
+    Reply::ok(&SegmentOut::from(&s))
+}
+
+/// Deletes a segment and its memberships (204); 409 while another segment's condition references it.
+#[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
+pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    load(&st, &ctx.project_id, &id).await?;
+    let users = st.store.segments_referencing_segment(&ctx.project_id, &id).await?;
+    if !users.is_empty() {
+        let names: Vec<String> = users.iter().map(|s| format!("{} ({})", s.name, s.id)).collect();
+        return Err(ApiError::Conflict(format!("Segment {id} is referenced by segment {}", names.join(", "))));
+    }
+    if !st.store.delete_segment(&ctx.project_id, &id).await? {
+        return Err(not_found(&id));
+    }
+    res.status_code(StatusCode::NO_CONTENT);
+    Ok(())
+}
+
+fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> {
+    match super::pagination::query_str(req, name) {
+        None => Ok(default),
+        Some(s) => {
+            s.trim().parse::<i64>().map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}")))
+        }
+    }
+}
+
+/// The contacts of a segment, page style (`page` from 1, `pageSize` 1 to 100, default 20); live for
+/// dynamic segments, the stored members for static ones.
+#[endpoint(
+    tags("segments"),
+    security(("bearer" = [])),
+    parameters(
+        ("page" = Option<i64>, Query, description = "1-based, default 1"),
+        ("pageSize" = Option<i64>, Query, description = "1 to 100, default 20"),
+    ),
+    responses((status_code = 200, body = SegmentContactsOut))
+)]
+pub async fn segment_contacts(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+    let page = page_param(req, "page", 1)?.max(1) as usize;
+    let page_size = page_param(req, "pageSize", 20)?.clamp(1, 100) as usize;
+    let (rows, total) =
+        st.segments.contacts(&s, (page - 1).saturating_mul(page_size), page_size, st.clock.now_ms()).await?;
+    let total_pages = (total + page_size as i64 - 1) / page_size as i64;
+    Reply::ok(&SegmentContactsOut {
+        data: rows.iter().map(ContactOut::from).collect(),
+        total,
+        page,
+        page_size,
+        total_pages,
+    })
+}
+
+/// The `emails` of a members body, checked and normalised (in order, without repeats).
+fn emails_of(body: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    let list = match body.get("emails") {
+        Some(Value::Array(a)) => a,
+        None | Some(Value::Null) => {
+            return Err(ApiError::field("emails", "required", "emails is required", Value::Null));
+        }
+        Some(v) => {
+            return Err(ApiError::field("emails", "invalid_type", "emails must be an array of strings", v.clone()));
+        }
+    };
+    if list.len() > MAX_MEMBER_EMAILS {
+        return Err(ApiError::field(
+            "emails",
+            "too_big",
+            &format!("at most {MAX_MEMBER_EMAILS} emails per call"),
+            json!(list.len()),
+        ));
+    }
+    let mut errors = Vec::new();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        match e.as_str().map(normalize_email) {
+            Some(n) if is_email(&n) => {
+                if !out.iter().any(|(_, x)| *x == n) {
+                    out.push((e.as_str().unwrap_or_default().to_string(), n));
+                }
+            }
+            _ => errors.push(crate::error::FieldError::new(
+                format!("emails.{i}"),
+                "invalid_string",
+                "must be a valid email address",
+                e.clone(),
+            )),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    Ok(out)
+}
+
+fn static_only(s: &Segment) -> Result<(), ApiError> {
+    if s.is_dynamic() {
+        return Err(ApiError::BadRequest(
+            "Members are managed on static segments only; a dynamic segment's members follow its condition".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The entry or exit event of a tracked static segment.
+fn member_event(s: &Segment, entry: bool) -> Option<(String, Value)> {
+    s.track.then(|| {
+        let (e, x) = crate::segments::event_names(&s.name, &s.id);
+        (if entry { e } else { x }, json!({ "segmentId": s.id, "segmentName": s.name }))
+    })
+}
+
+/// Adds contacts to a static segment by email; `createMissing` creates unknown contacts (with
+/// `subscribed`, default true), otherwise they are reported in `notFound`.
+#[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
+pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+    static_only(&s)?;
+    let body = json_object(req).await?;
+    let emails = emails_of(&body)?;
+    let mut f = Fields::new(&body);
+    let create_missing = f.boolean("createMissing").unwrap_or(false);
+    let subscribed = f.boolean("subscribed");
+    f.finish()?;
+    let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
+    let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
+    let mut ids = Vec::new();
+    let (mut not_found, mut created) = (Vec::new(), Vec::new());
+    for (orig, norm) in &emails {
+        if let Some(c) = found.iter().find(|c| &c.email == norm) {
+            ids.push((orig.clone(), c.id.clone()));
+        } else if create_missing {
+            let up = upsert(
+                &st.store,
+                &st.clock,
+                &ctx.project_id,
+                &Upsert {
+                    email: norm.clone(),
+                    subscribed,
+                    default_subscribed: true,
+                    patch: DataPatch::default(),
+                    event: None,
+                },
+            )
+            .await?;
+            created.push(orig.clone());
+            ids.push((orig.clone(), up.contact.id));
+        } else {
+            not_found.push(orig.clone());
+        }
+    }
+    let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
+    let ev = member_event(&s, true);
+    let now = st.clock.now_ms();
+    let added = st
+        .store
+        .add_members(&ctx.project_id, &s.id, &contact_ids, ev.as_ref().map(|(n, d)| (n.as_str(), d)), now)
+        .await?;
+    let unchanged = ids.iter().filter(|(_, c)| !added.contains(c)).map(|(o, _)| o.clone()).collect();
+    let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
+    Reply::ok(&MembersOut { changed: added.len(), unchanged, not_found, created, member_count })
+}
+
+/// Removes contacts from a static segment by email.
+#[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
+pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+    static_only(&s)?;
+    let body = json_object(req).await?;
+    let emails = emails_of(&body)?;
+    let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
+    let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
+    let mut ids = Vec::new();
+    let mut not_found = Vec::new();
+    for (orig, norm) in &emails {
+        match found.iter().find(|c| &c.email == norm) {
+            Some(c) => ids.push((orig.clone(), c.id.clone())),
+            None => not_found.push(orig.clone()),
+        }
+    }
+    let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
+    let ev = member_event(&s, false);
+    let removed = st
+        .store
+        .remove_members(
+            &ctx.project_id,
+            &s.id,
+            &contact_ids,
+            ev.as_ref().map(|(n, d)| (n.as_str(), d)),
+            st.clock.now_ms(),
+        )
+        .await?;
+    let unchanged = ids.iter().filter(|(_, c)| !removed.contains(c)).map(|(o, _)| o.clone()).collect();
+    let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
+    Reply::ok(&MembersOut { changed: removed.len(), unchanged, not_found, created: vec![], member_count })
+}
+
+/// Recomputes a tracked dynamic segment's membership and emits `segment.<slug>.entry` / `.exit` for each
+/// change (exactly once); other segments are only recounted.
+#[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = ComputeOut)))]
+pub async fn compute(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+    let now = st.clock.now_ms();
+    let d = st.segments.compute(&s, now).await?;
+    Reply::ok(&ComputeOut {
+        id: s.id,
+        member_count: d.count,
+        entered: d.entered,
+        exited: d.exited,
+        computed_at: rfc3339(now),
+    })
+}
+
+/// Recounts `memberCount` only: no events, no membership writes.
+#[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = RefreshOut)))]
+pub async fn refresh(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+    let now = st.clock.now_ms();
+    let n = st.segments.refresh(&s, now).await?;
+    Reply::ok(&RefreshOut { id: s.id, member_count: n, refreshed_at: rfc3339(now) })
+}
