@@ -90,6 +90,44 @@ fn changed(before: &Contact, after: &Contact) -> bool {
     before.subscribed != after.subscribed || before.data != after.data
 }
 
+/// A contact change worked out but not written yet: the caller writes it together with its own rows (see
+/// `Store::write_contacts_and_emails`) and plans again when that reports the contact stale.
+pub struct Planned {
+    pub contact: Contact,
+    pub write: ContactWrite,
+    pub events: Vec<Event>,
+}
+
+/// Reads the contact with this email and works out the change `u` makes, without writing.
+pub async fn plan(store: &Store, clock: &SharedClock, project: &str, u: &Upsert) -> Result<Planned, StoreError> {
+    let now = clock.now_ms();
+    let existing = store.contact_by_email(project, &u.email).await?;
+    let a = apply(project, existing.as_ref(), u, now);
+    let write = match &existing {
+        None => ContactWrite::Create {
+            id: a.contact.id.clone(),
+            email: a.contact.email.clone(),
+            subscribed: a.contact.subscribed,
+            data: a.contact.data.clone(),
+            now,
+        },
+        Some(c) if changed(c, &a.contact) => ContactWrite::Update {
+            id: c.id.clone(),
+            version: c.version,
+            email: c.email.clone(),
+            subscribed: a.contact.subscribed,
+            data: a.contact.data.clone(),
+            now,
+        },
+        Some(_) => ContactWrite::None,
+    };
+    let mut contact = a.contact;
+    if matches!(write, ContactWrite::Update { .. }) {
+        contact.version += 1;
+    }
+    Ok(Planned { contact, write, events: a.events })
+}
+
 /// One request: creates or updates the contact with this email and records its events in one
 /// transaction; retries when the contact changed meanwhile. Two concurrent upserts of one email make one
 /// contact (the unique index refuses the second create, which then reads and updates).

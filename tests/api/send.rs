@@ -637,3 +637,27 @@ async fn signed_notifications_update_emails_and_replays_and_bad_signatures_are_r
     );
     e.s.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_sends_to_one_new_recipient_make_one_contact_and_every_email() {
+    let e = env(0, false).await;
+    let sends = (0..8).map(|i| {
+        let c = e.p.secret.clone();
+        async move {
+            c.post(
+                "/v1/send",
+                json!({ "to": "same@example.org", "from": "news@shop.test", "subject": format!("s{i}"), "body": "b" }),
+            )
+            .await
+        }
+    });
+    let results = futures_util::future::join_all(sends).await;
+    let mut contacts = std::collections::HashSet::new();
+    for r in &results {
+        assert_eq!(r.status, 200, "{}", r.json);
+        contacts.insert(r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(contacts.len(), 1, "one contact for one email, whatever the concurrency");
+    let list = e.p.secret.get("/contacts?search=same@example.org").await;
+    assert_eq!(list.json["data"].as_array().map(Vec::len), Some(1), "{}", list.json);
+}

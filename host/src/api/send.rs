@@ -19,7 +19,8 @@ use crate::domain::templating::Mode;
 use crate::domain::text::html_to_text;
 use crate::domain::tracking::{instrument, tracked};
 use crate::error::{ApiError, FieldError};
-use crate::ingest::{Upsert, upsert};
+use crate::ingest::{Upsert, plan};
+use crate::store::contacts::WriteResult;
 use crate::store::emails::EmailRow;
 
 pub const MAX_RECIPIENTS: usize = 100;
@@ -439,84 +440,126 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
         let now = st.clock.now_ms();
         let from_domain = from_email.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default();
         let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
-        let mut rows = Vec::new();
-        let mut out = Vec::new();
-        for (email, name) in &recipients {
-            let up = upsert(
-                &st.store,
-                &st.clock,
-                &ctx.project_id,
-                &Upsert {
-                    email: email.clone(),
-                    subscribed,
-                    default_subscribed: false,
-                    patch: patch.clone(),
-                    event: None,
-                },
-            )
-            .await?;
-            let mut vars = Value::Object(up.contact.data.clone());
-            for (k, v) in patch.request_values() {
-                vars[k] = v;
-            }
-            vars["id"] = json!(up.contact.id);
-            vars["email"] = json!(up.contact.email);
-            let links = super::pages::links(&st, &ctx.project_id, &up.contact.id);
-            vars["unsubscribeUrl"] = json!(links.unsubscribe);
-            vars["subscribeUrl"] = json!(links.subscribe);
-            vars["manageUrl"] = json!(links.manage);
-            let mut email_headers = hdrs.clone();
-            if kind == "MARKETING" {
-                // RFC 8058 one-click unsubscribe, covered by the DKIM signature at delivery.
-                email_headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
-                email_headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
-            }
-            let render = |src: &str, mode: Mode| {
-                st.templates
-                    .render(src, &vars, mode, MAX_RENDER_BYTES)
-                    .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
-            };
-            let subject = render(&subject_src, Mode::Text)?;
-            let html = render(&html_src, Mode::Html)?;
-            let id = uuid::Uuid::now_v7().to_string();
-            let text = html_to_text(&html);
-            let html = if tracked(tracking_mode.as_deref(), &kind) {
-                instrument(
-                    &html,
-                    &st.config.public_url,
-                    |url| super::tracking::click_url(&st, &ctx.project_id, &id, url),
-                    &super::tracking::pixel_url(&st, &ctx.project_id, &id),
-                )
-            } else {
-                html
-            };
-            rows.push(EmailRow {
-                id: id.clone(),
-                project: ctx.project_id.clone(),
-                contact: up.contact.id.clone(),
-                recipient: email.clone(),
-                recipient_name: name.clone(),
-                from: from_email.clone(),
-                from_name: from_name.clone(),
-                reply_to: reply_to.clone(),
-                subject: subject.replace(['\r', '\n'], " "),
-                text,
-                html,
-                headers: serde_json::to_string(&email_headers).unwrap_or_else(|_| "[]".into()),
-                attachments: atts_json.clone(),
-                kind: kind.clone(),
-                template: template.as_ref().map(|t| t.id.clone()),
-                message_id: format!("<{id}@{from_domain}>"),
-                status: "PENDING".into(),
-                error: None,
-                sent_at: None,
-                created_at: now,
-                updated_at: now,
-            });
-            out.push(SentEmail { contact: SentContact { id: up.contact.id, email: up.contact.email }, email: id });
-        }
         let priority = if kind == "MARKETING" { 10 } else { 100 };
-        st.store.create_emails(&rows, DELIVER_JOB, priority, DELIVER_ATTEMPTS).await?;
+        // Contacts, events, emails and jobs are written in one transaction; when a contact changed meanwhile
+        // (or a concurrent request created it), everything is planned and rendered again.
+        let mut attempt = 0;
+        let out = loop {
+            attempt += 1;
+            let mut rows = Vec::new();
+            let mut out = Vec::new();
+            let mut writes = Vec::new();
+            let mut events = Vec::new();
+            let mut planned: std::collections::HashMap<String, crate::store::contacts::Contact> = Default::default();
+            for (email, name) in &recipients {
+                let contact = match planned.get(email) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let p = plan(
+                            &st.store,
+                            &st.clock,
+                            &ctx.project_id,
+                            &Upsert {
+                                email: email.clone(),
+                                subscribed,
+                                default_subscribed: false,
+                                patch: patch.clone(),
+                                event: None,
+                            },
+                        )
+                        .await?;
+                        writes.push(p.write);
+                        events.extend(p.events);
+                        planned.insert(email.clone(), p.contact.clone());
+                        p.contact
+                    }
+                };
+                let mut vars = Value::Object(contact.data.clone());
+                for (k, v) in patch.request_values() {
+                    vars[k] = v;
+                }
+                vars["id"] = json!(contact.id);
+                vars["email"] = json!(contact.email);
+                let links = super::pages::links(&st, &ctx.project_id, &contact.id);
+                vars["unsubscribeUrl"] = json!(links.unsubscribe);
+                vars["subscribeUrl"] = json!(links.subscribe);
+                vars["manageUrl"] = json!(links.manage);
+                let mut email_headers = hdrs.clone();
+                if kind == "MARKETING" {
+                    // RFC 8058 one-click unsubscribe, covered by the DKIM signature at delivery.
+                    email_headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
+                    email_headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
+                }
+                let render = |src: &str, mode: Mode| {
+                    st.templates
+                        .render(src, &vars, mode, MAX_RENDER_BYTES)
+                        .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
+                };
+                let subject = render(&subject_src, Mode::Text)?;
+                let html = render(&html_src, Mode::Html)?;
+                let id = uuid::Uuid::now_v7().to_string();
+                let text = html_to_text(&html);
+                let html = if tracked(tracking_mode.as_deref(), &kind) {
+                    instrument(
+                        &html,
+                        &st.config.public_url,
+                        |url| super::tracking::click_url(&st, &ctx.project_id, &id, url),
+                        &super::tracking::pixel_url(&st, &ctx.project_id, &id),
+                    )
+                } else {
+                    html
+                };
+                rows.push(EmailRow {
+                    id: id.clone(),
+                    project: ctx.project_id.clone(),
+                    contact: contact.id.clone(),
+                    recipient: email.clone(),
+                    recipient_name: name.clone(),
+                    from: from_email.clone(),
+                    from_name: from_name.clone(),
+                    reply_to: reply_to.clone(),
+                    subject: subject.replace(['\r', '\n'], " "),
+                    text,
+                    html,
+                    headers: serde_json::to_string(&email_headers).unwrap_or_else(|_| "[]".into()),
+                    attachments: atts_json.clone(),
+                    kind: kind.clone(),
+                    template: template.as_ref().map(|t| t.id.clone()),
+                    message_id: format!("<{id}@{from_domain}>"),
+                    status: "PENDING".into(),
+                    error: None,
+                    sent_at: None,
+                    created_at: now,
+                    updated_at: now,
+                });
+                out.push(SentEmail {
+                    contact: SentContact { id: contact.id.clone(), email: contact.email.clone() },
+                    email: id,
+                });
+            }
+            let written = st
+                .store
+                .write_contacts_and_emails(
+                    &ctx.project_id,
+                    &writes,
+                    &events,
+                    &rows,
+                    DELIVER_JOB,
+                    priority,
+                    DELIVER_ATTEMPTS,
+                )
+                .await?;
+            match written {
+                WriteResult::Done => break out,
+                WriteResult::Stale if attempt < 16 => continue,
+                WriteResult::Stale => {
+                    return Err(crate::store::StoreError::Busy(
+                        "the contacts kept changing; gave up after 16 attempts".into(),
+                    )
+                    .into());
+                }
+            }
+        };
         st.job_wake.notify_one();
         Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
     })

@@ -45,6 +45,14 @@ impl Event {
         }
     }
 
+    /// The event as a row for `INSERT INTO event` (one statement for many events).
+    pub(crate) fn row(&self) -> Value {
+        vars! {
+            "id": self.id, "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
+            "source": self.source, "created_at": self.created_at, "dispatched": false,
+        }
+    }
+
     pub(crate) fn doc(&self) -> Value {
         vars! {
             "id": self.id, "doc": {
@@ -172,6 +180,73 @@ impl Store {
                 ContactWrite::Create { .. } => Ok(WriteResult::Stale),
                 _ => Err(StoreError::Conflict(m)),
             },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes several contact changes, their events, and email records with their delivery jobs in one
+    /// transaction (`/v1/send`). Stale when a contact changed meanwhile or a concurrent request created
+    /// one of the emails: the caller plans again.
+    #[allow(clippy::too_many_arguments)] // the rows of one transaction, each its own kind
+    pub async fn write_contacts_and_emails(
+        &self,
+        project: &str,
+        writes: &[ContactWrite],
+        events: &[Event],
+        emails: &[super::emails::EmailRow],
+        job_kind: &str,
+        priority: i64,
+        max_attempts: i64,
+    ) -> Result<WriteResult, StoreError> {
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        let mut v = vars! { "p": project };
+        for (i, w) in writes.iter().enumerate() {
+            match w {
+                ContactWrite::Create { id, email, subscribed, data, now } => {
+                    sql.push_str(&format!(
+                        "CREATE type::record('contact', $cid{i}) CONTENT {{
+                            project: $p, email: $email{i}, subscribed: $sub{i}, data: $data{i}, version: 1,
+                            created_at: $now{i}, updated_at: $now{i}
+                         }} RETURN NONE;\n"
+                    ));
+                    v[format!("cid{i}")] = id.clone().into();
+                    v[format!("email{i}")] = email.clone().into();
+                    v[format!("sub{i}")] = (*subscribed).into();
+                    v[format!("data{i}")] = Value::Object(data.clone());
+                    v[format!("now{i}")] = (*now).into();
+                }
+                ContactWrite::Update { id, version, email, subscribed, data, now } => {
+                    sql.push_str(&format!(
+                        "LET $r{i} = (UPDATE type::record('contact', $cid{i}) SET email = $email{i}, subscribed = $sub{i},
+                            data = $data{i}, version = version + 1, updated_at = $now{i}
+                            WHERE project = $p AND version = $ver{i} RETURN AFTER);
+                         IF array::len($r{i}) == 0 {{ THROW 'STALE_CONTACT'; }};\n"
+                    ));
+                    v[format!("cid{i}")] = id.clone().into();
+                    v[format!("email{i}")] = email.clone().into();
+                    v[format!("sub{i}")] = (*subscribed).into();
+                    v[format!("data{i}")] = Value::Object(data.clone());
+                    v[format!("now{i}")] = (*now).into();
+                    v[format!("ver{i}")] = (*version).into();
+                }
+                ContactWrite::None => {}
+            }
+        }
+        sql.push_str(
+            "FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };
+             FOR $e IN $emails { CREATE type::record('email', $e.id) CONTENT $e.doc RETURN NONE; };
+             INSERT INTO job $jobs RETURN NONE;
+             COMMIT TRANSACTION;",
+        );
+        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts);
+        v["events"] = Value::Array(events.iter().map(Event::doc).collect());
+        v["emails"] = Value::Array(rows);
+        v["jobs"] = Value::Array(jobs);
+        match self.query(&sql, v).await {
+            Ok(_) => Ok(WriteResult::Done),
+            Err(e) if e.to_string().contains("STALE_CONTACT") => Ok(WriteResult::Stale),
+            Err(StoreError::Busy(_)) => Ok(WriteResult::Stale),
+            Err(StoreError::Conflict(m)) if m.contains("contact_project_email") => Ok(WriteResult::Stale),
             Err(e) => Err(e),
         }
     }

@@ -54,6 +54,30 @@ impl Store {
         priority: i64,
         max_attempts: i64,
     ) -> Result<(), StoreError> {
+        let (rows, jobs) = email_docs(emails, job_kind, priority, max_attempts);
+        self.write(|| async {
+            self.query(
+                "BEGIN TRANSACTION;
+                 FOR $e IN $emails { CREATE type::record('email', $e.id) CONTENT $e.doc RETURN NONE; };
+                 INSERT INTO job $jobs RETURN NONE;
+                 COMMIT TRANSACTION;",
+                vars! { "emails": rows.clone(), "jobs": jobs.clone() },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+/// The documents of email records and of their delivery jobs.
+pub(crate) fn email_docs(
+    emails: &[EmailRow],
+    job_kind: &str,
+    priority: i64,
+    max_attempts: i64,
+) -> (Vec<Value>, Vec<Value>) {
+    {
         let rows: Vec<Value> = emails
             .iter()
             .map(|e| {
@@ -75,20 +99,11 @@ impl Store {
                 }
             })
             .collect();
-        self.write(|| async {
-            self.query(
-                "BEGIN TRANSACTION;
-                 FOR $e IN $emails { CREATE type::record('email', $e.id) CONTENT $e.doc RETURN NONE; };
-                 INSERT INTO job $jobs RETURN NONE;
-                 COMMIT TRANSACTION;",
-                vars! { "emails": rows.clone(), "jobs": jobs.clone() },
-            )
-            .await
-        })
-        .await
-        .map(|_| ())
+        (rows, jobs)
     }
+}
 
+impl Store {
     /// Emails by id, in any project (the delivery batch checks each against its job's project).
     pub async fn emails_by_ids(&self, ids: &[String]) -> Result<Vec<EmailRow>, StoreError> {
         if ids.is_empty() {
@@ -129,24 +144,48 @@ impl Store {
         if outcomes.is_empty() && events.is_empty() {
             return Ok(());
         }
-        let rows: Vec<Value> =
-            outcomes.iter().map(|o| super::jobs::strip_nulls(serde_json::to_value(o).unwrap_or(Value::Null))).collect();
-        let events: Vec<Value> = events.iter().map(|e| e.doc()).collect();
-        self.write(|| async {
-            self.query(
-                "BEGIN TRANSACTION;
-                 FOR $o IN $rows {
-                    UPDATE type::record('email', $o.id) SET status = $o.status, error = $o.error, sent_at = $o.sent_at,
-                        provider_message_id = $o.provider_message_id, updated_at = $now RETURN NONE;
-                 };
-                 FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };
-                 COMMIT TRANSACTION;",
-                vars! { "rows": rows.clone(), "events": events.clone(), "now": now },
-            )
-            .await
-        })
-        .await
-        .map(|_| ())
+        // Plain successes (the bulk of a batch) take one statement; the rest one each.
+        let sent: Vec<&str> = outcomes
+            .iter()
+            .filter(|o| o.status == "SENT" && o.provider_message_id.is_none())
+            .map(|o| o.id.as_str())
+            .collect();
+        let sent_pid: Vec<Value> = outcomes
+            .iter()
+            .filter(|o| o.status == "SENT" && o.provider_message_id.is_some())
+            .map(|o| vars! { "id": o.id, "pid": o.provider_message_id })
+            .collect();
+        let other: Vec<Value> = outcomes
+            .iter()
+            .filter(|o| o.status != "SENT")
+            .map(|o| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error }))
+            .collect();
+        let events: Vec<Value> = events.iter().map(|e| e.row()).collect();
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        if !sent.is_empty() {
+            sql.push_str(
+                "UPDATE array::map($sent, |$i| type::record('email', $i)) SET status = 'SENT', sent_at = $now,
+                    updated_at = $now RETURN NONE;\n",
+            );
+        }
+        if !sent_pid.is_empty() {
+            sql.push_str(
+                "FOR $o IN $sent_pid { UPDATE type::record('email', $o.id) SET status = 'SENT', sent_at = $now,
+                    provider_message_id = $o.pid, updated_at = $now RETURN NONE; };\n",
+            );
+        }
+        if !other.is_empty() {
+            sql.push_str(
+                "FOR $o IN $other { UPDATE type::record('email', $o.id) SET status = $o.status, error = $o.error,
+                    updated_at = $now RETURN NONE; };\n",
+            );
+        }
+        if !events.is_empty() {
+            sql.push_str("INSERT INTO event $events RETURN NONE;\n");
+        }
+        sql.push_str("COMMIT TRANSACTION;");
+        let v = vars! { "sent": sent, "sent_pid": sent_pid, "other": other, "events": events, "now": now };
+        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
     }
 
     pub async fn email(&self, project: &str, id: &str) -> Result<Option<EmailRow>, StoreError> {

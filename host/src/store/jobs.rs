@@ -211,10 +211,9 @@ impl Store {
         self.write(|| async {
             self.query(
                 "BEGIN TRANSACTION;
-                 FOR $id IN $done {
-                    UPDATE type::record('job', $id) SET status = 'completed', lease_owner = NONE, lease_expires = NONE,
-                        finished_at = $now, updated_at = $now WHERE status = 'running' AND lease_owner = $w RETURN NONE;
-                 };
+                 UPDATE array::map($done, |$i| type::record('job', $i)) SET status = 'completed', lease_owner = NONE,
+                    lease_expires = NONE, finished_at = $now, updated_at = $now
+                    WHERE status = 'running' AND lease_owner = $w RETURN NONE;
                  FOR $f IN $retry {
                     UPDATE type::record('job', $f.id) SET status = 'queued', run_at = $f.at, lease_owner = NONE,
                         lease_expires = NONE, last_error = $f.err, updated_at = $now

@@ -1,0 +1,305 @@
+//! Benchmark of segments (segments issue). Prints numbers; asserts nothing.
+//!
+//! 1. Opens a fresh embedded database on disk (SurrealKV in a temp dir) in-process and seeds CONTACTS
+//!    contacts of one project straight through the store (batched `INSERT`s, one transaction per batch,
+//!    WRITERS concurrent writers), with varied data: `plan` (free 50%, starter 25%, pro 20%, enterprise
+//!    5%), `score` (0-999), `country` (12 values), `signup` (an ISO 8601 date), `beta` (bool) and `rank`
+//!    (the contact's number). Events: 40% of the contacts have a `purchase` (a third of those within
+//!    the last 30 days, some with two), 30% a `login`.
+//! 2. Through the segment engine (`herald_host::segments::Engine`, what the API calls), on a DYNAMIC
+//!    segment `plan = pro AND score > 500 AND purchase within 30 days`: counts it (cold, then warm),
+//!    pages its first 100 members (the page query alone, and the contacts endpoint's work: page + total).
+//! 3. Computes a tracked segment `rank < TRACKED` in the same project: the first compute (TRACKED
+//!    contacts enter: a membership row and an entry event each, in one transaction), then a recompute
+//!    with nothing changed.
+//! 4. Prints the seeding rate, each time next to its target, and the process's peak memory (VmHWM):
+//!    after seeding, and over the measured phase alone (reset through `/proc/self/clear_refs`).
+//!
+//! Run: `cargo bench -p herald-host --bench segments` (env: BENCH_CONTACTS, default 1,000,000;
+//! BENCH_TRACKED, default 100,000; BENCH_WRITERS, default 2; BENCH_BATCH contacts per transaction,
+//! default 2,000).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use herald_host::clock::{SystemClock, rfc3339, wall_now_ms};
+use herald_host::plugins::{Options, PluginHost};
+use herald_host::segments::Engine;
+use herald_host::store::Store;
+use herald_host::store::segments::SegmentWrite;
+use serde_json::{Value, json};
+
+mod common;
+use common::env_or;
+
+const DAY: i64 = 86_400_000;
+const PROJECT: &str = "bench";
+
+/// A small deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Peak resident memory (VmHWM) of this process, in MB.
+fn peak_mb() -> f64 {
+    common::peak_rss_mb(std::process::id())
+}
+
+/// Resets VmHWM to the current RSS (Linux `clear_refs` 5); false when the kernel refuses.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// The contact and event rows of contacts `from..to`.
+fn rows(from: u64, to: u64, now: i64) -> (Vec<Value>, Vec<Value>) {
+    const COUNTRIES: [&str; 12] = ["FR", "DE", "US", "GB", "ES", "IT", "NL", "BR", "IN", "JP", "CA", "PL"];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (from + 1));
+    let mut contacts = Vec::with_capacity((to - from) as usize);
+    let mut events = Vec::new();
+    for i in from..to {
+        let id = uuid::Uuid::now_v7().to_string();
+        let plan = match rng.below(20) {
+            0..10 => "free",
+            10..15 => "starter",
+            15..19 => "pro",
+            _ => "enterprise",
+        };
+        let created = now - 1 - rng.below(730) as i64 * DAY - rng.below(DAY as u64) as i64;
+        let updated = created + rng.below((now - created) as u64 + 1) as i64;
+        contacts.push(json!({
+            "id": id, "project": PROJECT, "email": format!("user{i}@bench.example"), "subscribed": rng.below(10) != 0,
+            "data": {
+                "plan": plan, "score": rng.below(1000), "country": COUNTRIES[rng.below(12) as usize],
+                "signup": rfc3339(created), "beta": rng.below(4) == 0, "rank": i,
+            },
+            "version": 1, "created_at": created, "updated_at": updated,
+        }));
+        let mut event = |name: &str, at: i64| {
+            events.push(json!({
+                "id": uuid::Uuid::now_v7().to_string(), "project": PROJECT, "contact": id, "name": name,
+                "data": {}, "source": "api", "created_at": at, "dispatched": true,
+            }));
+        };
+        // 40% purchased: a third of them within 30 days; one in four of those twice.
+        if rng.below(10) < 4 {
+            let recent = rng.below(3) == 0;
+            let age = if recent { rng.below(30 * DAY as u64 - 1) as i64 } else { (31 + rng.below(700) as i64) * DAY };
+            event("purchase", now - age);
+            if rng.below(4) == 0 {
+                event("purchase", now - age - rng.below(60) as i64 * DAY);
+            }
+        }
+        if rng.below(10) < 3 {
+            event("login", now - rng.below(90) as i64 * DAY);
+        }
+    }
+    (contacts, events)
+}
+
+async fn seed(store: &Store, total: u64, writers: u64, batch: u64, now: i64) -> u64 {
+    let next = Arc::new(AtomicU64::new(0));
+    let events = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..writers {
+        let (store, next, events) = (store.clone(), next.clone(), events.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let from = next.fetch_add(batch, Ordering::Relaxed);
+                if from >= total {
+                    return;
+                }
+                let to = (from + batch).min(total);
+                let (c, e) = rows(from, to, now);
+                events.fetch_add(e.len() as u64, Ordering::Relaxed);
+                store
+                    .query(
+                        "BEGIN; INSERT INTO contact $c RETURN NONE; INSERT INTO event $e RETURN NONE; COMMIT;",
+                        json!({ "c": c, "e": e }),
+                    )
+                    .await
+                    .expect("seed insert");
+                if to % 100_000 < batch {
+                    eprintln!("  seeded {to} contacts");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    events.load(Ordering::Relaxed)
+}
+
+fn filter(field: &str, op: &str, value: Value, unit: Option<&str>) -> Value {
+    herald_host::domain::conditions::filter_json(field, op, value, unit)
+}
+
+async fn segment(engine: &Engine, id: &str, name: &str, condition: Value, track: bool, now: i64) {
+    let tree = engine.parse(&condition).expect("condition");
+    let w = SegmentWrite {
+        name: name.into(),
+        description: None,
+        kind: "DYNAMIC".into(),
+        condition: Some(condition),
+        track,
+        ref_fields: tree.data_keys(),
+        ref_events: tree.events(),
+        ref_segments: tree.segments(),
+    };
+    engine.store.create_segment(PROJECT, id, &w, now).await.expect("create segment");
+}
+
+async fn probe(store: &Store, now: i64) {
+    let qs = [
+        "SELECT count() AS n FROM contact WHERE project = $p GROUP ALL",
+        "SELECT count() AS n FROM contact WHERE project = $p AND data.plan = 'pro' GROUP ALL",
+        "SELECT count() AS n FROM contact WHERE project = $p AND data[$k] = 'pro' GROUP ALL",
+        "SELECT count() AS n FROM contact WHERE project = $p AND (type::is_number(data[$k2]) AND data[$k2] > 500) GROUP ALL",
+        "SELECT count() AS n FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t GROUP ALL",
+        "LET $s = object::from_entries(array::map((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t), |$c| [$c, true])); RETURN 1",
+        "LET $s = object::from_entries(array::map((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t), |$c| [$c, true])); SELECT count() AS n FROM contact WHERE project = $p AND $s[record::id(id)] = true GROUP ALL",
+        "LET $s = object::from_entries(array::map((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t), |$c| [$c, true])); SELECT count() AS n FROM contact WHERE project = $p AND data[$k] = 'pro' AND $s[record::id(id)] = true GROUP ALL",
+        "LET $s = (SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t); SELECT count() AS n FROM contact WHERE project = $p AND data[$k] = 'pro' AND record::id(id) IN $s GROUP ALL",
+        "SELECT count() AS n FROM contact WHERE project = $p AND record::id(id) != 'x' GROUP ALL",
+        "SELECT count() AS n FROM contact GROUP ALL",
+        "SELECT count() AS n FROM contact WHERE data.plan = 'pro' GROUP ALL",
+        "SELECT VALUE id FROM contact WHERE project = $p ORDER BY id DESC LIMIT 100",
+        "SELECT VALUE id FROM contact WHERE project = $p AND data.plan = 'pro' ORDER BY id DESC LIMIT 100",
+    ];
+    for q in qs {
+        for _ in 0..2 {
+            let t = Instant::now();
+            let r = store
+                .query(q, json!({"p": PROJECT, "k": "plan", "k2": "score", "t": now - 30 * DAY}))
+                .await
+                .map(|mut r| r.value_last().map(|v| v.to_string().chars().take(60).collect::<String>()));
+            println!("  {:>8.1} ms {:?} {}", ms(t), r, q);
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let total = env_or("BENCH_CONTACTS", 1_000_000);
+    let tracked = env_or("BENCH_TRACKED", 100_000).min(total);
+    let writers = env_or("BENCH_WRITERS", 2).max(1);
+    let batch = env_or("BENCH_BATCH", 2_000).max(1);
+    let dir = std::env::temp_dir().join(format!("herald-bench-segments-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut config = herald_host::config::Config::for_tests();
+    config.db = format!("surrealkv://{}", dir.display());
+    let store = Store::connect(&config).await.expect("open the bench database");
+    let plugin_dir = dir.with_extension("plugins");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let plugins = PluginHost::new(
+        Options { dir: plugin_dir.clone(), cache_dir: plugin_dir.join("cache"), grants: Default::default() },
+        Arc::new(SystemClock),
+    )
+    .unwrap();
+    let engine = Engine::new(store.clone(), plugins);
+    let now = wall_now_ms();
+
+    println!("segments benchmark: {total} contacts, tracked segment of {tracked}, SurrealKV on disk");
+    let t = Instant::now();
+    let events = seed(&store, total, writers, batch, now).await;
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "  seeding:     {total} contacts + {events} events in {secs:.1} s: {:.0} contacts/s ({:.0} rows/s; {writers} writers x {batch} contacts per transaction)",
+        total as f64 / secs,
+        (total + events) as f64 / secs
+    );
+    println!("  peak RSS after seeding: {:.0} MB", peak_mb());
+    let reset = reset_peak();
+    if std::env::var("BENCH_PROBE").is_ok() {
+        probe(&store, now).await;
+    }
+
+    // The dynamic segment of three filters.
+    let condition = json!({ "logic": "AND", "groups": [{ "filters": [
+        filter("data.plan", "equals", json!("pro"), None),
+        filter("data.score", "greaterThan", json!(500), None),
+        filter("event.purchase", "triggeredWithin", json!(30), Some("days")),
+    ]}]});
+    segment(&engine, "dyn", "Recent pro buyers", condition.clone(), false, now).await;
+    let dynamic = store.segment(PROJECT, "dyn").await.unwrap().unwrap();
+    let tree = engine.parse(&condition).unwrap();
+    let compiled = engine.compile(PROJECT, &tree, now).await.unwrap();
+
+    let t = Instant::now();
+    let n = engine.live_count(&dynamic, now).await.unwrap();
+    let cold = ms(t);
+    let mut warm = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        engine.count(PROJECT, &compiled).await.unwrap();
+        warm = warm.min(ms(t));
+    }
+    println!("  count (data equality + numeric comparison + event within 30 days): {n} members");
+    println!("    first {cold:.0} ms, best of 3 more {warm:.0} ms   (target ≤ 2,000 ms)");
+
+    let mut page = f64::MAX;
+    let mut rows = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        rows = store.matching_page(PROJECT, &compiled, 0, 100).await.unwrap().len();
+        page = page.min(ms(t));
+    }
+    let mut endpoint = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        engine.contacts(&dynamic, 0, 100, now).await.unwrap();
+        endpoint = endpoint.min(ms(t));
+    }
+    println!("  first page of 100 members ({rows} rows), best of 3:");
+    println!("    page query {page:.0} ms; contacts endpoint (page + total) {endpoint:.0} ms   (target ≤ 200 ms)");
+
+    // The tracked segment.
+    segment(
+        &engine,
+        "trk",
+        "First customers",
+        json!({ "groups": [{ "filters": [filter("data.rank", "lessThan", json!(tracked), None)] }] }),
+        true,
+        now,
+    )
+    .await;
+    let trk = store.segment(PROJECT, "trk").await.unwrap().unwrap();
+    let t = Instant::now();
+    let first = engine.compute(&trk, now).await.unwrap();
+    let first_ms = ms(t);
+    let t = Instant::now();
+    let again = engine.compute(&trk, now).await.unwrap();
+    let again_ms = ms(t);
+    println!("  tracked segment data.rank < {tracked} over {total} contacts:");
+    println!(
+        "    first compute {first_ms:.0} ms ({} entered, {} entry events written)   (target ≤ 10,000 ms)",
+        first.entered, first.entered
+    );
+    println!("    recompute, nothing changed {again_ms:.0} ms ({} entered, {} exited)", again.entered, again.exited);
+
+    if reset {
+        println!("  peak RSS of the measured phase: {:.0} MB   (target ≤ 1,024 MB)", peak_mb());
+    } else {
+        println!("  peak RSS (seeding included; clear_refs unavailable): {:.0} MB   (target ≤ 1,024 MB)", peak_mb());
+    }
+    drop(engine);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&plugin_dir);
+}
