@@ -167,20 +167,13 @@ async fn segment(engine: &Engine, id: &str, name: &str, condition: Value, track:
 
 async fn probe(store: &Store, now: i64) {
     let qs = [
-        "SELECT count() AS n FROM contact WHERE project = $p GROUP ALL",
-        "SELECT count() AS n FROM contact WHERE project = $p AND data.plan = 'pro' GROUP ALL",
-        "SELECT count() AS n FROM contact WHERE project = $p AND data[$k] = 'pro' GROUP ALL",
-        "SELECT count() AS n FROM contact WHERE project = $p AND (type::is_number(data[$k2]) AND data[$k2] > 500) GROUP ALL",
-        "SELECT count() AS n FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t GROUP ALL",
-        "LET $s = object::from_entries(array::map((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t), |$c| [$c, true])); RETURN 1",
-        "LET $s = object::from_entries(array::map((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t), |$c| [$c, true])); SELECT count() AS n FROM contact WHERE project = $p AND $s[record::id(id)] = true GROUP ALL",
-        "LET $s = object::from_entries(array::map((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t), |$c| [$c, true])); SELECT count() AS n FROM contact WHERE project = $p AND data[$k] = 'pro' AND $s[record::id(id)] = true GROUP ALL",
-        "LET $s = (SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t); SELECT count() AS n FROM contact WHERE project = $p AND data[$k] = 'pro' AND record::id(id) IN $s GROUP ALL",
-        "SELECT count() AS n FROM contact WHERE project = $p AND record::id(id) != 'x' GROUP ALL",
-        "SELECT count() AS n FROM contact GROUP ALL",
-        "SELECT count() AS n FROM contact WHERE data.plan = 'pro' GROUP ALL",
-        "SELECT VALUE id FROM contact WHERE project = $p ORDER BY id DESC LIMIT 100",
-        "SELECT VALUE id FROM contact WHERE project = $p AND data.plan = 'pro' ORDER BY id DESC LIMIT 100",
+        "SELECT count() AS n FROM contact WITH NOINDEX WHERE project = $p GROUP ALL",
+        "SELECT count() AS n FROM contact WITH NOINDEX WHERE project = $p AND data[$k] = 'pro' AND (type::is_number(data[$k2]) AND data[$k2] > 500) GROUP ALL",
+        "SELECT count() AS n FROM contact WITH NOINDEX WHERE project = $p AND data[$k] = 'pro' AND (type::is_number(data[$k2]) AND data[$k2] > 500) AND count((SELECT VALUE id FROM event WHERE project = $p AND contact = record::id($parent.id) AND created_at >= $t AND name = 'purchase' LIMIT 1)) > 0 GROUP ALL",
+        "SELECT count() AS n FROM contact WITH NOINDEX WHERE project = $p AND count((SELECT VALUE id FROM event WHERE project = $p AND contact = record::id($parent.id) AND created_at >= $t AND name = 'purchase' LIMIT 1)) > 0 GROUP ALL",
+        "LET $ids = array::distinct((SELECT VALUE contact FROM event WHERE project = $p AND name = 'purchase' AND created_at >= $t)); SELECT count() AS n FROM array::map($ids, |$c| type::record('contact', $c)) WHERE project = $p AND data[$k] = 'pro' AND (type::is_number(data[$k2]) AND data[$k2] > 500) GROUP ALL",
+        "SELECT VALUE id FROM contact WITH NOINDEX WHERE project = $p ORDER BY id DESC LIMIT 100",
+        "SELECT VALUE id FROM contact WITH NOINDEX WHERE project = $p AND data.plan = 'pro' LIMIT 100",
     ];
     for q in qs {
         for _ in 0..2 {

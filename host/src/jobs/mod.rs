@@ -295,6 +295,11 @@ impl Worker {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let slots = Arc::new(Semaphore::new(self.opts.concurrency));
         let batch_kinds = self.registry.batch_kinds();
+        // At most this many batches of one kind at a time, so that under a steady trickle of work the
+        // next batch fills up while the others run instead of many tiny batches each paying the fixed cost.
+        let max_batches = (self.opts.concurrency / 2).max(1);
+        let in_flight: HashMap<String, Arc<std::sync::atomic::AtomicUsize>> =
+            batch_kinds.iter().map(|k| (k.clone(), Arc::default())).collect();
         let single = crate::store::jobs::KindFilter::Except(batch_kinds.clone());
         loop {
             if *shutdown.borrow() {
@@ -307,6 +312,10 @@ impl Worker {
                 if slots.available_permits() == 0 {
                     break;
                 }
+                let Some(running) = in_flight.get(kind).cloned() else { continue };
+                if running.load(std::sync::atomic::Ordering::SeqCst) >= max_batches {
+                    continue;
+                }
                 let only = crate::store::jobs::KindFilter::Only(vec![kind.clone()]);
                 match self
                     .store
@@ -318,9 +327,13 @@ impl Worker {
                         let Ok(permit) = slots.clone().acquire_owned().await else { break };
                         let this = self.clone();
                         let kind = kind.clone();
+                        running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::spawn(async move {
                             this.execute_batch(&kind, jobs).await;
+                            running.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                             drop(permit);
+                            // a slot is free: look for more work now rather than at the next poll
+                            this.wake.notify_one();
                         });
                     }
                     Ok(_) => {}
@@ -342,6 +355,7 @@ impl Worker {
                             tokio::spawn(async move {
                                 this.execute(&job).await;
                                 drop(permit);
+                                this.wake.notify_one();
                             });
                         }
                     }
