@@ -48,9 +48,23 @@ fn answer(zone: &Zone, query: &[u8]) -> Option<Vec<u8>> {
 
 impl DnsServer {
     pub async fn start() -> DnsServer {
-        let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = udp.local_addr().unwrap();
-        let tcp = tokio::net::TcpListener::bind(addr).await.unwrap();
+        // The UDP port is picked by the system; its TCP twin may be taken (say, by an outgoing connection's
+        // ephemeral port), so try again with another port until both bind.
+        let (udp, tcp, addr) = {
+            let mut tries = 0;
+            loop {
+                let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+                let addr = udp.local_addr().unwrap();
+                match tokio::net::TcpListener::bind(addr).await {
+                    Ok(tcp) => break (udp, tcp, addr),
+                    Err(e) if tries < 50 => {
+                        tries += 1;
+                        let _ = e;
+                    }
+                    Err(e) => panic!("cannot bind the DNS server's TCP port: {e}"),
+                }
+            }
+        };
         let zone: Zone = Arc::default();
         let z = zone.clone();
         tokio::spawn(async move {
