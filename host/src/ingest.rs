@@ -96,6 +96,9 @@ pub struct Planned {
     pub contact: Contact,
     pub write: ContactWrite,
     pub events: Vec<Event>,
+    pub is_new: bool,
+    /// Id of `Upsert::event`, when one is to be recorded.
+    pub event_id: Option<String>,
 }
 
 /// Reads the contact with this email and works out the change `u` makes, without writing.
@@ -125,7 +128,7 @@ pub async fn plan(store: &Store, clock: &SharedClock, project: &str, u: &Upsert)
     if matches!(write, ContactWrite::Update { .. }) {
         contact.version += 1;
     }
-    Ok(Planned { contact, write, events: a.events })
+    Ok(Planned { contact, write, events: a.events, is_new: a.is_new, event_id: a.event_id })
 }
 
 /// One request: creates or updates the contact with this email and records its events in one
@@ -133,35 +136,9 @@ pub async fn plan(store: &Store, clock: &SharedClock, project: &str, u: &Upsert)
 /// contact (the unique index refuses the second create, which then reads and updates).
 pub async fn upsert(store: &Store, clock: &SharedClock, project: &str, u: &Upsert) -> Result<Upserted, StoreError> {
     for _ in 0..16 {
-        let now = clock.now_ms();
-        let existing = store.contact_by_email(project, &u.email).await?;
-        let a = apply(project, existing.as_ref(), u, now);
-        let write = match &existing {
-            None => ContactWrite::Create {
-                id: a.contact.id.clone(),
-                email: a.contact.email.clone(),
-                subscribed: a.contact.subscribed,
-                data: a.contact.data.clone(),
-                now,
-            },
-            Some(c) if changed(c, &a.contact) => ContactWrite::Update {
-                id: c.id.clone(),
-                version: c.version,
-                email: c.email.clone(),
-                subscribed: a.contact.subscribed,
-                data: a.contact.data.clone(),
-                now,
-            },
-            Some(_) => ContactWrite::None,
-        };
-        match store.write_contact(project, &write, &a.events).await? {
-            WriteResult::Done => {
-                let mut contact = a.contact;
-                if matches!(write, ContactWrite::Update { .. }) {
-                    contact.version += 1;
-                }
-                return Ok(Upserted { contact, is_new: a.is_new, event_id: a.event_id });
-            }
+        let p = plan(store, clock, project, u).await?;
+        match store.write_contact(project, &p.write, &p.events).await? {
+            WriteResult::Done => return Ok(Upserted { contact: p.contact, is_new: p.is_new, event_id: p.event_id }),
             WriteResult::Stale => continue,
         }
     }

@@ -146,6 +146,9 @@ impl Store {
         write: &ContactWrite,
         events: &[Event],
     ) -> Result<WriteResult, StoreError> {
+        if matches!(write, ContactWrite::None) && events.is_empty() {
+            return Ok(WriteResult::Done); // nothing changes: no transaction
+        }
         let events: Vec<Value> = events.iter().map(Event::doc).collect();
         let (sql_contact, mut v) = match write {
             ContactWrite::Create { id, email, subscribed, data, now } => (
