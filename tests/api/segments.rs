@@ -350,7 +350,8 @@ async fn usage_reports_the_segments_that_reference_fields_and_events() {
 
 #[tokio::test]
 async fn one_projects_segments_never_reach_another_project() {
-    let s = Server::start().await;
+    // No job workers: the recurring tracking job must not compute the segment before the test does.
+    let s = Server::start_stepped().await;
     let a = proj(&s, "a@example.com").await;
     let b = proj(&s, "b@example.com").await;
     contact(&a.secret, "ada@example.com", json!({"plan": "pro"})).await;
