@@ -73,6 +73,12 @@ pub struct Settings {
     /// Milliseconds between event-stream dispatch runs [default: 1000]
     #[arg(long, env = "HERALD_EVENT_DISPATCH_MS")]
     pub event_dispatch_ms: Option<u64>,
+    /// Milliseconds between campaign progress runs (counters, completion) [default: 2000]
+    #[arg(long, env = "HERALD_CAMPAIGN_PROGRESS_MS")]
+    pub campaign_progress_ms: Option<u64>,
+    /// Contacts per campaign batch job [default: 500]
+    #[arg(long, env = "HERALD_CAMPAIGN_BATCH_SIZE")]
+    pub campaign_batch_size: Option<usize>,
     /// DNS servers for domain checks and /v1/verify, comma-separated host:port [default: the system's]
     #[arg(long, env = "HERALD_DNS_SERVERS")]
     pub dns_servers: Option<String>,
@@ -189,6 +195,8 @@ pub struct Config {
     pub mail_dir: PathBuf,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
+    pub campaign_progress_ms: i64,
+    pub campaign_batch_size: usize,
     pub plugins_dir: PathBuf,
     pub plugin_cache_dir: PathBuf,
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
@@ -241,6 +249,8 @@ impl Settings {
             dkim_signing: self.dkim_signing.or(other.dkim_signing),
             mail_dir: self.mail_dir.or(other.mail_dir),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
+            campaign_progress_ms: self.campaign_progress_ms.or(other.campaign_progress_ms),
+            campaign_batch_size: self.campaign_batch_size.or(other.campaign_batch_size),
             plugins_dir: self.plugins_dir.or(other.plugins_dir),
             plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
             transport: self.transport.or(other.transport),
@@ -336,6 +346,8 @@ impl Settings {
             ingest_lanes: s.ingest_lanes.unwrap_or(2).clamp(1, 64),
             idempotency_ttl_ms: (s.idempotency_ttl_hours.unwrap_or(24).max(1) * 3_600_000) as i64,
             event_dispatch_ms: s.event_dispatch_ms.unwrap_or(1000).max(10) as i64,
+            campaign_progress_ms: s.campaign_progress_ms.unwrap_or(2000).max(10) as i64,
+            campaign_batch_size: s.campaign_batch_size.unwrap_or(500).clamp(1, 5000),
         })
     }
 }
@@ -363,6 +375,7 @@ impl Config {
             db: Some("mem://".into()),
             secret: Some("test-secret-test-secret".into()),
             job_poll_ms: Some(20),
+            campaign_progress_ms: Some(100),
             plugins_dir: Some(std::env::temp_dir().join(format!("herald-test-plugins-{}", uuid::Uuid::new_v4()))),
             plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
             ..Default::default()

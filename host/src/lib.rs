@@ -5,7 +5,9 @@
 //! → `store` (the only module that imports surrealdb). `clock` is the only reader of the wall clock.
 
 pub mod api;
+pub mod campaigns;
 pub mod clock;
+pub mod compose;
 pub mod config;
 pub mod delivery;
 pub mod dkim;
@@ -136,10 +138,26 @@ impl App {
         .register(&mut registry);
         let segments = segments::Engine::new(store.clone(), plugins.clone());
         segments.register(&mut registry);
+        let composer = Arc::new(compose::Composer {
+            templates: domain::templating::Engine::new(),
+            links_key: security::derive_key(&secret, "herald-links-v1"),
+            tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
+            public_url: config.public_url.clone(),
+        });
+        let campaigns = Arc::new(campaigns::Campaigns {
+            store: store.clone(),
+            clock: clock.clone(),
+            composer: composer.clone(),
+            segments: segments.clone(),
+            batch_size: config.campaign_batch_size,
+            wake: Default::default(),
+        });
+        campaigns.register(&mut registry);
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
         store.ensure_recurring(segments::REFRESH_JOB, segments::REFRESH_MS, clock.now_ms()).await?;
         store.ensure_recurring(segments::TRACK_JOB, segments::TRACK_MS, clock.now_ms()).await?;
         store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
+        store.ensure_recurring(campaigns::PROGRESS_JOB, config.campaign_progress_ms, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
             clock.clone(),
@@ -151,6 +169,7 @@ impl App {
                 poll: Duration::from_millis(config.job_poll_ms),
             },
         );
+        let _ = campaigns.wake.set(worker.waker());
         let state = Arc::new(AppState {
             session_key: security::derive_key(&secret, "herald-session-v1"),
             links_key: security::derive_key(&secret, "herald-links-v1"),
@@ -165,6 +184,8 @@ impl App {
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
             plugins,
             segments,
+            composer,
+            campaigns,
             config,
             store,
             clock,

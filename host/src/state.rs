@@ -81,4 +81,8 @@ pub struct AppState {
     pub plugins: Arc<crate::plugins::PluginHost>,
     /// The segment engine (conditions, counts, tracked memberships).
     pub segments: crate::segments::Engine,
+    /// Renders email records (`/v1/send`, campaigns, test sends).
+    pub composer: Arc<crate::compose::Composer>,
+    /// Campaign sending: audiences, batches, progress, cancel.
+    pub campaigns: Arc<crate::campaigns::Campaigns>,
 }

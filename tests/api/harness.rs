@@ -152,6 +152,9 @@ impl Client {
     pub async fn patch(&self, path: &str, body: Value) -> Resp {
         self.send("PATCH", path, Some(body)).await
     }
+    pub async fn put(&self, path: &str, body: Value) -> Resp {
+        self.send("PUT", path, Some(body)).await
+    }
     pub async fn delete(&self, path: &str) -> Resp {
         self.send("DELETE", path, None).await
     }

@@ -10,6 +10,7 @@ mod plugin_kit;
 
 mod accounts;
 mod binary;
+mod campaigns;
 mod contacts;
 mod domains;
 mod foundation;

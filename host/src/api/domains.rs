@@ -211,14 +211,32 @@ pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
     Reply::ok(&DomainOut::from(&checked))
 }
 
-/// Removes a domain. (409 while a template, an active campaign or a workflow step sends from it, once
-/// those exist.)
+/// Removes a domain; 409 while a template or an active (SCHEDULED or SENDING) campaign sends from it
+/// (decision 22).
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainDeletedOut)))]
 pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let st = state(depot)?;
     let ctx = project(depot)?;
     let id = id.into_inner();
-    own_domain(&st, &ctx.project_id, &id).await?;
+    let d = own_domain(&st, &ctx.project_id, &id).await?;
+    let mut users: Vec<String> = st
+        .store
+        .templates_of_domain(&ctx.project_id, &d.name)
+        .await?
+        .into_iter()
+        .map(|n| format!("template {n}"))
+        .collect();
+    users.extend(
+        st.store
+            .active_campaigns(&ctx.project_id)
+            .await?
+            .iter()
+            .filter(|c| c.uses_domain(&d.name))
+            .map(|c| format!("campaign {}", c.name)),
+    );
+    if !users.is_empty() {
+        return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));
+    }
     if !st.store.delete_domain(&ctx.project_id, &id).await? {
         return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
     }

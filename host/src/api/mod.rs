@@ -6,6 +6,7 @@
 pub mod accounts;
 pub mod auth;
 pub mod body;
+pub mod campaigns;
 pub mod cli;
 pub mod contacts;
 pub mod domains;
@@ -119,6 +120,7 @@ pub fn api_router() -> Router {
         .push(events::router())
         .push(domains::router())
         .push(templates::router())
+        .push(campaigns::router())
         .push(segments::router())
         .push(send::router())
         .push(notifications::router())

@@ -10,25 +10,8 @@ use salvo::prelude::*;
 use super::state;
 use crate::error::ApiError;
 use crate::ingest::set_subscribed;
-use crate::security::{contact_token, open_contact_token};
+use crate::security::open_contact_token;
 use crate::state::AppState;
-
-/// The three links of a contact.
-pub struct Links {
-    pub unsubscribe: String,
-    pub subscribe: String,
-    pub manage: String,
-}
-
-pub fn links(st: &AppState, project: &str, contact: &str) -> Links {
-    let t = contact_token(&st.links_key, project, contact);
-    let base = &st.config.public_url;
-    Links {
-        unsubscribe: format!("{base}/unsubscribe/{t}"),
-        subscribe: format!("{base}/subscribe/{t}"),
-        manage: format!("{base}/manage/{t}"),
-    }
-}
 
 pub fn router() -> Router {
     Router::new()

@@ -293,7 +293,8 @@ pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut
     Reply::ok(&SegmentOut::from(&s))
 }
 
-/// Deletes a segment and its memberships (204); 409 while another segment's condition references it.
+/// Deletes a segment and its memberships (204); 409 while another segment's condition or an active
+/// (SCHEDULED or SENDING) campaign's audience references it.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
     let st = state(depot)?;
@@ -304,6 +305,20 @@ pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut 
     if !users.is_empty() {
         let names: Vec<String> = users.iter().map(|s| format!("{} ({})", s.name, s.id)).collect();
         return Err(ApiError::Conflict(format!("Segment {id} is referenced by segment {}", names.join(", "))));
+    }
+    let campaigns: Vec<String> = st
+        .store
+        .active_campaigns(&ctx.project_id)
+        .await?
+        .iter()
+        .filter(|c| c.uses_segment(&id))
+        .map(|c| format!("{} ({})", c.name, c.id))
+        .collect();
+    if !campaigns.is_empty() {
+        return Err(ApiError::Conflict(format!(
+            "Segment {id} is the audience of active campaign {}",
+            campaigns.join(", ")
+        )));
     }
     if !st.store.delete_segment(&ctx.project_id, &id).await? {
         return Err(not_found(&id));

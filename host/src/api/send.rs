@@ -14,20 +14,18 @@ use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::data_patch;
 use super::{idempotency, state};
 use crate::clock::rfc3339;
+use crate::compose::{Message, Recipient};
 use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB, StoredAttachment};
 use crate::domain::templating::Mode;
-use crate::domain::text::html_to_text;
-use crate::domain::tracking::{instrument, tracked};
+use crate::domain::tracking::tracked;
 use crate::error::{ApiError, FieldError};
 use crate::ingest::{Upsert, plan};
 use crate::store::contacts::WriteResult;
-use crate::store::emails::EmailRow;
 
 pub const MAX_RECIPIENTS: usize = 100;
 pub const MAX_ATTACHMENTS: usize = 10;
 pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
 pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
-const MAX_RENDER_BYTES: usize = 20 * 1024 * 1024;
 /// Headers Herald writes itself; a request cannot set them.
 const RESERVED_HEADERS: &[&str] = &[
     "from",
@@ -438,8 +436,33 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
         }
 
         let now = st.clock.now_ms();
-        let from_domain = from_email.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default();
         let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
+        let prepare = |src: &str, mode: Mode| {
+            st.composer
+                .templates
+                .prepare(src, mode)
+                .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
+        };
+        let subject_tpl = prepare(&subject_src, Mode::Text)?;
+        let html_tpl = prepare(&html_src, Mode::Html)?;
+        let request_vars: Vec<(String, Value)> = patch.request_values().into_iter().collect();
+        let template_ref = template.as_ref().map(|t| t.id.clone());
+        let message = Message {
+            project: &ctx.project_id,
+            from: &from_email,
+            from_name: from_name.as_deref(),
+            reply_to: reply_to.as_deref(),
+            subject: &subject_tpl,
+            html: &html_tpl,
+            kind: &kind,
+            template: template_ref.as_deref(),
+            campaign: None,
+            headers: &hdrs,
+            attachments: &atts_json,
+            track: tracked(tracking_mode.as_deref(), &kind),
+            request_vars: &request_vars,
+            subject_prefix: "",
+        };
         let priority = if kind == "MARKETING" { 10 } else { 100 };
         // Contacts, events, emails and jobs are written in one transaction; when a contact changed meanwhile
         // (or a concurrent request created it), everything is planned and rendered again.
@@ -474,64 +497,17 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                         p.contact
                     }
                 };
-                let mut vars = Value::Object(contact.data.clone());
-                for (k, v) in patch.request_values() {
-                    vars[k] = v;
-                }
-                vars["id"] = json!(contact.id);
-                vars["email"] = json!(contact.email);
-                let links = super::pages::links(&st, &ctx.project_id, &contact.id);
-                vars["unsubscribeUrl"] = json!(links.unsubscribe);
-                vars["subscribeUrl"] = json!(links.subscribe);
-                vars["manageUrl"] = json!(links.manage);
-                let mut email_headers = hdrs.clone();
-                if kind == "MARKETING" {
-                    // RFC 8058 one-click unsubscribe, covered by the DKIM signature at delivery.
-                    email_headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
-                    email_headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
-                }
-                let render = |src: &str, mode: Mode| {
-                    st.templates
-                        .render(src, &vars, mode, MAX_RENDER_BYTES)
-                        .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
-                };
-                let subject = render(&subject_src, Mode::Text)?;
-                let html = render(&html_src, Mode::Html)?;
                 let id = uuid::Uuid::now_v7().to_string();
-                let text = html_to_text(&html);
-                let html = if tracked(tracking_mode.as_deref(), &kind) {
-                    instrument(
-                        &html,
-                        &st.config.public_url,
-                        |url| super::tracking::click_url(&st, &ctx.project_id, &id, url),
-                        &super::tracking::pixel_url(&st, &ctx.project_id, &id),
+                let row = st
+                    .composer
+                    .compose(
+                        &message,
+                        &Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data },
+                        &id,
+                        now,
                     )
-                } else {
-                    html
-                };
-                rows.push(EmailRow {
-                    id: id.clone(),
-                    project: ctx.project_id.clone(),
-                    contact: contact.id.clone(),
-                    recipient: email.clone(),
-                    recipient_name: name.clone(),
-                    from: from_email.clone(),
-                    from_name: from_name.clone(),
-                    reply_to: reply_to.clone(),
-                    subject: subject.replace(['\r', '\n'], " "),
-                    text,
-                    html,
-                    headers: serde_json::to_string(&email_headers).unwrap_or_else(|_| "[]".into()),
-                    attachments: atts_json.clone(),
-                    kind: kind.clone(),
-                    template: template.as_ref().map(|t| t.id.clone()),
-                    message_id: format!("<{id}@{from_domain}>"),
-                    status: "PENDING".into(),
-                    error: None,
-                    sent_at: None,
-                    created_at: now,
-                    updated_at: now,
-                });
+                    .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))?;
+                rows.push(row);
                 out.push(SentEmail {
                     contact: SentContact { id: contact.id.clone(), email: contact.email.clone() },
                     email: id,

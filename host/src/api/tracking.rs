@@ -7,45 +7,15 @@
 use salvo::http::StatusCode;
 use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
-use serde::{Deserialize, Serialize};
 use serde_json::Map;
 
 use super::state;
+use crate::compose::TrackingClaim as Claim;
 use crate::domain::tracking::rank;
 use crate::error::ApiError;
-use crate::security::{open_token, seal_token};
+use crate::security::open_token;
 use crate::state::AppState;
 use crate::store::contacts::{ContactWrite, Event};
-
-/// What a tracking token carries.
-#[derive(Serialize, Deserialize)]
-struct Claim {
-    /// project
-    p: String,
-    /// email record
-    e: String,
-    /// the link, for clicks
-    #[serde(skip_serializing_if = "Option::is_none")]
-    u: Option<String>,
-}
-
-pub fn pixel_url(st: &AppState, project: &str, email: &str) -> String {
-    let claim = Claim { p: project.into(), e: email.into(), u: None };
-    format!(
-        "{}/t/o/{}",
-        st.config.public_url,
-        seal_token(&st.tracking_key, &serde_json::to_string(&claim).unwrap_or_default())
-    )
-}
-
-pub fn click_url(st: &AppState, project: &str, email: &str, url: &str) -> String {
-    let claim = Claim { p: project.into(), e: email.into(), u: Some(url.into()) };
-    format!(
-        "{}/t/c/{}",
-        st.config.public_url,
-        seal_token(&st.tracking_key, &serde_json::to_string(&claim).unwrap_or_default())
-    )
-}
 
 pub fn router() -> Router {
     Router::new()

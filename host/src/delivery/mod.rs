@@ -26,6 +26,9 @@ use crate::store::contacts::Event;
 use crate::store::emails::EmailRow;
 
 pub const DELIVER_JOB: &str = "email.deliver";
+/// Deliveries of campaign emails: the same work, claimed after `email.deliver`, so a campaign's long
+/// queue never holds up transactional mail.
+pub const DELIVER_CAMPAIGN_JOB: &str = "email.deliver.campaign";
 pub const DELIVER_ATTEMPTS: i64 = 6;
 
 /// One attachment as stored with an email.
@@ -192,11 +195,14 @@ enum Sent {
 
 impl Delivery {
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
-        let d = self.clone();
-        registry.register_batch(DELIVER_JOB, DELIVER_BATCH, move |ctxs: Vec<JobContext>| {
-            let d = d.clone();
-            async move { d.deliver_batch(ctxs).await }
-        });
+        for (kind, priority) in [(DELIVER_JOB, 100), (DELIVER_CAMPAIGN_JOB, 1)] {
+            let d = self.clone();
+            registry.register_batch(kind, DELIVER_BATCH, move |ctxs: Vec<JobContext>| {
+                let d = d.clone();
+                async move { d.deliver_batch(ctxs).await }
+            });
+            registry.set_priority(kind, priority);
+        }
     }
 
     /// Delivers a batch: one read of the emails, one status write, the messages built, signed and sent
@@ -223,9 +229,13 @@ impl Delivery {
             })
             .collect();
         let sending: Vec<String> = todo.iter().flatten().map(|e| e.id.clone()).collect();
-        if let Err(e) = store.mark_sending(&sending, clock.now_ms()).await {
-            return vec![Err(e.to_string()); n];
-        }
+        // Only what is SENDING now goes out: an email cancelled meanwhile (a campaign's) is left alone.
+        let sending: std::collections::HashSet<String> = match store.mark_sending(&sending, clock.now_ms()).await {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => return vec![Err(e.to_string()); n],
+        };
+        let todo: Vec<Option<&EmailRow>> =
+            todo.into_iter().map(|e| e.filter(|e| sending.contains(e.id.as_str()))).collect();
         let sends = todo.iter().map(|e| async {
             match e {
                 None => Ok(Sent::Skip),
@@ -253,7 +263,9 @@ impl Delivery {
                 (None, _) | (_, Ok(Sent::Skip)) => results.push(Ok(())),
                 (Some(e), Ok(Sent::Accepted(pid))) => {
                     outcomes.push(outcome("SENT", None, Some(now), pid));
-                    events.push(event(e, "email.sent", None, now));
+                    if !e.contact.is_empty() {
+                        events.push(event(e, "email.sent", None, now));
+                    }
                     results.push(Ok(()));
                 }
                 (Some(_), Ok(Sent::Temporary(msg))) if ctx.attempt < DELIVER_ATTEMPTS => {
@@ -264,9 +276,12 @@ impl Delivery {
                     results.push(Ok(()));
                 }
                 (Some(e), Ok(Sent::Bounced(msg))) => {
-                    events.push(event(e, "email.bounce", Some(&msg), now));
+                    // A test send (no contact) records its outcome only.
+                    if !e.contact.is_empty() {
+                        events.push(event(e, "email.bounce", Some(&msg), now));
+                        bounced.push(e);
+                    }
                     outcomes.push(outcome("BOUNCED", Some(msg), None, None));
-                    bounced.push(e);
                     results.push(Ok(()));
                 }
             }

@@ -4,7 +4,7 @@
 //! through them without end), and rendering stops at an output size limit, so a hostile template cannot
 //! stall the host.
 
-use handlebars::{Handlebars, Template, handlebars_helper};
+use handlebars::{Context, Handlebars, Output, RenderContext, Renderable, Template, handlebars_helper};
 use serde_json::Value;
 
 /// A problem in a template, with its position when known (1-based).
@@ -119,15 +119,12 @@ struct Limited {
     max: usize,
 }
 
-impl std::io::Write for Limited {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        if self.buf.len() + b.len() > self.max {
+impl Output for Limited {
+    fn write(&mut self, seg: &str) -> std::io::Result<()> {
+        if self.buf.len() + seg.len() > self.max {
             return Err(std::io::Error::other("output too large"));
         }
-        self.buf.extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
+        self.buf.extend_from_slice(seg.as_bytes());
         Ok(())
     }
 }
@@ -153,24 +150,49 @@ impl Engine {
 
     /// Renders a template with variables, stopping at `max_bytes` of output.
     pub fn render(&self, src: &str, vars: &Value, mode: Mode, max_bytes: usize) -> Result<String, TemplateIssue> {
+        let prepared = self.prepare(src, mode)?;
+        self.render_prepared(&prepared, vars, max_bytes)
+    }
+
+    /// Checks and compiles a template once, for rendering it many times (a campaign's batch).
+    pub fn prepare(&self, src: &str, mode: Mode) -> Result<Prepared, TemplateIssue> {
         self.check(src)?;
-        let hb = if mode == Mode::Html { &self.html } else { &self.text };
+        let template = Template::compile(&preprocess(src)).map_err(|e| TemplateIssue {
+            line: e.pos().map(|p| p.0),
+            column: e.pos().map(|p| p.1),
+            message: e.reason().to_string(),
+        })?;
+        Ok(Prepared { template, mode })
+    }
+
+    /// Renders a prepared template, stopping at `max_bytes` of output.
+    pub fn render_prepared(&self, p: &Prepared, vars: &Value, max_bytes: usize) -> Result<String, TemplateIssue> {
+        let hb = if p.mode == Mode::Html { &self.html } else { &self.text };
         let mut out = Limited { buf: Vec::new(), max: max_bytes };
-        hb.render_template_to_write(&preprocess(src), vars, &mut out).map_err(|e| TemplateIssue {
+        let failed = |e: handlebars::RenderError| TemplateIssue {
             line: e.line_no,
             column: e.column_no,
-            message: if out.buf.len() + 1 > max_bytes || e.to_string().contains("output too large") {
+            message: if e.to_string().contains("output too large") {
                 format!("the rendered output exceeds {max_bytes} bytes")
             } else {
                 e.to_string()
             },
-        })?;
+        };
+        let ctx = Context::wraps(vars).map_err(failed)?;
+        let mut rc = RenderContext::new(None);
+        p.template.render(hb, &ctx, &mut rc, &mut out).map_err(failed)?;
         String::from_utf8(out.buf).map_err(|_| TemplateIssue {
             line: None,
             column: None,
             message: "invalid UTF-8 output".into(),
         })
     }
+}
+
+/// A checked and compiled template.
+pub struct Prepared {
+    template: Template,
+    mode: Mode,
 }
 
 #[cfg(test)]

@@ -43,6 +43,8 @@ pub struct Registry {
     handlers: HashMap<String, HandlerFn>,
     /// Kinds whose jobs are claimed and run many at a time (one handler call, one outcome write).
     batch: HashMap<String, (usize, BatchFn)>,
+    /// Claim order of kinds: higher first (0 unless set). Within a kind, jobs run in `run_at` order.
+    priority: HashMap<String, i64>,
 }
 
 impl Registry {
@@ -72,10 +74,23 @@ impl Registry {
         self.handlers.keys().chain(self.batch.keys()).map(String::as_str)
     }
 
+    /// Sets a kind's claim priority: when several kinds have work, the worker claims the higher first
+    /// (transactional deliveries before campaign deliveries).
+    pub fn set_priority(&mut self, kind: &str, priority: i64) {
+        self.priority.insert(kind.to_string(), priority);
+    }
+
+    fn ordered(&self, mut kinds: Vec<String>) -> Vec<String> {
+        kinds.sort_by_key(|k| (-self.priority.get(k).copied().unwrap_or(0), k.clone()));
+        kinds
+    }
+
     fn batch_kinds(&self) -> Vec<String> {
-        let mut k: Vec<String> = self.batch.keys().cloned().collect();
-        k.sort();
-        k
+        self.ordered(self.batch.keys().cloned().collect())
+    }
+
+    fn single_kinds(&self) -> Vec<String> {
+        self.ordered(self.handlers.keys().cloned().collect())
     }
 }
 
@@ -300,7 +315,7 @@ impl Worker {
         let max_batches = (self.opts.concurrency / 2).max(1);
         let in_flight: HashMap<String, Arc<std::sync::atomic::AtomicUsize>> =
             batch_kinds.iter().map(|k| (k.clone(), Arc::default())).collect();
-        let single = crate::store::jobs::KindFilter::Except(batch_kinds.clone());
+        let single = self.registry.single_kinds();
         loop {
             if *shutdown.borrow() {
                 break;
@@ -316,10 +331,15 @@ impl Worker {
                 if running.load(std::sync::atomic::Ordering::SeqCst) >= max_batches {
                     continue;
                 }
-                let only = crate::store::jobs::KindFilter::Only(vec![kind.clone()]);
                 match self
                     .store
-                    .claim_jobs_of(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, *max, &only)
+                    .claim_kinds(
+                        &self.opts.id,
+                        self.clock.now_ms(),
+                        self.opts.lease_ms,
+                        *max,
+                        std::slice::from_ref(kind),
+                    )
                     .await
                 {
                     Ok(jobs) if !jobs.is_empty() => {
@@ -344,7 +364,7 @@ impl Worker {
             if free > 0 {
                 match self
                     .store
-                    .claim_jobs_of(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, free, &single)
+                    .claim_kinds(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, free, &single)
                     .await
                 {
                     Ok(jobs) => {

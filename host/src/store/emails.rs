@@ -23,6 +23,9 @@ pub struct EmailRow {
     pub attachments: String,
     pub kind: String,
     pub template: Option<String>,
+    /// The campaign this email belongs to (None: transactional sends, test sends).
+    #[serde(default)]
+    pub campaign: Option<String>,
     pub message_id: String,
     pub status: String,
     pub error: Option<String>,
@@ -42,7 +45,7 @@ pub struct DeliveryOutcome {
 }
 
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
-     subject, html, text, headers, attachments, kind, template, message_id, status, error, sent_at, created_at, updated_at";
+     subject, html, text, headers, attachments, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
 
 impl Store {
     /// Writes email records and their delivery jobs in one transaction, so an accepted email is never
@@ -117,21 +120,25 @@ impl Store {
         .all(0)
     }
 
-    /// Marks emails as being sent (those still PENDING), in one statement.
-    pub async fn mark_sending(&self, ids: &[String], now: i64) -> Result<(), StoreError> {
+    /// Marks emails as being sent, in one statement, and returns the ids that are now SENDING: those that
+    /// were PENDING, and those an interrupted earlier attempt left SENDING. A CANCELLED email (or one
+    /// whose outcome is recorded) is not among them, so it is never handed to a transport.
+    pub async fn mark_sending(&self, ids: &[String], now: i64) -> Result<Vec<String>, StoreError> {
         if ids.is_empty() {
-            return Ok(());
+            return Ok(vec![]);
         }
-        self.write(|| async {
-            self.query(
-                "UPDATE array::map($ids, |$i| type::record('email', $i)) SET status = 'SENDING', updated_at = $now
-                 WHERE status = 'PENDING' RETURN NONE",
-                vars! { "ids": ids, "now": now },
-            )
-            .await
-        })
-        .await
-        .map(|_| ())
+        let v: Vec<Value> = self
+            .write(|| async {
+                self.query(
+                    "UPDATE array::map($ids, |$i| type::record('email', $i)) SET status = 'SENDING', updated_at = $now
+                     WHERE status IN ['PENDING', 'SENDING'] RETURN VALUE record::id(id)",
+                    vars! { "ids": ids, "now": now },
+                )
+                .await?
+                .all(0)
+            })
+            .await?;
+        Ok(v.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
     }
 
     /// Records the outcomes of a delivery batch and their events in one transaction.

@@ -18,6 +18,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0007_notifications.surql", include_str!("../../../migrations/0007_notifications.surql")),
     ("0008_plugins.surql", include_str!("../../../migrations/0008_plugins.surql")),
     ("0009_segments.surql", include_str!("../../../migrations/0009_segments.surql")),
+    ("0011_campaigns.surql", include_str!("../../../migrations/0011_campaigns.surql")),
 ];
 
 #[derive(serde::Deserialize)]

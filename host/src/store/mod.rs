@@ -11,6 +11,7 @@
 //! - Times are stored as integer milliseconds since the Unix epoch (UTC).
 
 pub mod accounts;
+pub mod campaigns;
 pub mod contacts;
 pub mod domains;
 pub mod emails;

@@ -1,0 +1,162 @@
+//! Benchmark of campaign sending (campaigns issue). Prints numbers; asserts nothing. Needs `smtp-sink`
+//! (Debian package postfix; it runs without the daemon).
+//!
+//! For each of "unsigned" and "DKIM-signed": a fresh embedded on-disk database (SurrealKV in a temp dir),
+//! Herald built in-process (`App::build`, SMTP to smtp-sink on loopback, send throttle off), CONTACTS
+//! subscribed contacts seeded straight through the store (batched `INSERT`s), then over HTTP: create an
+//! ALL-audience MARKETING campaign whose body uses contact data, send it, and poll `GET /campaigns/:id`
+//! until it is SENT. Prints the time to SENT, messages/s, that every contact got exactly one email
+//! record, and the process's peak resident memory over the sending phase (VmHWM reset through
+//! `/proc/self/clear_refs` after seeding).
+//!
+//! Run: `cargo bench -p herald-host --bench campaign` (env: BENCH_CONTACTS, default 100,000;
+//! BENCH_CONCURRENCY job slots, default 32).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herald_host::App;
+use herald_host::config::Settings;
+use serde_json::{Value, json};
+
+mod common;
+use common::{env_or, free_port, peak_rss_mb};
+
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: usize) {
+    let dir = std::env::temp_dir().join(format!("herald-bench-campaign-{}-{signed}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = Settings {
+        db: Some(format!("surrealkv://{}", dir.display())),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        secret: Some("bench-secret-bench-secret".into()),
+        rate_limit_per_minute: Some(0),
+        send_rate_per_second: Some(0),
+        smtp_url: Some(format!("smtp://127.0.0.1:{sink_port}")),
+        dkim_signing: Some(signed),
+        job_concurrency: Some(concurrency),
+        job_poll_ms: Some(20),
+        campaign_progress_ms: Some(500),
+        plugins_dir: Some(dir.join("plugins")),
+        plugin_cache_dir: Some(dir.join("plugin-cache")),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let app = App::build(config).await.unwrap();
+    let st = Arc::clone(&app.state);
+    let project = herald_host::api::cli::create_project(&st, "bench", None, None).await.unwrap();
+    let project_id = project["id"].as_str().unwrap().to_string();
+    let key = project["secret"].as_str().unwrap().to_string();
+    st.domains.add(&st.store, &project_id, "bench.test", true, st.clock.now_ms()).await.unwrap();
+
+    // Seed: subscribed contacts with a little data each, 2,000 per transaction.
+    let t = Instant::now();
+    let now = st.clock.now_ms();
+    let plans = ["free", "starter", "pro", "enterprise"];
+    let mut i = 0u64;
+    while i < contacts {
+        let n = (contacts - i).min(2_000);
+        let rows: Vec<Value> = (i..i + n)
+            .map(|k| {
+                json!({
+                    "id": uuid::Uuid::now_v7().to_string(), "project": project_id,
+                    "email": format!("user{k}@example.org"), "subscribed": true,
+                    "data": { "firstName": format!("User{k}"), "plan": plans[(k % 4) as usize] },
+                    "version": 1, "created_at": now, "updated_at": now,
+                })
+            })
+            .collect();
+        st.store.query("INSERT INTO contact $rows RETURN NONE", json!({ "rows": rows })).await.unwrap();
+        i += n;
+    }
+    let label = if signed { "DKIM-signed" } else { "unsigned" };
+    println!("  {label}:");
+    println!("    seeded {contacts} contacts in {:.1} s", t.elapsed().as_secs_f64());
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let running = app.start(listener).await.unwrap();
+    let base = format!("http://{}", running.addr);
+    let http = reqwest::Client::new();
+    let r: Value = http
+        .post(format!("{base}/campaigns"))
+        .bearer_auth(&key)
+        .json(&json!({
+            "name": "Bench campaign",
+            "subject": "News for {{firstName ?? \"you\"}}",
+            "body": "<html><body><p>Hello {{firstName}}, here is what is new on the {{plan}} plan.</p>\
+                     <p><a href=\"https://example.org/news\">Read more</a></p>\
+                     <p><a href=\"{{unsubscribeUrl}}\">Unsubscribe</a></p></body></html>",
+            "from": "news@bench.test",
+            "fromName": "Bench",
+            "audienceType": "ALL",
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["data"]["id"].as_str().expect("campaign created").to_string();
+    let peak_reset = reset_peak();
+    let t = Instant::now();
+    let r = http.post(format!("{base}/campaigns/{id}/send")).bearer_auth(&key).json(&json!({})).send().await.unwrap();
+    assert!(r.status().is_success());
+    let mut last = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while Instant::now() < deadline {
+        last = http.get(format!("{base}/campaigns/{id}")).bearer_auth(&key).send().await.unwrap().json().await.unwrap();
+        if last["status"] == "SENT" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let sent = last["sentCount"].as_i64().unwrap_or(0);
+    let records = st
+        .store
+        .query("SELECT count() AS n FROM email WHERE campaign = $c GROUP ALL", json!({ "c": id }))
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let peak = peak_rss_mb(std::process::id());
+    println!(
+        "    {} in {secs:.1} s: {sent} sent = {:.0} msg/s; totalRecipients {}, email records {}",
+        last["status"].as_str().unwrap_or("?"),
+        sent as f64 / secs,
+        last["totalRecipients"],
+        records[0]["n"]
+    );
+    println!(
+        "    peak RSS {peak:.0} MB{}",
+        if peak_reset { " (sending phase)" } else { " (whole process; VmHWM could not be reset)" }
+    );
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::main]
+async fn main() {
+    let contacts = env_or("BENCH_CONTACTS", 100_000);
+    let concurrency = env_or("BENCH_CONCURRENCY", 32) as usize;
+    let sink_port = free_port();
+    let mut sink = Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("smtp-sink (Debian package postfix) must be installed");
+    std::thread::sleep(Duration::from_millis(300));
+    println!("campaign benchmark: {contacts} subscribed contacts, smtp-sink on 127.0.0.1:{sink_port}");
+    run(sink_port, false, contacts, concurrency).await;
+    run(sink_port, true, contacts, concurrency).await;
+    let _ = sink.kill();
+    let _ = sink.wait();
+}

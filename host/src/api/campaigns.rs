@@ -1,0 +1,572 @@
+//! Campaigns (spec 2.3, 3.1, 4.6; decisions 17, 23, 24): offset list with status filter, search and sort;
+//! create (wrapped), get, replace, delete, duplicate, send now or scheduled (wrapped, with a message),
+//! cancel, test send and stats. The sending itself is `crate::campaigns`.
+
+use salvo::http::StatusCode;
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::auth::{ApiKeyAuth, KeyRule, project};
+use super::body::{Fields, Reply, json_object};
+use super::pagination::query_str;
+use super::state;
+use crate::campaigns::CampaignError;
+use crate::clock::rfc3339;
+use crate::domain::campaigns::{AUDIENCES, Action, STATUSES, allowed, parse_when, rate};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::campaigns::{CampaignQuery, CampaignRow};
+
+const TYPES: &[&str] = &["TRANSACTIONAL", "MARKETING", "HEADLESS"];
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct CampaignOut {
+    id: String,
+    name: String,
+    description: Option<String>,
+    subject: String,
+    body: String,
+    from: String,
+    from_name: Option<String>,
+    reply_to: Option<String>,
+    /// TRANSACTIONAL, MARKETING or HEADLESS
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: String,
+    /// DRAFT, SCHEDULED, SENDING, SENT or CANCELLED
+    status: String,
+    /// ALL, SEGMENT or FILTERED
+    audience_type: String,
+    segment_id: Option<String>,
+    audience_condition: Option<Value>,
+    scheduled_for: Option<String>,
+    total_recipients: i64,
+    sent_count: i64,
+    delivered_count: i64,
+    opened_count: i64,
+    clicked_count: i64,
+    bounced_count: i64,
+    project_id: String,
+    sent_at: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<&CampaignRow> for CampaignOut {
+    fn from(c: &CampaignRow) -> Self {
+        CampaignOut {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            description: c.description.clone(),
+            subject: c.subject.clone(),
+            body: c.body.clone(),
+            from: c.from.clone(),
+            from_name: c.from_name.clone(),
+            reply_to: c.reply_to.clone(),
+            kind: c.kind.clone(),
+            status: c.status.clone(),
+            audience_type: c.audience_type.clone(),
+            segment_id: c.segment.clone(),
+            audience_condition: c.audience_condition.clone(),
+            scheduled_for: c.scheduled_for.map(rfc3339),
+            total_recipients: c.total_recipients,
+            sent_count: c.sent_count,
+            delivered_count: c.delivered_count,
+            opened_count: c.opened_count,
+            clicked_count: c.clicked_count,
+            bounced_count: c.bounced_count,
+            project_id: c.project.clone(),
+            sent_at: c.sent_at.map(rfc3339),
+            created_at: rfc3339(c.created_at),
+            updated_at: rfc3339(c.updated_at),
+        }
+    }
+}
+
+/// `{ success: true, data }` (spec 4.1 item 2: create).
+#[derive(Serialize, ToSchema)]
+pub struct Wrapped {
+    success: bool,
+    data: CampaignOut,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct SendData {
+    id: String,
+    name: String,
+    status: String,
+    scheduled_for: Option<String>,
+}
+
+/// `{ success, data: { id, name, status, scheduledFor }, message }` (spec 4.6: send).
+#[derive(Serialize, ToSchema)]
+pub struct SendOut {
+    success: bool,
+    data: SendData,
+    message: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct CampaignPage {
+    data: Vec<CampaignOut>,
+    total: i64,
+    page: usize,
+    page_size: usize,
+    total_pages: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct StatsOut {
+    id: String,
+    status: String,
+    total_recipients: i64,
+    sent_count: i64,
+    delivered_count: i64,
+    opened_count: i64,
+    clicked_count: i64,
+    bounced_count: i64,
+    complained_count: i64,
+    failed_count: i64,
+    cancelled_count: i64,
+    /// emails not handed to a transport yet (PENDING or SENDING)
+    pending_count: i64,
+    /// percentages of sentCount, two decimals
+    delivery_rate: f64,
+    open_rate: f64,
+    click_rate: f64,
+    bounce_rate: f64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct TestData {
+    email_id: String,
+    to: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TestOut {
+    success: bool,
+    data: TestData,
+    message: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+#[allow(dead_code)]
+pub struct CampaignBody {
+    name: String,
+    description: Option<String>,
+    /// 1 to 998 characters without line breaks; Handlebars
+    subject: String,
+    /// HTML; Handlebars with the contact's data and the subscription links
+    body: String,
+    /// an address on a domain verified for the project
+    from: String,
+    from_name: Option<String>,
+    reply_to: Option<String>,
+    /// TRANSACTIONAL, MARKETING (default) or HEADLESS
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: Option<String>,
+    /// ALL, SEGMENT or FILTERED
+    audience_type: String,
+    /// required for SEGMENT
+    segment_id: Option<String>,
+    /// required for FILTERED: a condition tree
+    audience_condition: Option<Value>,
+}
+
+pub fn router() -> Router {
+    Router::with_path("campaigns")
+        .hoop(ApiKeyAuth(KeyRule::SecretOnly))
+        .get(list_campaigns)
+        .post(create_campaign)
+        .push(Router::with_path("{id}/duplicate").post(duplicate_campaign))
+        .push(Router::with_path("{id}/send").post(send_campaign))
+        .push(Router::with_path("{id}/cancel").post(cancel_campaign))
+        .push(Router::with_path("{id}/test").post(test_campaign))
+        .push(Router::with_path("{id}/stats").get(campaign_stats))
+        .push(Router::with_path("{id}").get(get_campaign).put(replace_campaign).delete(delete_campaign))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found("CAMPAIGN_NOT_FOUND", format!("Campaign {id} not found"))
+}
+
+fn campaign_error(e: CampaignError) -> ApiError {
+    match e {
+        CampaignError::State(m) => ApiError::Conflict(m),
+        CampaignError::NotFound(id) => not_found(&id),
+        CampaignError::Field(field, m) => ApiError::field(field, "invalid", &m, Value::Null),
+        CampaignError::Store(s) => s.into(),
+        CampaignError::Segment(s) => s.into(),
+    }
+}
+
+async fn load(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, ApiError> {
+    st.store.campaign(project, id).await?.ok_or_else(|| not_found(id))
+}
+
+/// Reads every field of a campaign (create and PUT replace it whole) into `c`, then checks the
+/// audience's references and the sender domain.
+async fn read_campaign(
+    st: &AppState,
+    project: &str,
+    body: &Map<String, Value>,
+    c: &mut CampaignRow,
+) -> Result<(), ApiError> {
+    let mut f = Fields::new(body);
+    c.name = f.text("name", true, 200).unwrap_or_default();
+    c.description = f.string("description", false, 0, 1000).filter(|s| !s.trim().is_empty());
+    let subject = f.string("subject", true, 1, 998);
+    if subject.as_deref().is_some_and(|s| s.contains(['\r', '\n'])) {
+        f.error("subject", "invalid_string", "subject must not contain line breaks");
+    }
+    c.subject = subject.unwrap_or_default();
+    c.body = f.string("body", true, 1, 5 * 1024 * 1024).unwrap_or_default();
+    c.from = f.email("from", true).unwrap_or_default();
+    c.from_name = f.string("fromName", false, 0, 200).filter(|s| !s.trim().is_empty());
+    c.reply_to = f.email("replyTo", false);
+    c.kind = f.one_of("type", false, TYPES).unwrap_or_else(|| "MARKETING".into());
+    let audience = f.one_of("audienceType", true, AUDIENCES);
+    c.audience_type = audience.clone().unwrap_or_default();
+    c.segment = None;
+    c.audience_condition = None;
+    match audience.as_deref() {
+        Some("SEGMENT") => c.segment = f.text("segmentId", true, 100),
+        Some("FILTERED") => match body.get("audienceCondition") {
+            None | Some(Value::Null) => {
+                f.error("audienceCondition", "required", "audienceCondition is required for a FILTERED audience")
+            }
+            Some(v @ Value::Object(_)) => c.audience_condition = Some(v.clone()),
+            Some(_) => f.error("audienceCondition", "invalid_type", "audienceCondition must be a condition tree"),
+        },
+        _ => {}
+    }
+    for (field, src) in [("subject", c.subject.clone()), ("body", c.body.clone())] {
+        if !src.is_empty()
+            && let Err(issue) = st.templates.check(&src)
+        {
+            f.error(field, "invalid_template", format!("{field} is not a valid template: {issue}"));
+        }
+    }
+    f.finish()?;
+    if let Some(seg) = &c.segment
+        && st.store.segment(project, seg).await?.is_none()
+    {
+        return Err(ApiError::field(
+            "segmentId",
+            "not_found",
+            &format!("segment {seg} does not exist in this project"),
+            Value::String(seg.clone()),
+        ));
+    }
+    if let Some(cond) = &c.audience_condition
+        && let Err(e) = st.segments.check(project, cond, None).await
+    {
+        return Err(match e {
+            crate::segments::SegmentError::Invalid(m) => {
+                ApiError::field("audienceCondition", "invalid_condition", &m, cond.clone())
+            }
+            other => other.into(),
+        });
+    }
+    super::domains::require_sender(st, project, &c.from).await?;
+    Ok(())
+}
+
+/// Creates a DRAFT campaign: `{ success: true, data }` (201). 422 on validation, 403 for an unverified
+/// sender domain.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 201, body = Wrapped)))]
+pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let body = json_object(req).await?;
+    let now = st.clock.now_ms();
+    let mut c = CampaignRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        project: ctx.project_id.clone(),
+        name: String::new(),
+        description: None,
+        subject: String::new(),
+        body: String::new(),
+        from: String::new(),
+        from_name: None,
+        reply_to: None,
+        kind: "MARKETING".into(),
+        status: "DRAFT".into(),
+        audience_type: "ALL".into(),
+        segment: None,
+        audience_condition: None,
+        scheduled_for: None,
+        run: 0,
+        resolved: false,
+        batches_left: 0,
+        total_recipients: 0,
+        sent_count: 0,
+        delivered_count: 0,
+        opened_count: 0,
+        clicked_count: 0,
+        bounced_count: 0,
+        sent_at: None,
+        created_at: now,
+        updated_at: now,
+    };
+    read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
+    st.store.create_campaign(&c).await?;
+    Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
+}
+
+/// Lists campaigns: `page`, `pageSize` (1 to 100), `status` (400 when unknown), `search` (name, subject,
+/// sender), `sort` (name, createdAt, updatedAt; default createdAt), `dir` (default desc).
+#[endpoint(
+    tags("campaigns"),
+    security(("bearer" = [])),
+    parameters(
+        ("page" = Option<i64>, Query, description = "1-based, default 1"),
+        ("pageSize" = Option<i64>, Query, description = "1 to 100, default 20"),
+        ("status" = Option<String>, Query, description = "DRAFT, SCHEDULED, SENDING, SENT or CANCELLED"),
+        ("search" = Option<String>, Query, description = "case-insensitive, on name, subject and sender address"),
+        ("sort" = Option<String>, Query, description = "name, createdAt (default) or updatedAt"),
+        ("dir" = Option<String>, Query, description = "asc or desc (default)"),
+    ),
+    responses((status_code = 200, body = CampaignPage))
+)]
+pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let int = |name: &str, default: i64| -> Result<i64, ApiError> {
+        match query_str(req, name) {
+            None => Ok(default),
+            Some(s) => s
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}"))),
+        }
+    };
+    let page = int("page", 1)?.max(1) as usize;
+    let page_size = int("pageSize", 20)?.clamp(1, 100) as usize;
+    let status = query_str(req, "status");
+    if let Some(s) = &status
+        && !STATUSES.contains(&s.as_str())
+    {
+        return Err(ApiError::BadRequest(format!("status must be one of {}, got {s:?}", STATUSES.join(", "))));
+    }
+    let sort = match query_str(req, "sort").as_deref() {
+        Some("name") => "name",
+        Some("updatedAt") => "updated_at",
+        _ => "created_at",
+    };
+    let q = CampaignQuery {
+        status,
+        search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
+        sort,
+        ascending: query_str(req, "dir").as_deref() == Some("asc"),
+        offset: (page - 1).saturating_mul(page_size),
+        limit: page_size,
+    };
+    let (rows, total) = st.store.list_campaigns(&ctx.project_id, &q).await?;
+    let total_pages = (total + page_size as i64 - 1) / page_size as i64;
+    Reply::ok(&CampaignPage { data: rows.iter().map(CampaignOut::from).collect(), total, page, page_size, total_pages })
+}
+
+/// One campaign, its counters recounted from its email records.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
+pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let mut c = load(&st, &ctx.project_id, &id).await?;
+    if c.run > 0 {
+        st.campaigns.recount(&ctx.project_id, &id).await.map_err(campaign_error)?;
+        c = load(&st, &ctx.project_id, &id).await?;
+    }
+    Reply::ok(&CampaignOut::from(&c))
+}
+
+/// Replaces a DRAFT or SCHEDULED campaign's fields (the same checks as create); 409 otherwise.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 200, body = CampaignOut)))]
+pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let body = json_object(req).await?;
+    let mut c = load(&st, &ctx.project_id, &id).await?;
+    allowed(Action::Replace, &c.status).map_err(ApiError::Conflict)?;
+    read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
+    c.updated_at = st.clock.now_ms();
+    if !st.store.replace_campaign(&c).await? {
+        let now = load(&st, &ctx.project_id, &id).await?;
+        allowed(Action::Replace, &now.status).map_err(ApiError::Conflict)?;
+        return Err(ApiError::Conflict("the campaign changed meanwhile; read it again".into()));
+    }
+    Reply::ok(&CampaignOut::from(&c))
+}
+
+/// Deletes a campaign (204); 409 while it is SCHEDULED or SENDING.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
+pub async fn delete_campaign(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    match st.store.delete_campaign(&ctx.project_id, &id).await? {
+        None => Err(not_found(&id)),
+        Some(false) => {
+            let c = load(&st, &ctx.project_id, &id).await?;
+            Err(ApiError::Conflict(
+                allowed(Action::Delete, &c.status)
+                    .err()
+                    .unwrap_or_else(|| "the campaign has active executions; cancel it before deleting it".into()),
+            ))
+        }
+        Some(true) => {
+            res.status_code(StatusCode::NO_CONTENT);
+            Ok(())
+        }
+    }
+}
+
+/// Copies a campaign as a DRAFT named `<name> (Copy)`, with no schedule and zero counters (201).
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 201, body = CampaignOut)))]
+pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let c = load(&st, &ctx.project_id, &id).await?;
+    let now = st.clock.now_ms();
+    let mut name = format!("{} (Copy)", c.name);
+    if name.chars().count() > 200 {
+        name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
+    }
+    let copy = CampaignRow {
+        id: uuid::Uuid::now_v7().to_string(),
+        name,
+        status: "DRAFT".into(),
+        scheduled_for: None,
+        run: 0,
+        resolved: false,
+        batches_left: 0,
+        total_recipients: 0,
+        sent_count: 0,
+        delivered_count: 0,
+        opened_count: 0,
+        clicked_count: 0,
+        bounced_count: 0,
+        sent_at: None,
+        created_at: now,
+        updated_at: now,
+        ..c
+    };
+    st.store.create_campaign(&copy).await?;
+    Reply::created(&CampaignOut::from(&copy))
+}
+
+/// Sends a DRAFT campaign now (SENDING) or at `scheduledFor` (SCHEDULED; any date form the parser
+/// accepts, 400 when none does). 409 when not DRAFT, 403 when the sender domain is not verified.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = SendOut)))]
+pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let body = json_object(req).await?;
+    let when = match body.get("scheduledFor") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            parse_when(v)
+                .ok_or_else(|| ApiError::BadRequest(format!("scheduledFor is not a date this server can read: {v}")))?,
+        ),
+    };
+    let c = load(&st, &ctx.project_id, &id).await?;
+    allowed(Action::Send, &c.status).map_err(ApiError::Conflict)?;
+    super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
+    let (c, message) = match when {
+        None => {
+            let c = st.campaigns.send_now(&ctx.project_id, &id).await.map_err(campaign_error)?;
+            (c, "Campaign is being sent".to_string())
+        }
+        Some(at) => {
+            let c = st.campaigns.schedule(&ctx.project_id, &id, at).await.map_err(campaign_error)?;
+            (c, format!("Campaign scheduled for {}", rfc3339(at)))
+        }
+    };
+    Reply::ok(&SendOut {
+        success: true,
+        data: SendData { id: c.id, name: c.name, status: c.status, scheduled_for: c.scheduled_for.map(rfc3339) },
+        message,
+    })
+}
+
+/// Cancels a SCHEDULED or SENDING campaign (decision 23): back to DRAFT when no email reached a
+/// transport, else CANCELLED with every email not yet handed over cancelled. 409 in other states.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
+pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let c = st.campaigns.cancel(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
+    Reply::ok(&CampaignOut::from(&c))
+}
+
+/// Sends the campaign once to `email`, an address of a member of the project (decision 24): subject
+/// prefixed `[TEST] `, header `X-Herald-Test: true`, no tracking, not counted.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = TestOut)))]
+pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let body = json_object(req).await?;
+    let mut f = Fields::new(&body);
+    let to = f.email("email", true);
+    f.finish()?;
+    let to = to.unwrap_or_default();
+    let c = load(&st, &ctx.project_id, &id).await?;
+    super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
+    let email_id = st.campaigns.test_send(&ctx.project_id, &id, &to).await.map_err(campaign_error)?;
+    Reply::ok(&TestOut {
+        success: true,
+        data: TestData { email_id, to: to.clone() },
+        message: format!("Test sent to {to}"),
+    })
+}
+
+/// Counts of the campaign's emails by outcome, recounted from the records, with rates as percentages of
+/// the sent count.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = StatsOut)))]
+pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let st = state(depot)?;
+    let ctx = project(depot)?;
+    let id = id.into_inner();
+    let c = load(&st, &ctx.project_id, &id).await?;
+    let n = st.campaigns.recount(&ctx.project_id, &id).await.map_err(campaign_error)?;
+    Reply::ok(&StatsOut {
+        id: c.id,
+        status: c.status,
+        total_recipients: c.total_recipients,
+        sent_count: n.sent,
+        delivered_count: n.delivered,
+        opened_count: n.opened,
+        clicked_count: n.clicked,
+        bounced_count: n.bounced,
+        complained_count: n.complained,
+        failed_count: n.failed,
+        cancelled_count: n.cancelled,
+        pending_count: n.pending + n.sending,
+        delivery_rate: rate(n.delivered, n.sent),
+        open_rate: rate(n.opened, n.sent),
+        click_rate: rate(n.clicked, n.sent),
+        bounce_rate: rate(n.bounced, n.sent),
+    })
+}

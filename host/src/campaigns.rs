@@ -1,0 +1,426 @@
+//! Campaign sending (spec 3.1, 4.6; decisions 17, 18, 23, 24), on the durable job queue:
+//!
+//! - `send` (DRAFT → SENDING) or `schedule` (DRAFT → SCHEDULED, and a `campaign.start` job at the time)
+//!   start a new *run* of the campaign and enqueue its `campaign.resolve` job in the same transaction.
+//! - `campaign.resolve` evaluates the audience (subscribed contacts of ALL, a segment, or a condition)
+//!   once through the segment engine, fixes `totalRecipients`, and writes one `campaign.batch` job per
+//!   500 contacts (`campaign_batch_size`), in one transaction.
+//! - `campaign.batch` renders its contacts' emails and writes them with their delivery jobs, its batch
+//!   marker and one fewer batch left, in one transaction. A campaign email's record id is derived from
+//!   (campaign, contact), so whatever is retried, restarted or run twice, a contact gets one email.
+//! - `campaigns.progress` (recurring) recounts every sending campaign's counters from its email records
+//!   and moves it to SENT once every batch is written and no email is PENDING or SENDING.
+//! - `cancel` cancels every email not handed over yet; nothing handed over → DRAFT, else CANCELLED.
+//!
+//! Every job carries the run it belongs to and every write is conditioned on the campaign still being
+//! in that run's state, so a job of an earlier run (before a cancel back to DRAFT) does nothing.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::clock::SharedClock;
+use crate::compose::{Composer, Message, Recipient};
+use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
+use crate::domain::campaigns::{audience_tree, email_id};
+use crate::domain::templating::Mode;
+use crate::domain::tracking::tracked;
+use crate::jobs::{JobContext, Registry};
+use crate::segments::{self, SegmentError};
+use crate::store::campaigns::{CampaignRow, Cancelled, EmailCounts};
+use crate::store::{Store, StoreError};
+
+pub const START_JOB: &str = "campaign.start";
+pub const RESOLVE_JOB: &str = "campaign.resolve";
+pub const BATCH_JOB: &str = "campaign.batch";
+pub const PROGRESS_JOB: &str = "campaigns.progress";
+
+/// Delivery priority of campaign emails: after transactional (100) and workflow mail.
+pub const EMAIL_PRIORITY: i64 = 1;
+/// Priority of the campaign's own jobs (resolving, writing batches).
+const JOB_PRIORITY: i64 = 5;
+const JOB_ATTEMPTS: i64 = 20;
+/// Priority of test sends: they are transactional.
+const TEST_PRIORITY: i64 = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    /// The action is not allowed in the campaign's status (409).
+    #[error("{0}")]
+    State(String),
+    #[error("campaign {0} not found")]
+    NotFound(String),
+    /// Bad input (a 422 naming the field).
+    #[error("{1}")]
+    Field(&'static str, String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Segment(#[from] SegmentError),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RunPayload {
+    campaign: String,
+    project: String,
+    run: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BatchPayload {
+    campaign: String,
+    project: String,
+    run: i64,
+    index: usize,
+    contacts: Vec<String>,
+}
+
+/// The campaign engine and its services.
+pub struct Campaigns {
+    pub store: Store,
+    pub clock: SharedClock,
+    pub composer: Arc<Composer>,
+    pub segments: segments::Engine,
+    /// Contacts per `campaign.batch` job.
+    pub batch_size: usize,
+    /// Wakes the job worker (set once the worker exists).
+    pub wake: OnceLock<Arc<tokio::sync::Notify>>,
+}
+
+fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64) -> Value {
+    json!({
+        "id": uuid::Uuid::now_v7().to_string(), "kind": kind, "payload": payload.to_string(), "status": "queued",
+        "priority": JOB_PRIORITY, "run_at": run_at, "attempts": 0, "max_attempts": JOB_ATTEMPTS,
+        "unique_key": unique_key, "created_at": now, "updated_at": now,
+    })
+}
+
+impl Campaigns {
+    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
+        let c = self.clone();
+        registry.register(START_JOB, move |ctx: JobContext| {
+            let c = c.clone();
+            async move { c.start_job(ctx).await.map_err(|e| e.to_string()) }
+        });
+        let c = self.clone();
+        registry.register(RESOLVE_JOB, move |ctx: JobContext| {
+            let c = c.clone();
+            async move { c.resolve_job(ctx).await.map_err(|e| e.to_string()) }
+        });
+        let c = self.clone();
+        registry.register(BATCH_JOB, move |ctx: JobContext| {
+            let c = c.clone();
+            async move { c.batch_job(ctx).await.map_err(|e| e.to_string()) }
+        });
+        for kind in [START_JOB, RESOLVE_JOB, BATCH_JOB] {
+            registry.set_priority(kind, JOB_PRIORITY);
+        }
+        let c = self.clone();
+        registry.register(PROGRESS_JOB, move |_ctx: JobContext| {
+            let c = c.clone();
+            async move { c.progress().await.map(|_| ()).map_err(|e| e.to_string()) }
+        });
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.wake.get() {
+            w.notify_one();
+        }
+    }
+
+    async fn load(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
+        self.store.campaign(project, id).await?.ok_or_else(|| CampaignError::NotFound(id.to_string()))
+    }
+
+    /// Immediate send: DRAFT → SENDING, a new run, and its resolve job. Answers the campaign after.
+    pub async fn send_now(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
+        let c = self.load(project, id).await?;
+        crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, &c.status)
+            .map_err(CampaignError::State)?;
+        let now = self.clock.now_ms();
+        let run = c.run + 1;
+        let payload = json!(RunPayload { campaign: id.into(), project: project.into(), run });
+        let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{id}:{run}:resolve"), now);
+        let mut set = fresh_run(run, now);
+        set["status"] = json!("SENDING");
+        set["sent_at"] = json!(now);
+        if !self.store.transition_campaign(project, id, &["DRAFT"], c.run, set, &[job], false).await? {
+            return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
+        }
+        self.wake();
+        self.load(project, id).await
+    }
+
+    /// Scheduled send: DRAFT → SCHEDULED, a new run, and its start job at `at` (at once when past).
+    pub async fn schedule(&self, project: &str, id: &str, at: i64) -> Result<CampaignRow, CampaignError> {
+        let c = self.load(project, id).await?;
+        crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, &c.status)
+            .map_err(CampaignError::State)?;
+        let now = self.clock.now_ms();
+        let run = c.run + 1;
+        let payload = json!(RunPayload { campaign: id.into(), project: project.into(), run });
+        let job = job_doc(START_JOB, payload, at, format!("campaign:{id}:{run}:start"), now);
+        let mut set = fresh_run(run, now);
+        set["status"] = json!("SCHEDULED");
+        set["scheduled_for"] = json!(at);
+        if !self.store.transition_campaign(project, id, &["DRAFT"], c.run, set, &[job], false).await? {
+            return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
+        }
+        self.wake();
+        self.load(project, id).await
+    }
+
+    /// Cancel (decision 23). Answers the campaign after.
+    pub async fn cancel(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
+        for _ in 0..8 {
+            let c = self.load(project, id).await?;
+            crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Cancel, &c.status)
+                .map_err(CampaignError::State)?;
+            let now = self.clock.now_ms();
+            match self.store.cancel_campaign(project, id, &c.status, c.run, now).await? {
+                Cancelled::Stale => continue,
+                Cancelled::Draft => return self.load(project, id).await,
+                Cancelled::Cancelled => {
+                    self.recount(project, id).await?;
+                    return self.load(project, id).await;
+                }
+            }
+        }
+        Err(CampaignError::State("the campaign keeps changing; try again".into()))
+    }
+
+    /// Recounts a campaign's counters from its email records and stores them.
+    pub async fn recount(&self, project: &str, id: &str) -> Result<EmailCounts, CampaignError> {
+        let counts = self.store.campaign_email_counts(project, id).await?;
+        self.store.set_campaign_counts(project, id, &counts).await?;
+        Ok(counts)
+    }
+
+    /// `campaign.start`: a scheduled campaign's time has come.
+    async fn start_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
+        let Ok(p) = serde_json::from_value::<RunPayload>(ctx.payload.clone()) else { return Ok(()) };
+        let Some(c) = self.store.campaign(&p.project, &p.campaign).await? else { return Ok(()) };
+        if c.status != "SCHEDULED" || c.run != p.run {
+            return Ok(()); // cancelled or rescheduled meanwhile
+        }
+        let now = self.clock.now_ms();
+        let payload = json!(RunPayload { campaign: c.id.clone(), project: c.project.clone(), run: c.run });
+        let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{}:{}:resolve", c.id, c.run), now);
+        let set = json!({ "status": "SENDING", "sent_at": now, "updated_at": now });
+        self.store.transition_campaign(&c.project, &c.id, &["SCHEDULED"], c.run, set, &[job], false).await?;
+        self.wake();
+        Ok(())
+    }
+
+    /// The subscribed contacts a campaign goes to, sorted by id.
+    pub async fn audience(&self, c: &CampaignRow, now: i64) -> Result<Vec<String>, CampaignError> {
+        let tree = audience_tree(&c.audience_type, c.segment.as_deref(), c.audience_condition.as_ref());
+        let tree = self.segments.parse(&tree)?;
+        let compiled = self.segments.compile(&c.project, &tree, now).await?;
+        let mut ids = self.segments.matching_ids(&c.project, &compiled).await?;
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// `campaign.resolve`: the audience, fixed once per run, split into batch jobs.
+    async fn resolve_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
+        let Ok(p) = serde_json::from_value::<RunPayload>(ctx.payload.clone()) else { return Ok(()) };
+        let Some(c) = self.store.campaign(&p.project, &p.campaign).await? else { return Ok(()) };
+        if c.status != "SENDING" || c.run != p.run || c.resolved {
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        let ids = match self.audience(&c, now).await {
+            Ok(ids) => ids,
+            // The audience can no longer be evaluated (say, a plugin operator was removed): nobody is
+            // sent anything, and the campaign completes empty rather than hanging in SENDING.
+            Err(CampaignError::Segment(SegmentError::Invalid(msg))) => {
+                tracing::warn!(campaign = %c.id, error = %msg, "campaign audience cannot be evaluated");
+                vec![]
+            }
+            Err(e) => return Err(e),
+        };
+        let jobs: Vec<Value> = ids
+            .chunks(self.batch_size.max(1))
+            .enumerate()
+            .map(|(index, chunk)| {
+                let payload = json!(BatchPayload {
+                    campaign: c.id.clone(),
+                    project: c.project.clone(),
+                    run: c.run,
+                    index,
+                    contacts: chunk.to_vec(),
+                });
+                job_doc(BATCH_JOB, payload, now, format!("campaign:{}:{}:batch:{index}", c.id, c.run), now)
+            })
+            .collect();
+        let set = json!({
+            "resolved": true, "total_recipients": ids.len(), "batches_left": jobs.len(), "updated_at": now,
+        });
+        self.store.transition_campaign(&c.project, &c.id, &["SENDING"], c.run, set, &jobs, true).await?;
+        self.wake();
+        Ok(())
+    }
+
+    /// `campaign.batch`: one batch of the audience rendered and written with its delivery jobs.
+    async fn batch_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
+        let Ok(p) = serde_json::from_value::<BatchPayload>(ctx.payload.clone()) else { return Ok(()) };
+        let Some(c) = self.store.campaign(&p.project, &p.campaign).await? else { return Ok(()) };
+        if c.status != "SENDING" || c.run != p.run {
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        let contacts = self.store.contacts_by_ids(&c.project, &p.contacts).await?;
+        // Decision 23: the audience is subscribed contacts only, checked again as each batch is written.
+        let contacts: Vec<_> = contacts.into_iter().filter(|k| k.subscribed).collect();
+        let ids: Vec<String> = contacts.iter().map(|k| email_id(&c.id, &k.id)).collect();
+        let existing: std::collections::HashSet<String> =
+            self.store.existing_email_records(&ids).await?.into_iter().collect();
+        let project = self.store.project(&c.project).await?;
+        let tracking_mode = project.as_ref().and_then(|p| p.tracking.clone());
+        let project_name = project.as_ref().map(|p| p.name.clone());
+        let prepare = |src: &str, mode: Mode| {
+            self.composer
+                .templates
+                .prepare(src, mode)
+                .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))
+        };
+        let subject = prepare(&c.subject, Mode::Text)?;
+        let html = prepare(&c.body, Mode::Html)?;
+        let from_name = c.from_name.clone().or(project_name);
+        let message = Message {
+            project: &c.project,
+            from: &c.from,
+            from_name: from_name.as_deref(),
+            reply_to: c.reply_to.as_deref(),
+            subject: &subject,
+            html: &html,
+            kind: &c.kind,
+            template: None,
+            campaign: Some(&c.id),
+            headers: &[],
+            attachments: "[]",
+            track: tracked(tracking_mode.as_deref(), &c.kind),
+            request_vars: &[],
+            subject_prefix: "",
+        };
+        let mut rows = Vec::with_capacity(contacts.len());
+        for (k, id) in contacts.iter().zip(&ids) {
+            if existing.contains(id) {
+                continue;
+            }
+            let r = Recipient { contact_id: &k.id, email: &k.email, name: None, data: &k.data };
+            match self.composer.compose(&message, &r, id, now) {
+                Ok(row) => rows.push(row),
+                Err(issue) => {
+                    // This contact's data makes the message unrenderable (too large): recorded as FAILED.
+                    let empty = Map::new();
+                    let r = Recipient { data: &empty, ..r };
+                    if let Ok(mut row) = self.composer.compose(&message, &r, id, now) {
+                        row.status = "FAILED".into();
+                        row.error = Some(format!("cannot render the campaign for this contact: {issue}"));
+                        rows.push(row);
+                    }
+                }
+            }
+        }
+        let batch_id = format!("{}-{}-{}", c.id, c.run, p.index);
+        self.store
+            .write_campaign_batch(
+                &c.project,
+                &c.id,
+                c.run,
+                &batch_id,
+                &rows,
+                DELIVER_CAMPAIGN_JOB,
+                EMAIL_PRIORITY,
+                DELIVER_ATTEMPTS,
+                now,
+            )
+            .await?;
+        self.wake();
+        Ok(())
+    }
+
+    /// `campaigns.progress`: recounts every sending campaign and completes the finished ones. Returns how
+    /// many became SENT.
+    pub async fn progress(&self) -> Result<usize, CampaignError> {
+        let mut done = 0;
+        for c in self.store.sending_campaigns().await? {
+            let counts = self.store.campaign_email_counts(&c.project, &c.id).await?;
+            self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;
+            if c.resolved && c.batches_left <= 0 && counts.pending + counts.sending == 0 {
+                let now = self.clock.now_ms();
+                let set = json!({ "status": "SENT", "updated_at": now });
+                if self.store.transition_campaign(&c.project, &c.id, &["SENDING"], c.run, set, &[], false).await? {
+                    done += 1;
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// A test send (decision 24) to a member of the project: `[TEST] ` subject, `X-Herald-Test: true`,
+    /// no tracking, not counted. Answers the email record's id.
+    pub async fn test_send(&self, project: &str, id: &str, to: &str) -> Result<String, CampaignError> {
+        let c = self.load(project, id).await?;
+        let members = self.store.members(project).await?;
+        if !members.iter().any(|m| m.email.as_deref().is_some_and(|e| e.eq_ignore_ascii_case(to))) {
+            return Err(CampaignError::Field("email", "test sends go only to members of the project".into()));
+        }
+        let now = self.clock.now_ms();
+        let data = match self.store.contact_by_email(project, to).await? {
+            Some(k) => k.data,
+            None => Map::new(),
+        };
+        let prepare = |src: &str, mode: Mode| {
+            self.composer
+                .templates
+                .prepare(src, mode)
+                .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))
+        };
+        let subject = prepare(&c.subject, Mode::Text)?;
+        let html = prepare(&c.body, Mode::Html)?;
+        let project_name = self.store.project(project).await?.map(|p| p.name);
+        let from_name = c.from_name.clone().or(project_name);
+        let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];
+        let message = Message {
+            project,
+            from: &c.from,
+            from_name: from_name.as_deref(),
+            reply_to: c.reply_to.as_deref(),
+            subject: &subject,
+            html: &html,
+            kind: &c.kind,
+            template: None,
+            campaign: None,
+            headers: &headers,
+            attachments: "[]",
+            track: false,
+            request_vars: &[],
+            subject_prefix: "[TEST] ",
+        };
+        let email = uuid::Uuid::now_v7().to_string();
+        // No contact: a test send writes no events and never changes anyone's subscription.
+        let r = Recipient { contact_id: "", email: to, name: None, data: &data };
+        let row = self
+            .composer
+            .compose(&message, &r, &email, now)
+            .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))?;
+        self.store.create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS).await?;
+        self.wake();
+        Ok(email)
+    }
+}
+
+/// The fields a new run starts from.
+fn fresh_run(run: i64, now: i64) -> Value {
+    json!({
+        "run": run, "resolved": false, "batches_left": 0, "total_recipients": 0, "sent_count": 0,
+        "delivered_count": 0, "opened_count": 0, "clicked_count": 0, "bounced_count": 0, "updated_at": now,
+    })
+}

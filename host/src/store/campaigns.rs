@@ -1,0 +1,438 @@
+//! Campaigns and their state changes. Every change of status is one transaction conditioned on the state
+//! it starts from (status and run), so two processes, a retried job and a user's cancel can race without
+//! a campaign ever being in two states or a contact getting two emails. Every query filters by project.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::emails::EmailRow;
+use super::{Store, StoreError};
+use crate::vars;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CampaignRow {
+    pub id: String,
+    pub project: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub subject: String,
+    pub body: String,
+    pub from: String,
+    pub from_name: Option<String>,
+    pub reply_to: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: String,
+    pub audience_type: String,
+    pub segment: Option<String>,
+    pub audience_condition: Option<Value>,
+    pub scheduled_for: Option<i64>,
+    #[serde(default)]
+    pub run: i64,
+    #[serde(default)]
+    pub resolved: bool,
+    #[serde(default)]
+    pub batches_left: i64,
+    #[serde(default)]
+    pub total_recipients: i64,
+    #[serde(default)]
+    pub sent_count: i64,
+    #[serde(default)]
+    pub delivered_count: i64,
+    #[serde(default)]
+    pub opened_count: i64,
+    #[serde(default)]
+    pub clicked_count: i64,
+    #[serde(default)]
+    pub bounced_count: i64,
+    pub sent_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl CampaignRow {
+    /// SCHEDULED or SENDING: the campaign has work in flight.
+    pub fn is_active(&self) -> bool {
+        self.status == "SCHEDULED" || self.status == "SENDING"
+    }
+
+    /// Whether the audience names this segment (as SEGMENT, or in a FILTERED condition).
+    pub fn uses_segment(&self, segment: &str) -> bool {
+        let needle = format!("segment.{segment}");
+        self.segment.as_deref() == Some(segment)
+            || self.audience_condition.as_ref().is_some_and(|c| c.to_string().contains(&format!("\"{needle}\"")))
+    }
+
+    /// Whether the campaign sends from this domain.
+    pub fn uses_domain(&self, domain: &str) -> bool {
+        self.from.rsplit_once('@').is_some_and(|(_, d)| d.eq_ignore_ascii_case(domain))
+    }
+}
+
+/// Filters and order of a campaign list.
+#[derive(Debug, Clone, Default)]
+pub struct CampaignQuery {
+    pub status: Option<String>,
+    /// lowercase
+    pub search: Option<String>,
+    /// `name`, `created_at` or `updated_at`
+    pub sort: &'static str,
+    pub ascending: bool,
+    pub offset: usize,
+    pub limit: usize,
+}
+
+/// A campaign's email records counted by outcome.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct EmailCounts {
+    pub total: i64,
+    pub pending: i64,
+    pub sending: i64,
+    /// handed to a transport and accepted (`sent_at` set)
+    pub sent: i64,
+    /// DELIVERED or further (opened, clicked, complained)
+    pub delivered: i64,
+    pub opened: i64,
+    pub clicked: i64,
+    pub bounced: i64,
+    pub complained: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+/// What a cancel did (decision 23).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// Nothing had reached a transport: back to DRAFT.
+    Draft,
+    /// Some emails had gone: CANCELLED, the rest CANCELLED too.
+    Cancelled,
+    /// The campaign was not in the state read (changed meanwhile).
+    Stale,
+}
+
+const FIELDS: &str = "record::id(id) AS id, project, name, description, subject, body, from, from_name, reply_to, type, \
+     status, audience_type, segment, audience_condition, scheduled_for, run, resolved, batches_left, total_recipients, \
+     sent_count, delivered_count, opened_count, clicked_count, bounced_count, sent_at, created_at, updated_at";
+
+/// The error a conditioned transaction throws when the campaign is not in the expected state.
+const STATE: &str = "CAMPAIGN_STATE";
+
+fn is_state_error(e: &StoreError) -> bool {
+    e.to_string().contains(STATE)
+}
+
+impl Store {
+    /// Creates a campaign.
+    pub async fn create_campaign(&self, c: &CampaignRow) -> Result<(), StoreError> {
+        let doc = doc_of(c);
+        self.write(|| async {
+            self.query(
+                "CREATE type::record('campaign', $id) CONTENT $doc RETURN NONE",
+                vars! { "id": c.id, "doc": doc.clone() },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Replaces a campaign read at its current status and run with `c` (the API keeps the fields it may
+    /// not change), while it is DRAFT or SCHEDULED; false when it is not, or changed meanwhile.
+    pub async fn replace_campaign(&self, c: &CampaignRow) -> Result<bool, StoreError> {
+        let doc = doc_of(c);
+        let v: Vec<Value> = self
+            .write(|| async {
+                self.query(
+                    "UPDATE type::record('campaign', $id) CONTENT $doc
+                     WHERE project = $p AND status = $status AND status IN ['DRAFT', 'SCHEDULED'] AND run = $run
+                     RETURN VALUE record::id(id)",
+                    vars! { "id": c.id, "p": c.project, "doc": doc.clone(), "status": c.status, "run": c.run },
+                )
+                .await?
+                .all(0)
+            })
+            .await?;
+        Ok(!v.is_empty())
+    }
+
+    pub async fn campaign(&self, project: &str, id: &str) -> Result<Option<CampaignRow>, StoreError> {
+        self.query(
+            &format!("SELECT {FIELDS} FROM campaign WHERE id = type::record('campaign', $id) AND project = $p"),
+            vars! { "p": project, "id": id },
+        )
+        .await?
+        .first(0)
+    }
+
+    /// One page of the project's campaigns and the total matching.
+    pub async fn list_campaigns(
+        &self,
+        project: &str,
+        q: &CampaignQuery,
+    ) -> Result<(Vec<CampaignRow>, i64), StoreError> {
+        let mut filter = String::from(" WHERE project = $p");
+        if q.status.is_some() {
+            filter.push_str(" AND status = $status");
+        }
+        if q.search.is_some() {
+            filter.push_str(
+                " AND (string::contains(string::lowercase(name), $q) OR string::contains(string::lowercase(subject), $q)
+                   OR string::contains(string::lowercase(from), $q))",
+            );
+        }
+        let dir = if q.ascending { "ASC" } else { "DESC" };
+        let sort = match q.sort {
+            "name" => "name",
+            "updated_at" => "updated_at",
+            _ => "created_at",
+        };
+        let mut rows = self
+            .query(
+                &format!(
+                    "SELECT {FIELDS} FROM campaign{filter} ORDER BY {sort} {dir}, id {dir} LIMIT $limit START $offset;
+                     SELECT count() AS n FROM campaign{filter} GROUP ALL;"
+                ),
+                vars! { "p": project, "status": q.status, "q": q.search, "limit": q.limit, "offset": q.offset },
+            )
+            .await?;
+        let list = rows.all(0)?;
+        let total = rows.value(1)?.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0);
+        Ok((list, total))
+    }
+
+    /// Deletes a campaign unless it is SCHEDULED or SENDING. None: not found; Some(false): active.
+    pub async fn delete_campaign(&self, project: &str, id: &str) -> Result<Option<bool>, StoreError> {
+        let v = self
+            .write(|| async {
+                self.query(
+                    "BEGIN TRANSACTION;
+                     LET $c = (SELECT status FROM campaign WHERE id = type::record('campaign', $id) AND project = $p);
+                     LET $out = IF array::len($c) == 0 { 'missing' }
+                        ELSE IF $c[0].status IN ['SCHEDULED', 'SENDING'] { 'active' }
+                        ELSE { DELETE type::record('campaign', $id) RETURN NONE; DELETE campaign_batch WHERE campaign = $id; 'deleted' };
+                     RETURN $out;
+                     COMMIT TRANSACTION;",
+                    vars! { "p": project, "id": id },
+                )
+                .await?
+                .value_last()
+            })
+            .await?;
+        Ok(match v.as_str() {
+            Some("deleted") => Some(true),
+            Some("active") => Some(false),
+            _ => None,
+        })
+    }
+
+    /// Moves a campaign from one of `from` at `run` (and, with `unresolved`, whose audience is not
+    /// resolved yet) to the fields of `set` (merged), and enqueues `jobs`, in one transaction. False when
+    /// the campaign was not in that state.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn transition_campaign(
+        &self,
+        project: &str,
+        id: &str,
+        from: &[&str],
+        run: i64,
+        set: Value,
+        jobs: &[Value],
+        unresolved: bool,
+    ) -> Result<bool, StoreError> {
+        let mut sql = String::from(
+            "BEGIN TRANSACTION;
+             LET $r = (UPDATE type::record('campaign', $id) MERGE $set
+                WHERE project = $p AND status IN $from AND run = $run AND (!$unresolved OR resolved = false)
+                RETURN VALUE record::id(id));
+             IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };\n",
+        );
+        if !jobs.is_empty() {
+            sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
+        }
+        sql.push_str("COMMIT TRANSACTION;");
+        let v = vars! { "p": project, "id": id, "from": from, "run": run, "set": set, "jobs": jobs, "unresolved": unresolved };
+        match self.write(|| async { self.query(&sql, v.clone()).await }).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_state_error(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes one audience batch of a run: its marker, its email records and their delivery jobs, and one
+    /// fewer batch left, in one transaction. `Ok(false)`: the campaign is no longer sending this run, or
+    /// the batch was written already (a retried job); nothing was written.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_campaign_batch(
+        &self,
+        project: &str,
+        campaign: &str,
+        run: i64,
+        batch_id: &str,
+        emails: &[EmailRow],
+        job_kind: &str,
+        priority: i64,
+        max_attempts: i64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts);
+        let rows: Vec<Value> = rows
+            .into_iter()
+            .map(|r| {
+                let mut doc = r["doc"].clone();
+                doc["id"] = r["id"].clone();
+                doc
+            })
+            .collect();
+        let mut sql = String::from(
+            "BEGIN TRANSACTION;
+             IF record::exists(type::record('campaign_batch', $batch)) { THROW 'CAMPAIGN_STATE: batch written'; };
+             CREATE type::record('campaign_batch', $batch) SET campaign = $c, created_at = $now RETURN NONE;
+             LET $r = (UPDATE type::record('campaign', $c) SET batches_left -= 1, updated_at = $now
+                WHERE project = $p AND status = 'SENDING' AND run = $run RETURN VALUE record::id(id));
+             IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };\n",
+        );
+        if !rows.is_empty() {
+            sql.push_str("INSERT INTO email $rows RETURN NONE;\nINSERT INTO job $jobs RETURN NONE;\n");
+        }
+        sql.push_str("COMMIT TRANSACTION;");
+        let v = vars! { "p": project, "c": campaign, "run": run, "batch": batch_id, "rows": rows, "jobs": jobs, "now": now };
+        match self.write(|| async { self.query(&sql, v.clone()).await }).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_state_error(&e) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Of these email ids, the ones that exist.
+    pub async fn existing_email_records(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let v = self
+            .query("RETURN array::filter($ids, |$i| record::exists(type::record('email', $i)))", vars! { "ids": ids })
+            .await?
+            .value(0)?;
+        Ok(v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect())
+    }
+
+    /// Cancels a SCHEDULED or SENDING campaign read at `status` and `run` (decision 23): every email not
+    /// yet handed over becomes CANCELLED; when none had been handed over, the campaign goes back to DRAFT
+    /// (its never-sent emails removed), else it is CANCELLED.
+    pub async fn cancel_campaign(
+        &self,
+        project: &str,
+        id: &str,
+        status: &str,
+        run: i64,
+        now: i64,
+    ) -> Result<Cancelled, StoreError> {
+        let sql = "BEGIN TRANSACTION;
+             LET $r = (UPDATE type::record('campaign', $id) SET updated_at = $now
+                WHERE project = $p AND status = $status AND run = $run RETURN VALUE record::id(id));
+             IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };
+             UPDATE email SET status = 'CANCELLED', updated_at = $now
+                WHERE campaign = $id AND status = 'PENDING' AND project = $p RETURN NONE;
+             LET $handed = (SELECT VALUE id FROM email WHERE campaign = $id
+                AND status NOT IN ['PENDING', 'CANCELLED'] AND project = $p LIMIT 1);
+             LET $out = IF array::len($handed) == 0 {
+                DELETE email WHERE campaign = $id AND project = $p RETURN NONE;
+                DELETE campaign_batch WHERE campaign = $id RETURN NONE;
+                UPDATE type::record('campaign', $id) SET status = 'DRAFT', scheduled_for = NONE, resolved = false,
+                    batches_left = 0, total_recipients = 0, sent_count = 0, delivered_count = 0, opened_count = 0,
+                    clicked_count = 0, bounced_count = 0, sent_at = NONE RETURN NONE;
+                'DRAFT'
+             } ELSE {
+                UPDATE type::record('campaign', $id) SET status = 'CANCELLED' RETURN NONE;
+                'CANCELLED'
+             };
+             RETURN $out;
+             COMMIT TRANSACTION;";
+        let v = vars! { "p": project, "id": id, "status": status, "run": run, "now": now };
+        match self.write(|| async { self.query(sql, v.clone()).await?.value_last() }).await {
+            Ok(v) if v.as_str() == Some("DRAFT") => Ok(Cancelled::Draft),
+            Ok(_) => Ok(Cancelled::Cancelled),
+            Err(e) if is_state_error(&e) => Ok(Cancelled::Stale),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Counts a campaign's email records by outcome.
+    pub async fn campaign_email_counts(&self, project: &str, id: &str) -> Result<EmailCounts, StoreError> {
+        let v = self
+            .query(
+                "SELECT count() AS total,
+                    count(status = 'PENDING') AS pending,
+                    count(status = 'SENDING') AS sending,
+                    count(sent_at != NONE) AS sent,
+                    count(status IN ['DELIVERED', 'OPENED', 'CLICKED', 'COMPLAINED']) AS delivered,
+                    count(opened_at != NONE OR clicked_at != NONE) AS opened,
+                    count(clicked_at != NONE) AS clicked,
+                    count(status = 'BOUNCED') AS bounced,
+                    count(status = 'COMPLAINED') AS complained,
+                    count(status = 'FAILED') AS failed,
+                    count(status = 'CANCELLED') AS cancelled
+                 FROM email WHERE campaign = $id AND project = $p GROUP ALL",
+                vars! { "p": project, "id": id },
+            )
+            .await?
+            .value(0)?;
+        match v.get(0) {
+            Some(row) => serde_json::from_value(row.clone()).map_err(|e| StoreError::Decode(e.to_string())),
+            None => Ok(EmailCounts::default()),
+        }
+    }
+
+    /// Stores a campaign's counters (recounted from its email records).
+    pub async fn set_campaign_counts(&self, project: &str, id: &str, c: &EmailCounts) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('campaign', $id) SET sent_count = $c.sent, delivered_count = $c.delivered,
+                    opened_count = $c.opened, clicked_count = $c.clicked, bounced_count = $c.bounced
+                 WHERE project = $p RETURN NONE",
+                vars! { "p": project, "id": id, "c": vars! {
+                    "sent": c.sent, "delivered": c.delivered, "opened": c.opened, "clicked": c.clicked,
+                    "bounced": c.bounced,
+                } },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Every SENDING campaign (all projects: the progress job's work list).
+    pub async fn sending_campaigns(&self) -> Result<Vec<CampaignRow>, StoreError> {
+        self.query(&format!("SELECT {FIELDS} FROM campaign WHERE status = 'SENDING'"), vars! {}).await?.all(0)
+    }
+
+    /// The SCHEDULED or SENDING campaigns of a project.
+    pub async fn active_campaigns(&self, project: &str) -> Result<Vec<CampaignRow>, StoreError> {
+        self.query(
+            &format!("SELECT {FIELDS} FROM campaign WHERE project = $p AND status IN ['SCHEDULED', 'SENDING']"),
+            vars! { "p": project },
+        )
+        .await?
+        .all(0)
+    }
+
+    /// Names of the project's templates that send from this domain.
+    pub async fn templates_of_domain(&self, project: &str, domain: &str) -> Result<Vec<String>, StoreError> {
+        let v: Vec<Value> = self
+            .query(
+                "SELECT VALUE name FROM template WHERE project = $p AND string::ends_with(string::lowercase(from), $d)",
+                vars! { "p": project, "d": format!("@{}", domain.to_lowercase()) },
+            )
+            .await?
+            .all(0)?;
+        Ok(v.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+    }
+}
+
+fn doc_of(c: &CampaignRow) -> Value {
+    let mut v = super::jobs::strip_nulls(serde_json::to_value(c).unwrap_or(Value::Null));
+    if let Some(o) = v.as_object_mut() {
+        o.remove("id");
+    }
+    v
+}
