@@ -42,7 +42,6 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: usize) {
         dkim_signing: Some(signed),
         job_concurrency: Some(concurrency),
         job_poll_ms: Some(20),
-        campaign_progress_ms: Some(500),
         plugins_dir: Some(dir.join("plugins")),
         plugin_cache_dir: Some(dir.join("plugin-cache")),
         ..Default::default()

@@ -274,7 +274,7 @@ impl Campaigns {
             return Ok(());
         }
         let now = self.clock.now_ms();
-        let contacts = self.store.contacts_by_ids(&c.project, &p.contacts).await?;
+        let contacts = self.store.batch_contacts(&c.project, &p.contacts).await?;
         // Decision 23: the audience is subscribed contacts only, checked again as each batch is written.
         let contacts: Vec<_> = contacts.into_iter().filter(|k| k.subscribed).collect();
         let ids: Vec<String> = contacts.iter().map(|k| email_id(&c.id, &k.id)).collect();
@@ -351,9 +351,16 @@ impl Campaigns {
     pub async fn progress(&self) -> Result<usize, CampaignError> {
         let mut done = 0;
         for c in self.store.sending_campaigns().await? {
+            // Batches first: once every batch is written no email can appear, so the counts read after
+            // are final for PENDING and SENDING. (`batches_left` holds the run's batch count; each written
+            // batch left a marker row.)
+            let written = c.resolved && self.store.campaign_batches_done(&c.id, c.run).await? >= c.batches_left;
             let counts = self.store.campaign_email_counts(&c.project, &c.id).await?;
-            self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;
-            if c.resolved && c.batches_left <= 0 && counts.pending + counts.sending == 0 {
+            let stored = (c.sent_count, c.delivered_count, c.opened_count, c.clicked_count, c.bounced_count);
+            if stored != (counts.sent, counts.delivered, counts.opened, counts.clicked, counts.bounced) {
+                self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;
+            }
+            if written && counts.pending + counts.sending == 0 {
                 let now = self.clock.now_ms();
                 let set = json!({ "status": "SENT", "updated_at": now });
                 if self.store.transition_campaign(&c.project, &c.id, &["SENDING"], c.run, set, &[], false).await? {

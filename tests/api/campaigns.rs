@@ -638,3 +638,28 @@ async fn a_campaign_interrupted_by_a_restart_gives_every_subscribed_contact_exac
     assert_eq!(emails[0]["n"], json!(N), "one email record per contact");
     e.s.stop().await;
 }
+
+#[tokio::test]
+async fn a_contact_who_unsubscribes_while_the_campaign_is_queued_gets_nothing() {
+    let e = env(true).await;
+    let ids = seed(&e, &[("stay@example.org", true, json!({})), ("leave@example.org", true, json!({}))]).await;
+    let c = &e.p.secret;
+    let id = c.post("/campaigns", campaign("Queued")).await.json["data"]["id"].as_str().unwrap().to_string();
+    assert_eq!(c.post(&format!("/campaigns/{id}/send"), json!({})).await.status, 200);
+    e.s.worker.run_once(1).await.unwrap(); // resolve
+    e.s.worker.run_once(1).await.unwrap(); // batch: both emails written
+    assert_eq!(c.get(&format!("/campaigns/{id}/stats")).await.json["pendingCount"], 2);
+    let r = c.patch(&format!("/contacts/{}", ids[1]), json!({"subscribed": false})).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    drain(&e.s.worker).await;
+    e.s.clock().advance(60_000);
+    drain(&e.s.worker).await;
+    let n = recipients(&e.sink);
+    assert_eq!(n.keys().collect::<Vec<_>>(), ["stay@example.org"], "decision 17: never to an unsubscribed contact");
+    let s = c.get(&format!("/campaigns/{id}/stats")).await.json;
+    assert_eq!(
+        (s["status"].as_str(), s["sentCount"].clone(), s["cancelledCount"].clone()),
+        (Some("SENT"), json!(1), json!(1))
+    );
+    e.s.stop().await;
+}

@@ -228,6 +228,35 @@ impl Delivery {
                 (e.project == p.project && (e.status == "PENDING" || e.status == "SENDING")).then_some(*e)
             })
             .collect();
+        // Decision 17: a marketing campaign email never goes to a contact who unsubscribed after it was
+        // written (say, through an earlier email's one-click link): it is cancelled instead.
+        let marketing: Vec<String> = todo
+            .iter()
+            .flatten()
+            .filter(|e| e.campaign.is_some() && e.kind == "MARKETING")
+            .map(|e| e.contact.clone())
+            .collect();
+        let gone: std::collections::HashSet<String> = match store.unsubscribed_of(&marketing).await {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => return vec![Err(e.to_string()); n],
+        };
+        let mut withdrawn = Vec::new();
+        let todo: Vec<Option<&EmailRow>> = todo
+            .into_iter()
+            .map(|e| match e {
+                Some(e) if e.campaign.is_some() && e.kind == "MARKETING" && gone.contains(&e.contact) => {
+                    withdrawn.push(crate::store::emails::DeliveryOutcome {
+                        id: e.id.clone(),
+                        status: "CANCELLED".into(),
+                        error: Some("the contact unsubscribed before delivery".into()),
+                        sent_at: None,
+                        provider_message_id: None,
+                    });
+                    None
+                }
+                other => other,
+            })
+            .collect();
         let sending: Vec<String> = todo.iter().flatten().map(|e| e.id.clone()).collect();
         // Only what is SENDING now goes out: an email cancelled meanwhile (a campaign's) is left alone.
         let sending: std::collections::HashSet<String> = match store.mark_sending(&sending, clock.now_ms()).await {
@@ -244,7 +273,7 @@ impl Delivery {
         });
         let sent = futures_util::future::join_all(sends).await;
         let now = clock.now_ms();
-        let mut outcomes = Vec::new();
+        let mut outcomes = withdrawn;
         let mut events = Vec::new();
         let mut bounced = Vec::new();
         let mut results = Vec::with_capacity(n);

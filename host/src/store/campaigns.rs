@@ -259,8 +259,8 @@ impl Store {
         }
     }
 
-    /// Writes one audience batch of a run: its marker, its email records and their delivery jobs, and one
-    /// fewer batch left, in one transaction. `Ok(false)`: the campaign is no longer sending this run, or
+    /// Writes one audience batch of a run: its marker, its email records and their delivery jobs, in one
+    /// transaction. `Ok(false)`: the campaign is no longer sending this run, or
     /// the batch was written already (a retried job); nothing was written.
     #[allow(clippy::too_many_arguments)]
     pub async fn write_campaign_batch(
@@ -284,13 +284,15 @@ impl Store {
                 doc
             })
             .collect();
+        // The campaign row is only read here: concurrent batches of one campaign write disjoint rows and
+        // never conflict with each other (a cancel, which writes the campaign row, conflicts with them).
         let mut sql = String::from(
             "BEGIN TRANSACTION;
              IF record::exists(type::record('campaign_batch', $batch)) { THROW 'CAMPAIGN_STATE: batch written'; };
-             CREATE type::record('campaign_batch', $batch) SET campaign = $c, created_at = $now RETURN NONE;
-             LET $r = (UPDATE type::record('campaign', $c) SET batches_left -= 1, updated_at = $now
-                WHERE project = $p AND status = 'SENDING' AND run = $run RETURN VALUE record::id(id));
-             IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };\n",
+             LET $r = (SELECT VALUE id FROM type::record('campaign', $c)
+                WHERE project = $p AND status = 'SENDING' AND run = $run);
+             IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };
+             CREATE type::record('campaign_batch', $batch) SET campaign = $c, run = $run, created_at = $now RETURN NONE;\n",
         );
         if !rows.is_empty() {
             sql.push_str("INSERT INTO email $rows RETURN NONE;\nINSERT INTO job $jobs RETURN NONE;\n");
@@ -302,6 +304,36 @@ impl Store {
             Err(e) if is_state_error(&e) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// The contacts of a campaign batch, by id (point reads of each record; missing ones left out).
+    pub async fn batch_contacts(
+        &self,
+        project: &str,
+        ids: &[String],
+    ) -> Result<Vec<super::contacts::Contact>, StoreError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        self.query(
+            "SELECT record::id(id) AS id, email, subscribed, data, version, created_at, updated_at
+             FROM array::map($ids, |$i| type::record('contact', $i)) WHERE project = $p",
+            vars! { "p": project, "ids": ids },
+        )
+        .await?
+        .all(0)
+    }
+
+    /// How many audience batches of a campaign's run are written.
+    pub async fn campaign_batches_done(&self, campaign: &str, run: i64) -> Result<i64, StoreError> {
+        let v = self
+            .query(
+                "SELECT count() AS n FROM campaign_batch WHERE campaign = $c AND run = $run GROUP ALL",
+                vars! { "c": campaign, "run": run },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0))
     }
 
     /// Of these email ids, the ones that exist.

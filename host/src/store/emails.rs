@@ -141,6 +141,21 @@ impl Store {
         Ok(v.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
     }
 
+    /// Of these contact ids, the ones that are unsubscribed now (or deleted).
+    pub async fn unsubscribed_of(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let v = self
+            .query(
+                "RETURN array::filter($ids, |$i| (SELECT VALUE subscribed FROM ONLY type::record('contact', $i)) != true)",
+                vars! { "ids": ids },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect())
+    }
+
     /// Records the outcomes of a delivery batch and their events in one transaction.
     pub async fn record_deliveries(
         &self,
