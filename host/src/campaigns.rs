@@ -26,7 +26,7 @@ use crate::clock::SharedClock;
 use crate::compose::{Composer, Message, Recipient};
 use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
 use crate::domain::campaigns::{audience_tree, email_id};
-use crate::domain::templating::Mode;
+use crate::domain::templating::{Mode, Prepared};
 use crate::domain::tracking::tracked;
 use crate::jobs::{JobContext, Registry};
 use crate::segments::{self, SegmentError};
@@ -137,35 +137,36 @@ impl Campaigns {
 
     /// Immediate send: DRAFT → SENDING, a new run, and its resolve job. Answers the campaign after.
     pub async fn send_now(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
-        let c = self.load(project, id).await?;
-        crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, &c.status)
-            .map_err(CampaignError::State)?;
         let now = self.clock.now_ms();
-        let run = c.run + 1;
-        let payload = json!(RunPayload { campaign: id.into(), project: project.into(), run });
-        let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{id}:{run}:resolve"), now);
-        let mut set = fresh_run(run, now);
-        set["status"] = json!("SENDING");
-        set["sent_at"] = json!(now);
-        if !self.store.transition_campaign(project, id, &["DRAFT"], c.run, set, &[job], false).await? {
-            return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
-        }
-        self.wake();
-        self.load(project, id).await
+        self.start_run(project, id, RESOLVE_JOB, now, json!({ "status": "SENDING", "sent_at": now })).await
     }
 
     /// Scheduled send: DRAFT → SCHEDULED, a new run, and its start job at `at` (at once when past).
     pub async fn schedule(&self, project: &str, id: &str, at: i64) -> Result<CampaignRow, CampaignError> {
+        self.start_run(project, id, START_JOB, at, json!({ "status": "SCHEDULED", "scheduled_for": at })).await
+    }
+
+    /// Starts a new run of a DRAFT campaign: `fields` merged over a fresh run's, and the run's first job
+    /// (`kind` at `run_at`) in the same transaction.
+    async fn start_run(
+        &self,
+        project: &str,
+        id: &str,
+        kind: &str,
+        run_at: i64,
+        fields: Value,
+    ) -> Result<CampaignRow, CampaignError> {
         let c = self.load(project, id).await?;
         crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, &c.status)
             .map_err(CampaignError::State)?;
         let now = self.clock.now_ms();
         let run = c.run + 1;
         let payload = json!(RunPayload { campaign: id.into(), project: project.into(), run });
-        let job = job_doc(START_JOB, payload, at, format!("campaign:{id}:{run}:start"), now);
+        let job = job_doc(kind, payload, run_at, format!("campaign:{id}:{run}:{kind}"), now);
         let mut set = fresh_run(run, now);
-        set["status"] = json!("SCHEDULED");
-        set["scheduled_for"] = json!(at);
+        for (k, v) in fields.as_object().into_iter().flatten() {
+            set[k] = v.clone();
+        }
         if !self.store.transition_campaign(project, id, &["DRAFT"], c.run, set, &[job], false).await? {
             return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
         }
@@ -199,6 +200,17 @@ impl Campaigns {
         Ok(counts)
     }
 
+    /// The campaign's subject and body, compiled once for all its recipients.
+    fn prepare(&self, c: &CampaignRow) -> Result<(Prepared, Prepared), CampaignError> {
+        let prepare = |src: &str, mode: Mode| {
+            self.composer
+                .templates
+                .prepare(src, mode)
+                .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))
+        };
+        Ok((prepare(&c.subject, Mode::Text)?, prepare(&c.body, Mode::Html)?))
+    }
+
     /// `campaign.start`: a scheduled campaign's time has come.
     async fn start_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
         let Ok(p) = serde_json::from_value::<RunPayload>(ctx.payload.clone()) else { return Ok(()) };
@@ -208,7 +220,7 @@ impl Campaigns {
         }
         let now = self.clock.now_ms();
         let payload = json!(RunPayload { campaign: c.id.clone(), project: c.project.clone(), run: c.run });
-        let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{}:{}:resolve", c.id, c.run), now);
+        let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{}:{}:{RESOLVE_JOB}", c.id, c.run), now);
         let set = json!({ "status": "SENDING", "sent_at": now, "updated_at": now });
         self.store.transition_campaign(&c.project, &c.id, &["SCHEDULED"], c.run, set, &[job], false).await?;
         self.wake();
@@ -283,14 +295,7 @@ impl Campaigns {
         let project = self.store.project(&c.project).await?;
         let tracking_mode = project.as_ref().and_then(|p| p.tracking.clone());
         let project_name = project.as_ref().map(|p| p.name.clone());
-        let prepare = |src: &str, mode: Mode| {
-            self.composer
-                .templates
-                .prepare(src, mode)
-                .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))
-        };
-        let subject = prepare(&c.subject, Mode::Text)?;
-        let html = prepare(&c.body, Mode::Html)?;
+        let (subject, html) = self.prepare(&c)?;
         let from_name = c.from_name.clone().or(project_name);
         let message = Message {
             project: &c.project,
@@ -384,14 +389,7 @@ impl Campaigns {
             Some(k) => k.data,
             None => Map::new(),
         };
-        let prepare = |src: &str, mode: Mode| {
-            self.composer
-                .templates
-                .prepare(src, mode)
-                .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))
-        };
-        let subject = prepare(&c.subject, Mode::Text)?;
-        let html = prepare(&c.body, Mode::Html)?;
+        let (subject, html) = self.prepare(&c)?;
         let project_name = self.store.project(project).await?.map(|p| p.name);
         let from_name = c.from_name.clone().or(project_name);
         let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];

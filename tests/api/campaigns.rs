@@ -13,7 +13,7 @@ use herald_host::store::contacts::Contact;
 use serde_json::{Value, json};
 
 use crate::harness::*;
-use crate::smtp_sink::{Received, SmtpSink};
+use crate::smtp_sink::{Received, SmtpSink, header, html_of};
 
 struct Env {
     s: Server,
@@ -107,30 +107,8 @@ async fn drain(w: &herald_host::jobs::Worker) {
     panic!("the queue does not drain");
 }
 
-fn header(data: &str, name: &str) -> Option<String> {
-    let head = data.split("\r\n\r\n").next().unwrap_or("");
-    let mut unfolded: Vec<String> = Vec::new();
-    for l in head.lines() {
-        match (l.starts_with([' ', '\t']), unfolded.last_mut()) {
-            (true, Some(prev)) => {
-                prev.push(' ');
-                prev.push_str(l.trim());
-            }
-            _ => unfolded.push(l.to_string()),
-        }
-    }
-    unfolded.iter().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-    })
-}
-
 fn subject(m: &Received) -> String {
     mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap().subject().unwrap_or("").to_string()
-}
-
-fn html_of(m: &Received) -> String {
-    mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap().body_html(0).unwrap().to_string()
 }
 
 fn recipients(sink: &SmtpSink) -> HashMap<String, usize> {

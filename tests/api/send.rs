@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::dns_server::DnsServer;
 use crate::harness::*;
-use crate::smtp_sink::{Received, SmtpSink};
+use crate::smtp_sink::{Received, SmtpSink, header, html_of};
 
 struct Env {
     s: Server,
@@ -57,25 +57,6 @@ async fn wait_status(e: &Env, id: &str, want: &str) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     panic!("email {id} is {} not {want}", email_status(e, id).await);
-}
-
-/// A header's value, with folded continuation lines joined.
-fn header(data: &str, name: &str) -> Option<String> {
-    let head = data.split("\r\n\r\n").next().unwrap_or("");
-    let mut unfolded: Vec<String> = Vec::new();
-    for l in head.lines() {
-        match (l.starts_with([' ', '\t']), unfolded.last_mut()) {
-            (true, Some(prev)) => {
-                prev.push(' ');
-                prev.push_str(l.trim());
-            }
-            _ => unfolded.push(l.to_string()),
-        }
-    }
-    unfolded.iter().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-    })
 }
 
 #[tokio::test]
@@ -434,11 +415,6 @@ async fn marketing_mail_carries_signed_one_click_unsubscribe_and_the_pages_flip_
     assert_eq!(bad.status(), 400);
     assert_eq!(subscribed().await, true);
     e.s.stop().await;
-}
-
-fn html_of(m: &Received) -> String {
-    let parsed = mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap();
-    parsed.body_html(0).unwrap().to_string()
 }
 
 fn attr_urls(html: &str, prefix: &str) -> Vec<String> {

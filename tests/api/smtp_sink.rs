@@ -106,3 +106,28 @@ impl SmtpSink {
         }
     }
 }
+
+/// A header's value, with folded continuation lines joined.
+pub fn header(data: &str, name: &str) -> Option<String> {
+    let head = data.split("\r\n\r\n").next().unwrap_or("");
+    let mut unfolded: Vec<String> = Vec::new();
+    for l in head.lines() {
+        match (l.starts_with([' ', '\t']), unfolded.last_mut()) {
+            (true, Some(prev)) => {
+                prev.push(' ');
+                prev.push_str(l.trim());
+            }
+            _ => unfolded.push(l.to_string()),
+        }
+    }
+    unfolded.iter().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
+}
+
+/// The HTML part of a received message.
+pub fn html_of(m: &Received) -> String {
+    let parsed = mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap();
+    parsed.body_html(0).unwrap().to_string()
+}

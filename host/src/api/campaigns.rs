@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::query_str;
+use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
 use crate::campaigns::CampaignError;
 use crate::clock::rfc3339;
@@ -297,35 +297,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
     let ctx = project(depot)?;
     let body = json_object(req).await?;
     let now = st.clock.now_ms();
-    let mut c = CampaignRow {
-        id: uuid::Uuid::now_v7().to_string(),
-        project: ctx.project_id.clone(),
-        name: String::new(),
-        description: None,
-        subject: String::new(),
-        body: String::new(),
-        from: String::new(),
-        from_name: None,
-        reply_to: None,
-        kind: "MARKETING".into(),
-        status: "DRAFT".into(),
-        audience_type: "ALL".into(),
-        segment: None,
-        audience_condition: None,
-        scheduled_for: None,
-        run: 0,
-        resolved: false,
-        batches_left: 0,
-        total_recipients: 0,
-        sent_count: 0,
-        delivered_count: 0,
-        opened_count: 0,
-        clicked_count: 0,
-        bounced_count: 0,
-        sent_at: None,
-        created_at: now,
-        updated_at: now,
-    };
+    let mut c = CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now);
     read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
     st.store.create_campaign(&c).await?;
     Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
@@ -349,38 +321,24 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
 pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let st = state(depot)?;
     let ctx = project(depot)?;
-    let int = |name: &str, default: i64| -> Result<i64, ApiError> {
-        match query_str(req, name) {
-            None => Ok(default),
-            Some(s) => s
-                .trim()
-                .parse::<i64>()
-                .map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}"))),
-        }
-    };
-    let page = int("page", 1)?.max(1) as usize;
-    let page_size = int("pageSize", 20)?.clamp(1, 100) as usize;
+    let paging = OffsetPage::from(req)?;
     let status = query_str(req, "status");
     if let Some(s) = &status
         && !STATUSES.contains(&s.as_str())
     {
         return Err(ApiError::BadRequest(format!("status must be one of {}, got {s:?}", STATUSES.join(", "))));
     }
-    let sort = match query_str(req, "sort").as_deref() {
-        Some("name") => "name",
-        Some("updatedAt") => "updated_at",
-        _ => "created_at",
-    };
+    let (sort, ascending) = sort_and_dir(req);
     let q = CampaignQuery {
         status,
         search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
         sort,
-        ascending: query_str(req, "dir").as_deref() == Some("asc"),
-        offset: (page - 1).saturating_mul(page_size),
-        limit: page_size,
+        ascending,
+        offset: paging.offset(),
+        limit: paging.page_size,
     };
     let (rows, total) = st.store.list_campaigns(&ctx.project_id, &q).await?;
-    let total_pages = (total + page_size as i64 - 1) / page_size as i64;
+    let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
     Reply::ok(&CampaignPage { data: rows.iter().map(CampaignOut::from).collect(), total, page, page_size, total_pages })
 }
 
@@ -452,24 +410,20 @@ pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Res
     if name.chars().count() > 200 {
         name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
     }
+    // The content and audience carry over; status, schedule, run and counters start afresh.
     let copy = CampaignRow {
-        id: uuid::Uuid::now_v7().to_string(),
         name,
-        status: "DRAFT".into(),
-        scheduled_for: None,
-        run: 0,
-        resolved: false,
-        batches_left: 0,
-        total_recipients: 0,
-        sent_count: 0,
-        delivered_count: 0,
-        opened_count: 0,
-        clicked_count: 0,
-        bounced_count: 0,
-        sent_at: None,
-        created_at: now,
-        updated_at: now,
-        ..c
+        subject: c.subject,
+        body: c.body,
+        description: c.description,
+        from: c.from,
+        from_name: c.from_name,
+        reply_to: c.reply_to,
+        kind: c.kind,
+        audience_type: c.audience_type,
+        segment: c.segment,
+        audience_condition: c.audience_condition,
+        ..CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now)
     };
     st.store.create_campaign(&copy).await?;
     Reply::created(&CampaignOut::from(&copy))

@@ -65,3 +65,42 @@ pub fn finish_page<T>(mut rows: Vec<T>, limit: usize, cursor_of: impl Fn(&T) -> 
     };
     (rows, next, has_more)
 }
+
+/// `page` (1-based, default 1) and `pageSize` (1 to 100, default 20) of an offset-paginated list.
+pub struct OffsetPage {
+    pub page: usize,
+    pub page_size: usize,
+}
+
+impl OffsetPage {
+    pub fn from(req: &Request) -> Result<OffsetPage, ApiError> {
+        let int = |name: &str, default: i64| -> Result<i64, ApiError> {
+            match query_str(req, name) {
+                None => Ok(default),
+                Some(s) => s
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}"))),
+            }
+        };
+        Ok(OffsetPage { page: int("page", 1)?.max(1) as usize, page_size: int("pageSize", 20)?.clamp(1, 100) as usize })
+    }
+
+    pub fn offset(&self) -> usize {
+        (self.page - 1).saturating_mul(self.page_size)
+    }
+
+    pub fn total_pages(&self, total: i64) -> i64 {
+        (total + self.page_size as i64 - 1) / self.page_size as i64
+    }
+}
+
+/// `sort` (name, createdAt, updatedAt; default createdAt) as a column, and `dir` (asc, default desc).
+pub fn sort_and_dir(req: &Request) -> (&'static str, bool) {
+    let sort = match query_str(req, "sort").as_deref() {
+        Some("name") => "name",
+        Some("updatedAt") => "updated_at",
+        _ => "created_at",
+    };
+    (sort, query_str(req, "dir").as_deref() == Some("asc"))
+}

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::query_str;
+use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
 use crate::clock::rfc3339;
 use crate::domain::templating::Engine;
@@ -215,38 +215,24 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
 pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let st = state(depot)?;
     let ctx = project(depot)?;
-    let int = |name: &str, default: i64| -> Result<i64, ApiError> {
-        match query_str(req, name) {
-            None => Ok(default),
-            Some(s) => s
-                .trim()
-                .parse::<i64>()
-                .map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}"))),
-        }
-    };
-    let page = int("page", 1)?.max(1) as usize;
-    let page_size = int("pageSize", 20)?.clamp(1, 100) as usize;
+    let paging = OffsetPage::from(req)?;
     let kind = query_str(req, "type");
     if let Some(k) = &kind
         && !TYPES.contains(&k.as_str())
     {
         return Err(ApiError::BadRequest(format!("type must be one of {}, got {k:?}", TYPES.join(", "))));
     }
-    let sort = match query_str(req, "sort").as_deref() {
-        Some("name") => "name",
-        Some("updatedAt") => "updated_at",
-        _ => "created_at",
-    };
+    let (sort, ascending) = sort_and_dir(req);
     let q = TemplateQuery {
         kind,
         search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
         sort,
-        ascending: query_str(req, "dir").as_deref() == Some("asc"),
-        offset: (page - 1).saturating_mul(page_size),
-        limit: page_size,
+        ascending,
+        offset: paging.offset(),
+        limit: paging.page_size,
     };
     let (rows, total) = st.store.list_templates(&ctx.project_id, &q).await?;
-    let total_pages = (total + page_size as i64 - 1) / page_size as i64;
+    let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
     Reply::ok(&TemplatePage {
         data: rows.iter().map(|t| TemplateOut::new(t, &ctx.project_id)).collect(),
         total,

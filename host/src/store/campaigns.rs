@@ -51,6 +51,39 @@ pub struct CampaignRow {
 }
 
 impl CampaignRow {
+    /// A new DRAFT of `project` at `now` with no content, no run and zero counters.
+    pub fn draft(id: String, project: &str, now: i64) -> CampaignRow {
+        CampaignRow {
+            id,
+            project: project.to_string(),
+            name: String::new(),
+            description: None,
+            subject: String::new(),
+            body: String::new(),
+            from: String::new(),
+            from_name: None,
+            reply_to: None,
+            kind: "MARKETING".into(),
+            status: "DRAFT".into(),
+            audience_type: "ALL".into(),
+            segment: None,
+            audience_condition: None,
+            scheduled_for: None,
+            run: 0,
+            resolved: false,
+            batches_left: 0,
+            total_recipients: 0,
+            sent_count: 0,
+            delivered_count: 0,
+            opened_count: 0,
+            clicked_count: 0,
+            bounced_count: 0,
+            sent_at: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
     /// SCHEDULED or SENDING: the campaign has work in flight.
     pub fn is_active(&self) -> bool {
         self.status == "SCHEDULED" || self.status == "SENDING"
