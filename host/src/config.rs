@@ -34,6 +34,14 @@ pub struct Settings {
     /// Password for a remote SurrealDB server
     #[arg(long, env = "HERALD_DB_PASSWORD", hide_env_values = true)]
     pub db_password: Option<String>,
+    /// Embedded database only: MiB of SurrealKV's block cache (its own default is half the machine's
+    /// memory less 1 GiB) [default: 128]
+    #[arg(long, env = "HERALD_DB_CACHE_MB")]
+    pub db_cache_mb: Option<u64>,
+    /// Embedded database only: MiB of SurrealKV's in-memory write buffer before it flushes to disk (its
+    /// own default is 1 GiB on machines with 16-64 GiB) [default: 64]
+    #[arg(long, env = "HERALD_DB_MEMTABLE_MB")]
+    pub db_memtable_mb: Option<u64>,
     /// Public base URL, used for links in emails [default: http://<listen>]
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
@@ -171,6 +179,10 @@ pub struct Config {
     pub db_database: String,
     pub db_user: Option<String>,
     pub db_password: Option<String>,
+    /// SurrealKV block cache in bytes (embedded database only).
+    pub db_cache_bytes: u64,
+    /// SurrealKV memtable in bytes (embedded database only).
+    pub db_memtable_bytes: u64,
     pub public_url: String,
     pub secret: Option<String>,
     pub disable_signups: bool,
@@ -225,6 +237,8 @@ impl Settings {
             db_database: self.db_database.or(other.db_database),
             db_user: self.db_user.or(other.db_user),
             db_password: self.db_password.or(other.db_password),
+            db_cache_mb: self.db_cache_mb.or(other.db_cache_mb),
+            db_memtable_mb: self.db_memtable_mb.or(other.db_memtable_mb),
             public_url: self.public_url.or(other.public_url),
             secret: self.secret.or(other.secret),
             disable_signups: self.disable_signups.or(other.disable_signups),
@@ -333,6 +347,8 @@ impl Settings {
             db_database: s.db_database.unwrap_or_else(|| "herald".into()),
             db_user: s.db_user,
             db_password: s.db_password,
+            db_cache_bytes: s.db_cache_mb.unwrap_or(128).max(8) << 20,
+            db_memtable_bytes: s.db_memtable_mb.unwrap_or(64).max(4) << 20,
             public_url,
             secret: s.secret,
             disable_signups: s.disable_signups.unwrap_or(false),

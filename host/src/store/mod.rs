@@ -27,8 +27,11 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use std::sync::Arc;
+
 use surrealdb::Surreal;
 use surrealdb::engine::any::Any;
+use surrealdb::engine::local::Db;
 use surrealdb::opt::auth::Root;
 
 use crate::config::Config;
@@ -78,7 +81,15 @@ fn classify(e: surrealdb::Error) -> StoreError {
 /// The database handle. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    db: Surreal<Any>,
+    db: Conn,
+}
+
+/// The client: the embedded SurrealKV datastore Herald built itself (so it can size SurrealKV's caches),
+/// or any other engine through the SDK's URL connection (`mem://`, `ws://`).
+#[derive(Clone)]
+enum Conn {
+    Local(Surreal<Db>),
+    Any(Surreal<Any>),
 }
 
 /// Statement results of one query, decoded lazily.
@@ -129,25 +140,35 @@ impl Store {
             "memory" => "mem://".to_string(),
             other => other.to_string(),
         };
-        let db = surrealdb::engine::any::connect(url.as_str())
-            .await
-            .map_err(|e| StoreError::Db(format!("cannot open {url}: {e}")))?;
-        if let (Some(user), Some(pass)) = (&config.db_user, &config.db_password) {
-            db.signin(Root { username: user.clone(), password: pass.clone() })
+        let db = if url.starts_with("surrealkv://") {
+            Conn::Local(open_surrealkv(&url, config).await?)
+        } else {
+            let db = surrealdb::engine::any::connect(url.as_str())
                 .await
-                .map_err(|e| StoreError::Db(format!("cannot sign in to {url}: {e}")))?;
-        }
-        db.use_ns(config.db_namespace.clone())
-            .use_db(config.db_database.clone())
-            .await
-            .map_err(|e| StoreError::Db(format!("cannot select namespace/database: {e}")))?;
+                .map_err(|e| StoreError::Db(format!("cannot open {url}: {e}")))?;
+            if let (Some(user), Some(pass)) = (&config.db_user, &config.db_password) {
+                db.signin(Root { username: user.clone(), password: pass.clone() })
+                    .await
+                    .map_err(|e| StoreError::Db(format!("cannot sign in to {url}: {e}")))?;
+            }
+            Conn::Any(db)
+        };
+        let selected = match &db {
+            Conn::Local(db) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
+            Conn::Any(db) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
+        };
+        selected.map_err(|e| StoreError::Db(format!("cannot select namespace/database: {e}")))?;
         Ok(Store { db })
     }
 
     /// Runs one query with bound variables (`vars` must be a JSON object) and checks every statement
     /// for errors.
     pub async fn query(&self, sql: &str, vars: Value) -> Result<Rows, StoreError> {
-        let mut res = self.db.query(sql).bind(vars).await.map_err(classify)?;
+        let res = match &self.db {
+            Conn::Local(db) => db.query(sql).bind(vars).await,
+            Conn::Any(db) => db.query(sql).bind(vars).await,
+        };
+        let mut res = res.map_err(classify)?;
         let errors = res.take_errors();
         if !errors.is_empty() {
             // Report the first failing statement; the others usually only say the transaction failed.
@@ -206,6 +227,28 @@ impl Store {
     pub async fn health(&self) -> Result<(), StoreError> {
         self.query("RETURN 1", serde_json::json!({})).await.map(|_| ())
     }
+}
+
+/// Opens the embedded SurrealKV datastore at `url` the way the SDK's own `surrealkv://` connection does
+/// (build without maintenance tasks, check the storage version, bootstrap, then start the tasks), but
+/// with the block cache and memtable sized from the configuration: left alone, SurrealKV sizes its
+/// block cache to half the machine's memory less 1 GiB and its memtable to up to 4 GiB, and the SDK's URL
+/// parameters cannot reach either setting.
+async fn open_surrealkv(url: &str, config: &Config) -> Result<Surreal<Db>, StoreError> {
+    let settings = surrealdb_cnf::ConfigMap::empty()
+        .with_key_value("surrealkv_block_cache_capacity", config.db_cache_bytes.to_string())
+        .with_key_value("surrealkv_max_memtable_size", config.db_memtable_bytes.to_string());
+    let failed = |e: &dyn std::fmt::Display| StoreError::Db(format!("cannot open {url}: {e}"));
+    let kvs = surrealdb_engine_local::Datastore::builder()
+        .with_config(settings)
+        .without_maintenance_tasks()
+        .build_with_path(url)
+        .await
+        .map_err(|e| failed(&e))?;
+    kvs.check_version().await.map_err(|e| failed(&e))?;
+    kvs.bootstrap().await.map_err(|e| failed(&e))?;
+    kvs.start_maintenance_tasks();
+    Surreal::<Db>::unstable_from_datastore(Arc::clone(&kvs), None).await.map_err(|e| failed(&e))
 }
 
 /// "The query was not executed due to a failed transaction" and similar follow-on errors.
