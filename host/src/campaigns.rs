@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 
 use crate::clock::SharedClock;
 use crate::compose::{Composer, Message, Recipient};
-use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
+use crate::delivery::{CAMPAIGN_DELIVERY_CHUNK, DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
 use crate::domain::campaigns::{audience_tree, email_id};
 use crate::domain::templating::{Mode, Prepared};
 use crate::domain::tracking::tracked;
@@ -88,7 +88,13 @@ pub struct Campaigns {
     pub batch_size: usize,
     /// Wakes the job worker (set once the worker exists).
     pub wake: OnceLock<Arc<tokio::sync::Notify>>,
+    /// When the progress job last recounted each sending campaign's counters (this process).
+    pub recounted: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
+
+/// How often the progress job recounts a sending campaign's counters from its email records (a read of
+/// every record); whether the campaign is finished is checked on every run, through the index.
+const RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64) -> Value {
     json!({
@@ -344,6 +350,7 @@ impl Campaigns {
                 DELIVER_CAMPAIGN_JOB,
                 EMAIL_PRIORITY,
                 DELIVER_ATTEMPTS,
+                CAMPAIGN_DELIVERY_CHUNK,
                 now,
             )
             .await?;
@@ -351,24 +358,37 @@ impl Campaigns {
         Ok(())
     }
 
-    /// `campaigns.progress`: recounts every sending campaign and completes the finished ones. Returns how
-    /// many became SENT.
+    /// `campaigns.progress`: completes the finished sending campaigns (with their final counters) and
+    /// recounts the others' counters every [`RECOUNT_EVERY`]. Returns how many became SENT.
     pub async fn progress(&self) -> Result<usize, CampaignError> {
         let mut done = 0;
         for c in self.store.sending_campaigns().await? {
-            // Batches first: once every batch is written no email can appear, so the counts read after
-            // are final for PENDING and SENDING. (`batches_left` holds the run's batch count; each written
-            // batch left a marker row.)
+            // Batches first: once every batch is written no email can appear, so no PENDING or SENDING
+            // email read after that means none will come. (`batches_left` holds the run's batch count;
+            // each written batch left a marker row.)
             let written = c.resolved && self.store.campaign_batches_done(&c.id, c.run).await? >= c.batches_left;
+            let finished = written && !self.store.campaign_has_unsent(&c.id).await?;
+            let due = {
+                let seen = self.recounted.lock().unwrap_or_else(|p| p.into_inner());
+                seen.get(&c.id).is_none_or(|at| at.elapsed() >= RECOUNT_EVERY)
+            };
+            if !finished && !due {
+                continue;
+            }
             let counts = self.store.campaign_email_counts(&c.project, &c.id).await?;
+            self.recounted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(c.id.clone(), std::time::Instant::now());
             let stored = (c.sent_count, c.delivered_count, c.opened_count, c.clicked_count, c.bounced_count);
             if stored != (counts.sent, counts.delivered, counts.opened, counts.clicked, counts.bounced) {
                 self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;
             }
-            if written && counts.pending + counts.sending == 0 {
+            if finished && counts.pending + counts.sending == 0 {
                 let now = self.clock.now_ms();
                 let set = json!({ "status": "SENT", "updated_at": now });
                 if self.store.transition_campaign(&c.project, &c.id, &["SENDING"], c.run, set, &[], false).await? {
+                    self.recounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&c.id);
                     done += 1;
                 }
             }

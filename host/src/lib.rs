@@ -4,6 +4,7 @@
 //! Module map (see ARCHITECTURE.md): `api` (salvo, HTTP only) → `state`/`security`/`ratelimit`/`jobs`
 //! → `store` (the only module that imports surrealdb). `clock` is the only reader of the wall clock.
 
+pub mod accept;
 pub mod api;
 pub mod campaigns;
 pub mod clock;
@@ -151,6 +152,7 @@ impl App {
             segments: segments.clone(),
             batch_size: config.campaign_batch_size,
             wake: Default::default(),
+            recounted: Default::default(),
         });
         campaigns.register(&mut registry);
         jobs::register_recurring(&store, &config, clock.now_ms()).await?;
@@ -182,6 +184,7 @@ impl App {
             templates: domain::templating::Engine::new(),
             job_wake: worker.waker(),
             ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
+            accepter: accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes),
             plugins,
             segments,
             composer,

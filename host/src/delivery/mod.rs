@@ -52,9 +52,14 @@ pub enum SendError {
     Permanent(String),
 }
 
+/// SMTP sessions kept open to the relay, and the most messages in flight at once. lettre's pool only
+/// caps its idle sessions: past that many concurrent sends it opens (and later closes) a session per
+/// message, so sends wait for a slot instead.
+const SMTP_SESSIONS: u32 = 8;
+
 /// Where messages go.
 pub enum Transport {
-    Smtp(AsyncSmtpTransport<Tokio1Executor>),
+    Smtp(AsyncSmtpTransport<Tokio1Executor>, Arc<tokio::sync::Semaphore>),
     /// Writes `<message-id>.eml` files into a folder (the default without SMTP, so the quickstart works
     /// offline).
     File(PathBuf),
@@ -65,20 +70,21 @@ impl Transport {
     pub fn smtp(url: &str) -> Result<Transport, String> {
         let t = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
             .map_err(|e| format!("invalid SMTP URL: {e}"))?
-            .pool_config(PoolConfig::new().max_size(8))
+            .pool_config(PoolConfig::new().max_size(SMTP_SESSIONS))
             .timeout(Some(Duration::from_secs(30)))
             .build();
-        Ok(Transport::Smtp(t))
+        Ok(Transport::Smtp(t, Arc::new(tokio::sync::Semaphore::new(SMTP_SESSIONS as usize))))
     }
 
     pub async fn send(&self, from: &str, to: &str, id: &str, raw: &[u8]) -> Result<(), SendError> {
         match self {
-            Transport::Smtp(t) => {
+            Transport::Smtp(t, slots) => {
                 let parse = |a: &str| {
                     a.parse::<Address>().map_err(|e| SendError::Permanent(format!("invalid address {a}: {e}")))
                 };
                 let envelope = lettre::address::Envelope::new(Some(parse(from)?), vec![parse(to)?])
                     .map_err(|e| SendError::Permanent(e.to_string()))?;
+                let _slot = slots.acquire().await.map_err(|e| SendError::Transient(e.to_string()))?;
                 match t.send_raw(&envelope, raw).await {
                     Ok(_) => Ok(()),
                     Err(e) if e.is_permanent() => Err(SendError::Permanent(e.to_string())),
@@ -174,14 +180,22 @@ pub struct Delivery {
     pub sign: bool,
 }
 
+/// A delivery job's payload: one email (`/v1/send`, test sends) or a chunk of a campaign's emails.
 #[derive(Deserialize)]
 struct Payload {
-    email: String,
+    #[serde(default)]
+    email: Option<String>,
+    #[serde(default)]
+    emails: Vec<String>,
     project: String,
 }
 
 /// Jobs of `email.deliver` claimed and delivered together.
 pub const DELIVER_BATCH: usize = 64;
+/// Emails per `email.deliver.campaign` job; such a job is claimed alone, so a handler call delivers one
+/// chunk. Re-running a chunk (a temporary failure, a crash) delivers only what is still PENDING or
+/// SENDING.
+pub const CAMPAIGN_DELIVERY_CHUNK: usize = 100;
 
 /// What happened to one message of a batch.
 enum Sent {
@@ -195,9 +209,9 @@ enum Sent {
 
 impl Delivery {
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
-        for (kind, priority) in [(DELIVER_JOB, 100), (DELIVER_CAMPAIGN_JOB, 1)] {
+        for (kind, priority, jobs) in [(DELIVER_JOB, 100, DELIVER_BATCH), (DELIVER_CAMPAIGN_JOB, 1, 1)] {
             let d = self.clone();
-            registry.register_batch(kind, DELIVER_BATCH, move |ctxs: Vec<JobContext>| {
+            registry.register_batch(kind, jobs, move |ctxs: Vec<JobContext>| {
                 let d = d.clone();
                 async move { d.deliver_batch(ctxs).await }
             });
@@ -206,26 +220,33 @@ impl Delivery {
     }
 
     /// Delivers a batch: one read of the emails, one status write, the messages built, signed and sent
-    /// concurrently, and one transaction for every outcome with its event.
+    /// concurrently, and one transaction for every outcome with its event. A job fails (and retries)
+    /// when one of its emails failed temporarily before its last attempt.
     async fn deliver_batch(&self, ctxs: Vec<JobContext>) -> Vec<Result<(), String>> {
         let n = ctxs.len();
         let Some(first) = ctxs.first() else { return vec![] };
         let (store, clock) = (first.store.clone(), first.clock.clone());
-        let payloads: Vec<Option<Payload>> =
-            ctxs.iter().map(|c| serde_json::from_value::<Payload>(c.payload.clone()).ok()).collect();
-        let ids: Vec<String> = payloads.iter().flatten().map(|p| p.email.clone()).collect();
+        // Every email of every job, with the index of its job.
+        let mut items: Vec<(usize, String, String)> = Vec::new();
+        for (i, c) in ctxs.iter().enumerate() {
+            if let Ok(p) = serde_json::from_value::<Payload>(c.payload.clone()) {
+                for email in p.email.into_iter().chain(p.emails) {
+                    items.push((i, email, p.project.clone()));
+                }
+            }
+        }
+        let ids: Vec<String> = items.iter().map(|(_, e, _)| e.clone()).collect();
         let rows = match store.emails_by_ids(&ids).await {
             Ok(r) => r,
             Err(e) => return vec![Err(e.to_string()); n],
         };
         let by_id: std::collections::HashMap<&str, &EmailRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
-        // The email each job delivers, when it still needs delivering (and belongs to the job's project).
-        let todo: Vec<Option<&EmailRow>> = payloads
+        // The email of each item, when it still needs delivering (and belongs to the job's project).
+        let todo: Vec<Option<&EmailRow>> = items
             .iter()
-            .map(|p| {
-                let p = p.as_ref()?;
-                let e = by_id.get(p.email.as_str())?;
-                (e.project == p.project && (e.status == "PENDING" || e.status == "SENDING")).then_some(*e)
+            .map(|(_, email, project)| {
+                let e = by_id.get(email.as_str())?;
+                (e.project == *project && (e.status == "PENDING" || e.status == "SENDING")).then_some(*e)
             })
             .collect();
         // Decision 17: a marketing campaign email never goes to a contact who unsubscribed after it was
@@ -276,8 +297,9 @@ impl Delivery {
         let mut outcomes = withdrawn;
         let mut events = Vec::new();
         let mut bounced = Vec::new();
-        let mut results = Vec::with_capacity(n);
-        for ((ctx, e), r) in ctxs.iter().zip(&todo).zip(sent) {
+        let mut results: Vec<Result<(), String>> = vec![Ok(()); n];
+        for (((job, _, _), e), r) in items.iter().zip(&todo).zip(sent) {
+            let ctx = &ctxs[*job];
             let outcome = |status: &str, error: Option<String>, sent_at: Option<i64>, pid: Option<String>| {
                 crate::store::emails::DeliveryOutcome {
                     id: e.map(|e| e.id.clone()).unwrap_or_default(),
@@ -288,21 +310,19 @@ impl Delivery {
                 }
             };
             match (e, r) {
-                (_, Err(msg)) => results.push(Err(msg)),
-                (None, _) | (_, Ok(Sent::Skip)) => results.push(Ok(())),
+                (_, Err(msg)) => results[*job] = Err(msg),
+                (None, _) | (_, Ok(Sent::Skip)) => {}
                 (Some(e), Ok(Sent::Accepted(pid))) => {
                     outcomes.push(outcome("SENT", None, Some(now), pid));
                     if !e.contact.is_empty() {
                         events.push(event(e, "email.sent", None, now));
                     }
-                    results.push(Ok(()));
                 }
                 (Some(_), Ok(Sent::Temporary(msg))) if ctx.attempt < DELIVER_ATTEMPTS => {
-                    results.push(Err(format!("temporary failure: {msg}")));
+                    results[*job] = Err(format!("temporary failure: {msg}"));
                 }
                 (Some(_), Ok(Sent::Temporary(msg))) => {
                     outcomes.push(outcome("FAILED", Some(msg), None, None));
-                    results.push(Ok(()));
                 }
                 (Some(e), Ok(Sent::Bounced(msg))) => {
                     // A test send (no contact) records its outcome only.
@@ -311,7 +331,6 @@ impl Delivery {
                         bounced.push(e);
                     }
                     outcomes.push(outcome("BOUNCED", Some(msg), None, None));
-                    results.push(Ok(()));
                 }
             }
         }

@@ -292,8 +292,8 @@ impl Store {
         }
     }
 
-    /// Writes one audience batch of a run: its marker, its email records and their delivery jobs, in one
-    /// transaction. `Ok(false)`: the campaign is no longer sending this run, or
+    /// Writes one audience batch of a run: its marker, its email records and their delivery jobs (one per
+    /// `chunk` emails), in one transaction. `Ok(false)`: the campaign is no longer sending this run, or
     /// the batch was written already (a retried job); nothing was written.
     #[allow(clippy::too_many_arguments)]
     pub async fn write_campaign_batch(
@@ -306,9 +306,10 @@ impl Store {
         job_kind: &str,
         priority: i64,
         max_attempts: i64,
+        chunk: usize,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts);
+        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts, chunk);
         let rows: Vec<Value> = rows
             .into_iter()
             .map(|r| {
@@ -446,6 +447,19 @@ impl Store {
             Some(row) => serde_json::from_value(row.clone()).map_err(|e| StoreError::Decode(e.to_string())),
             None => Ok(EmailCounts::default()),
         }
+    }
+
+    /// Whether any of a campaign's email records is still PENDING or SENDING (index lookups, no scan).
+    pub async fn campaign_has_unsent(&self, id: &str) -> Result<bool, StoreError> {
+        let v = self
+            .query(
+                "RETURN array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'PENDING' LIMIT 1))
+                    + array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'SENDING' LIMIT 1));",
+                vars! { "id": id },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_i64().unwrap_or(1) > 0)
     }
 
     /// Stores a campaign's counters (recounted from its email records).

@@ -241,7 +241,7 @@ impl Store {
              INSERT INTO job $jobs RETURN NONE;
              COMMIT TRANSACTION;",
         );
-        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts);
+        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts, 1);
         v["events"] = Value::Array(events.iter().map(Event::doc).collect());
         v["emails"] = Value::Array(rows);
         v["jobs"] = Value::Array(jobs);

@@ -57,7 +57,7 @@ impl Store {
         priority: i64,
         max_attempts: i64,
     ) -> Result<(), StoreError> {
-        let (rows, jobs) = email_docs(emails, job_kind, priority, max_attempts);
+        let (rows, jobs) = email_docs(emails, job_kind, priority, max_attempts, 1);
         self.write(|| async {
             self.query(
                 "BEGIN TRANSACTION;
@@ -73,37 +73,47 @@ impl Store {
     }
 }
 
-/// The documents of email records and of their delivery jobs.
+/// The documents of email records and of their delivery jobs: one job per email when `chunk` is 1
+/// (payload `{email, project}`), else one job per `chunk` emails of the list (payload `{emails, project}`).
+/// A chunk's job re-run delivers only what is still PENDING or SENDING, so chunks retry safely.
 pub(crate) fn email_docs(
     emails: &[EmailRow],
     job_kind: &str,
     priority: i64,
     max_attempts: i64,
+    chunk: usize,
 ) -> (Vec<Value>, Vec<Value>) {
-    {
-        let rows: Vec<Value> = emails
-            .iter()
-            .map(|e| {
-                let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
-                if let Some(o) = v.as_object_mut() {
-                    o.remove("id");
-                }
-                vars! { "id": e.id, "doc": v }
+    let rows: Vec<Value> = emails
+        .iter()
+        .map(|e| {
+            let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
+            if let Some(o) = v.as_object_mut() {
+                o.remove("id");
+            }
+            vars! { "id": e.id, "doc": v }
+        })
+        .collect();
+    // Only PENDING emails need delivering (a campaign batch also records unrenderable ones as FAILED).
+    let pending: Vec<&EmailRow> = emails.iter().filter(|e| e.status == "PENDING").collect();
+    let jobs: Vec<Value> = pending
+        .chunks(chunk.max(1))
+        .filter_map(|part| {
+            let first = part.first()?;
+            let payload = if chunk <= 1 {
+                vars! { "email": first.id, "project": first.project }
+            } else {
+                let ids: Vec<&str> = part.iter().map(|e| e.id.as_str()).collect();
+                vars! { "emails": ids, "project": first.project }
+            };
+            Some(vars! {
+                "id": uuid::Uuid::now_v7().to_string(), "kind": job_kind,
+                "payload": payload.to_string(),
+                "status": "queued", "priority": priority, "run_at": first.created_at, "attempts": 0,
+                "max_attempts": max_attempts, "created_at": first.created_at, "updated_at": first.created_at,
             })
-            .collect();
-        let jobs: Vec<Value> = emails
-            .iter()
-            .map(|e| {
-                vars! {
-                    "id": uuid::Uuid::now_v7().to_string(), "kind": job_kind,
-                    "payload": vars! { "email": e.id, "project": e.project }.to_string(),
-                    "status": "queued", "priority": priority, "run_at": e.created_at, "attempts": 0,
-                    "max_attempts": max_attempts, "created_at": e.created_at, "updated_at": e.created_at,
-                }
-            })
-            .collect();
-        (rows, jobs)
-    }
+        })
+        .collect();
+    (rows, jobs)
 }
 
 impl Store {
