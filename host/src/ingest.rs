@@ -45,14 +45,14 @@ pub struct Upserted {
 }
 
 /// The effect of one request on a contact state (None: the contact does not exist yet).
-struct Applied {
-    contact: Contact,
-    is_new: bool,
-    events: Vec<Event>,
-    event_id: Option<String>,
+pub(crate) struct Applied {
+    pub(crate) contact: Contact,
+    pub(crate) is_new: bool,
+    pub(crate) events: Vec<Event>,
+    pub(crate) event_id: Option<String>,
 }
 
-fn apply(project: &str, current: Option<&Contact>, u: &Upsert, now: i64) -> Applied {
+pub(crate) fn apply(project: &str, current: Option<&Contact>, u: &Upsert, now: i64) -> Applied {
     let (subscribed, flip) = subscription(current.map(|c| c.subscribed), u.subscribed, u.default_subscribed);
     let contact = match current {
         None => Contact {
@@ -86,7 +86,7 @@ fn apply(project: &str, current: Option<&Contact>, u: &Upsert, now: i64) -> Appl
     Applied { contact, is_new: current.is_none(), events, event_id }
 }
 
-fn changed(before: &Contact, after: &Contact) -> bool {
+pub(crate) fn changed(before: &Contact, after: &Contact) -> bool {
     before.subscribed != after.subscribed || before.data != after.data
 }
 

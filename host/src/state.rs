@@ -71,6 +71,8 @@ pub struct AppState {
     pub bus: Arc<EventBus>,
     /// Group-commit contact upserts (`/v1/track`).
     pub ingest: crate::ingest::Ingester,
+    /// Group-commit accepted sends (`/v1/send`).
+    pub accepter: crate::accept::Accepter,
     /// Sender domains: DNS, DKIM key storage, record settings.
     pub domains: Arc<crate::sending_domains::Domains>,
     /// Template syntax checks and rendering.

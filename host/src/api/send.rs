@@ -14,13 +14,11 @@ use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::data_patch;
 use super::{idempotency, state};
 use crate::clock::rfc3339;
-use crate::compose::{Message, Recipient};
-use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB, StoredAttachment};
+use crate::accept::{AcceptError, SendRequest};
+use crate::delivery::StoredAttachment;
 use crate::domain::templating::Mode;
 use crate::domain::tracking::tracked;
 use crate::error::{ApiError, FieldError};
-use crate::ingest::{Upsert, plan};
-use crate::store::contacts::WriteResult;
 
 pub const MAX_RECIPIENTS: usize = 100;
 pub const MAX_ATTACHMENTS: usize = 10;
@@ -443,99 +441,35 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 .prepare(src, mode)
                 .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
         };
-        let subject_tpl = prepare(&subject_src, Mode::Text)?;
-        let html_tpl = prepare(&html_src, Mode::Html)?;
-        let request_vars: Vec<(String, Value)> = patch.request_values().into_iter().collect();
-        let template_ref = template.as_ref().map(|t| t.id.clone());
-        let message = Message {
-            project: &ctx.project_id,
-            from: &from_email,
-            from_name: from_name.as_deref(),
-            reply_to: reply_to.as_deref(),
-            subject: &subject_tpl,
-            html: &html_tpl,
-            kind: &kind,
-            template: template_ref.as_deref(),
-            campaign: None,
-            headers: &hdrs,
-            attachments: &atts_json,
+        let request = SendRequest {
+            project: ctx.project_id.clone(),
+            recipients,
+            subscribed,
+            request_vars: patch.request_values().into_iter().collect(),
+            patch,
+            from: from_email,
+            from_name,
+            reply_to,
+            subject: prepare(&subject_src, Mode::Text)?,
+            html: prepare(&html_src, Mode::Html)?,
             track: tracked(tracking_mode.as_deref(), &kind),
-            request_vars: &request_vars,
-            subject_prefix: "",
+            priority: if kind == "MARKETING" { 10 } else { 100 },
+            kind,
+            template: template.as_ref().map(|t| t.id.clone()),
+            headers: hdrs,
+            attachments: atts_json,
         };
-        let priority = if kind == "MARKETING" { 10 } else { 100 };
-        // Contacts, events, emails and jobs are written in one transaction; when a contact changed meanwhile
-        // (or a concurrent request created it), everything is planned and rendered again.
-        let mut attempt = 0;
-        let out = loop {
-            attempt += 1;
-            let mut rows = Vec::new();
-            let mut out = Vec::new();
-            let mut writes = Vec::new();
-            let mut events = Vec::new();
-            let mut planned: std::collections::HashMap<String, crate::store::contacts::Contact> = Default::default();
-            for (email, name) in &recipients {
-                let contact = match planned.get(email) {
-                    Some(c) => c.clone(),
-                    None => {
-                        let p = plan(
-                            &st.store,
-                            &st.clock,
-                            &ctx.project_id,
-                            &Upsert {
-                                email: email.clone(),
-                                subscribed,
-                                default_subscribed: false,
-                                patch: patch.clone(),
-                                event: None,
-                            },
-                        )
-                        .await?;
-                        writes.push(p.write);
-                        events.extend(p.events);
-                        planned.insert(email.clone(), p.contact.clone());
-                        p.contact
-                    }
-                };
-                let id = uuid::Uuid::now_v7().to_string();
-                let row = st
-                    .composer
-                    .compose(
-                        &message,
-                        &Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data },
-                        &id,
-                        now,
-                    )
-                    .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))?;
-                rows.push(row);
-                out.push(SentEmail {
-                    contact: SentContact { id: contact.id.clone(), email: contact.email.clone() },
-                    email: id,
-                });
-            }
-            let written = st
-                .store
-                .write_contacts_and_emails(
-                    &ctx.project_id,
-                    &writes,
-                    &events,
-                    &rows,
-                    DELIVER_JOB,
-                    priority,
-                    DELIVER_ATTEMPTS,
-                )
-                .await?;
-            match written {
-                WriteResult::Done => break out,
-                WriteResult::Stale if attempt < 16 => continue,
-                WriteResult::Stale => {
-                    return Err(crate::store::StoreError::Busy(
-                        "the contacts kept changing; gave up after 16 attempts".into(),
-                    )
-                    .into());
-                }
-            }
-        };
+        let out: Vec<SentEmail> = st
+            .accepter
+            .submit(request)
+            .await
+            .map_err(|e| match e {
+                AcceptError::Render(issue) => ApiError::BadRequest(format!("cannot render the template: {issue}")),
+                AcceptError::Store(e) => e.into(),
+            })?
+            .into_iter()
+            .map(|a| SentEmail { contact: SentContact { id: a.contact_id, email: a.contact_email }, email: a.email })
+            .collect();
         st.job_wake.notify_one();
         Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
     })

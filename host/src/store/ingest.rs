@@ -47,6 +47,48 @@ impl Store {
         updated: &[VersionedUpdate],
         events: &[Event],
     ) -> Result<(), StoreError> {
+        self.write_batch(project, created, updated, events, vec![], vec![]).await
+    }
+
+    /// [`Store::write_contact_batch`] plus email records, each `(priority of its delivery job, row)`,
+    /// and their delivery jobs, in the same transaction (`/v1/send` group commit).
+    #[allow(clippy::too_many_arguments)] // the rows of one transaction, each its own kind
+    pub async fn write_send_batch(
+        &self,
+        project: &str,
+        created: &[Contact],
+        updated: &[VersionedUpdate],
+        events: &[Event],
+        emails: &[(i64, super::emails::EmailRow)],
+        job_kind: &str,
+        max_attempts: i64,
+    ) -> Result<(), StoreError> {
+        let mut by_priority: std::collections::BTreeMap<i64, Vec<super::emails::EmailRow>> = Default::default();
+        for (priority, row) in emails {
+            by_priority.entry(*priority).or_default().push(row.clone());
+        }
+        let (mut rows, mut jobs) = (Vec::new(), Vec::new());
+        for (priority, group) in by_priority {
+            let (r, j) = super::emails::email_docs(&group, job_kind, priority, max_attempts, 1);
+            rows.extend(r.into_iter().map(|mut r| {
+                let mut doc = r["doc"].take();
+                doc["id"] = r["id"].take();
+                doc
+            }));
+            jobs.extend(j);
+        }
+        self.write_batch(project, created, updated, events, rows, jobs).await
+    }
+
+    async fn write_batch(
+        &self,
+        project: &str,
+        created: &[Contact],
+        updated: &[VersionedUpdate],
+        events: &[Event],
+        emails: Vec<Value>,
+        jobs: Vec<Value>,
+    ) -> Result<(), StoreError> {
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         if !created.is_empty() {
             sql.push_str("INSERT INTO contact $created RETURN NONE;\n");
@@ -62,6 +104,9 @@ impl Store {
         }
         if !events.is_empty() {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
+        }
+        if !emails.is_empty() {
+            sql.push_str("INSERT INTO email $emails RETURN NONE;\nINSERT INTO job $jobs RETURN NONE;\n");
         }
         sql.push_str("COMMIT TRANSACTION;");
         let created: Vec<Value> = created
@@ -86,7 +131,10 @@ impl Store {
                 }
             })
             .collect();
-        match self.query(&sql, vars! { "p": project, "created": created, "updated": updated, "events": events }).await {
+        let v = vars! {
+            "p": project, "created": created, "updated": updated, "events": events, "emails": emails, "jobs": jobs,
+        };
+        match self.query(&sql, v).await {
             Ok(_) => Ok(()),
             Err(e) if e.to_string().contains("STALE_CONTACT") => Err(StoreError::Busy("a contact changed".into())),
             Err(e) => Err(e),

@@ -1,0 +1,336 @@
+//! Accepting `/v1/send` requests: each recipient's contact upsert, the rendered email record and its
+//! delivery job, written before the answer.
+//!
+//! [`accept_one`] does one request: read each recipient's contact, apply the rules of
+//! `domain::contacts`, render, and write contacts, events, emails and jobs in one transaction; when a
+//! contact changed meanwhile (or a concurrent request created it), everything is planned and rendered
+//! again.
+//!
+//! [`Accepter`] groups concurrent requests (group commit, as [`crate::ingest::Ingester`] does for
+//! tracking): a lane takes every request waiting, reads all their contacts in one query, applies the
+//! requests in arrival order, and writes the lot in one transaction, so the per-statement cost of the
+//! database is shared by the batch. A request whose message cannot be rendered fails alone (its contact
+//! changes are not written). If the batch transaction fails (a contact changed through another path),
+//! the lane falls back to [`accept_one`] for each request of that batch, so nothing is lost or written
+//! twice.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::SharedClock;
+use crate::compose::{Composer, Message, Recipient};
+use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB};
+use crate::domain::contacts::DataPatch;
+use crate::domain::templating::Prepared;
+use crate::ingest::{Upsert, plan};
+use crate::store::contacts::{Contact, Event, WriteResult};
+use crate::store::emails::EmailRow;
+use crate::store::ingest::VersionedUpdate;
+use crate::store::{Store, StoreError};
+
+/// A validated `/v1/send` request, everything owned so a lane can take it.
+pub struct SendRequest {
+    pub project: String,
+    /// (email, display name), in request order.
+    pub recipients: Vec<(String, Option<String>)>,
+    pub subscribed: Option<bool>,
+    pub patch: DataPatch,
+    pub from: String,
+    pub from_name: Option<String>,
+    pub reply_to: Option<String>,
+    pub subject: Prepared,
+    pub html: Prepared,
+    /// TRANSACTIONAL, MARKETING or HEADLESS
+    pub kind: String,
+    pub template: Option<String>,
+    pub headers: Vec<(String, String)>,
+    /// JSON array of stored attachments
+    pub attachments: String,
+    pub track: bool,
+    pub request_vars: Vec<(String, Value)>,
+    /// Priority of the delivery jobs.
+    pub priority: i64,
+}
+
+impl SendRequest {
+    fn message(&self) -> Message<'_> {
+        Message {
+            project: &self.project,
+            from: &self.from,
+            from_name: self.from_name.as_deref(),
+            reply_to: self.reply_to.as_deref(),
+            subject: &self.subject,
+            html: &self.html,
+            kind: &self.kind,
+            template: self.template.as_deref(),
+            campaign: None,
+            headers: &self.headers,
+            attachments: &self.attachments,
+            track: self.track,
+            request_vars: &self.request_vars,
+            subject_prefix: "",
+        }
+    }
+
+    fn upsert(&self, email: &str) -> Upsert {
+        Upsert {
+            email: email.to_string(),
+            subscribed: self.subscribed,
+            default_subscribed: false,
+            patch: self.patch.clone(),
+            event: None,
+        }
+    }
+}
+
+/// One recipient's outcome: its contact and its email record.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub contact_id: String,
+    pub contact_email: String,
+    pub email: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    /// The message cannot be rendered for a recipient (say, the output is too large).
+    #[error("cannot render the template: {0}")]
+    Render(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One request, on its own: planned, rendered and written in one transaction, again when a contact
+/// changed meanwhile.
+pub async fn accept_one(
+    store: &Store,
+    clock: &SharedClock,
+    composer: &Composer,
+    req: &SendRequest,
+) -> Result<Vec<Accepted>, AcceptError> {
+    let message = req.message();
+    for _ in 0..16 {
+        let now = clock.now_ms();
+        let mut rows = Vec::new();
+        let mut out = Vec::new();
+        let mut writes = Vec::new();
+        let mut events = Vec::new();
+        let mut planned: HashMap<String, Contact> = HashMap::new();
+        for (email, name) in &req.recipients {
+            let contact = match planned.get(email) {
+                Some(c) => c.clone(),
+                None => {
+                    let p = plan(store, clock, &req.project, &req.upsert(email)).await?;
+                    writes.push(p.write);
+                    events.extend(p.events);
+                    planned.insert(email.clone(), p.contact.clone());
+                    p.contact
+                }
+            };
+            let id = uuid::Uuid::now_v7().to_string();
+            let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
+            let row = composer.compose(&message, &r, &id, now).map_err(|i| AcceptError::Render(i.to_string()))?;
+            rows.push(row);
+            out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
+        }
+        let written = store
+            .write_contacts_and_emails(
+                &req.project,
+                &writes,
+                &events,
+                &rows,
+                DELIVER_JOB,
+                req.priority,
+                DELIVER_ATTEMPTS,
+            )
+            .await?;
+        if matches!(written, WriteResult::Done) {
+            return Ok(out);
+        }
+    }
+    Err(StoreError::Busy("the contacts kept changing; gave up after 16 attempts".into()).into())
+}
+
+type Reply = oneshot::Sender<Result<Vec<Accepted>, AcceptError>>;
+
+struct Pending {
+    req: SendRequest,
+    reply: Reply,
+}
+
+/// Group-commit front of [`accept_one`].
+pub struct Accepter {
+    lanes: Vec<mpsc::Sender<Pending>>,
+}
+
+/// Most requests one batch takes.
+const MAX_BATCH: usize = 128;
+/// How long a lane under load waits for more requests before writing a batch.
+const LINGER_MICROS: u64 = 1500;
+
+#[derive(Clone)]
+struct Deps {
+    store: Store,
+    clock: SharedClock,
+    composer: Arc<Composer>,
+}
+
+impl Accepter {
+    /// Starts `lanes` lane tasks on the current runtime.
+    pub fn start(store: Store, clock: SharedClock, composer: Arc<Composer>, lanes: usize) -> Accepter {
+        let deps = Deps { store, clock, composer };
+        let lanes = (0..lanes.max(1))
+            .map(|_| {
+                let (tx, rx) = mpsc::channel::<Pending>(4096);
+                tokio::spawn(lane(rx, deps.clone()));
+                tx
+            })
+            .collect();
+        Accepter { lanes }
+    }
+
+    /// Queues a request and waits for its outcome. Requests for the same first recipient take the same
+    /// lane, so repeated sends to one contact do not conflict with each other.
+    pub async fn submit(&self, req: SendRequest) -> Result<Vec<Accepted>, AcceptError> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (req.project.as_str(), req.recipients.first().map(|r| r.0.as_str())).hash(&mut h);
+        let lane = &self.lanes[(h.finish() % self.lanes.len() as u64) as usize];
+        let (reply, rx) = oneshot::channel();
+        lane.send(Pending { req, reply }).await.map_err(|_| StoreError::Db("the send lane stopped".into()))?;
+        rx.await.map_err(|_| StoreError::Db("the send lane dropped the request".into()))?
+    }
+}
+
+async fn lane(mut rx: mpsc::Receiver<Pending>, deps: Deps) {
+    let mut last_size = 0;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        drain(&mut rx, &mut batch);
+        // Under load (the previous batch was not a lone request), give concurrent requests a moment to
+        // join: larger batches share the per-transaction cost. With no load there is no wait.
+        if last_size >= 4 && batch.len() < MAX_BATCH / 2 {
+            tokio::time::sleep(std::time::Duration::from_micros(LINGER_MICROS)).await;
+            drain(&mut rx, &mut batch);
+        }
+        last_size = batch.len();
+        // A panic while processing fails this batch's requests (their reply channels drop); the lane goes on.
+        let run = std::panic::AssertUnwindSafe(process(batch, &deps)).catch_unwind();
+        if run.await.is_err() {
+            tracing::error!("send batch panicked");
+        }
+    }
+}
+
+fn drain(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(p) => batch.push(p),
+            Err(_) => break,
+        }
+    }
+}
+
+async fn process(batch: Vec<Pending>, deps: &Deps) {
+    let mut by_project: HashMap<String, Vec<Pending>> = HashMap::new();
+    for p in batch {
+        by_project.entry(p.req.project.clone()).or_default().push(p);
+    }
+    for (project, items) in by_project {
+        if items.len() > 1 {
+            match grouped(deps, &project, &items).await {
+                Ok(results) => {
+                    for (p, r) in items.into_iter().zip(results) {
+                        let _ = p.reply.send(r);
+                    }
+                    continue;
+                }
+                Err(e) => tracing::debug!(error = %e, size = items.len(), "send batch failed; one at a time"),
+            }
+        }
+        for p in items {
+            let r = accept_one(&deps.store, &deps.clock, &deps.composer, &p.req).await;
+            let _ = p.reply.send(r);
+        }
+    }
+}
+
+/// Applies the requests of one project in order against one read of their contacts, renders every
+/// email, and writes the lot in one transaction. A request that cannot be rendered gets its error and
+/// leaves no trace; the others are written.
+async fn grouped(
+    deps: &Deps,
+    project: &str,
+    items: &[Pending],
+) -> Result<Vec<Result<Vec<Accepted>, AcceptError>>, StoreError> {
+    let mut emails: Vec<String> = items.iter().flat_map(|p| p.req.recipients.iter().map(|r| r.0.clone())).collect();
+    emails.sort();
+    emails.dedup();
+    let read = deps.store.contacts_by_emails(project, &emails).await?;
+    let original: HashMap<String, Contact> = read.into_iter().map(|c| (c.email.clone(), c)).collect();
+    let mut current: HashMap<String, Contact> = original.clone();
+    let now = deps.clock.now_ms();
+    let mut events: Vec<Event> = Vec::new();
+    let mut rows: Vec<(i64, EmailRow)> = Vec::new();
+    let mut results = Vec::with_capacity(items.len());
+    for p in items {
+        let req = &p.req;
+        let message = req.message();
+        // What this request changes, kept apart until all its emails are rendered.
+        let mut touched: HashMap<String, Contact> = HashMap::new();
+        let mut own_events = Vec::new();
+        let mut own_rows = Vec::new();
+        let mut out = Vec::new();
+        let mut failed = None;
+        for (email, name) in &req.recipients {
+            if !touched.contains_key(email) {
+                let a = crate::ingest::apply(project, current.get(email), &req.upsert(email), now);
+                own_events.extend(a.events);
+                touched.insert(email.clone(), a.contact);
+            }
+            let Some(contact) = touched.get(email) else { continue };
+            let id = uuid::Uuid::now_v7().to_string();
+            let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
+            match deps.composer.compose(&message, &r, &id, now) {
+                Ok(row) => own_rows.push((req.priority, row)),
+                Err(issue) => {
+                    failed = Some(AcceptError::Render(issue.to_string()));
+                    break;
+                }
+            }
+            out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
+        }
+        match failed {
+            Some(e) => results.push(Err(e)),
+            None => {
+                current.extend(touched);
+                events.extend(own_events);
+                rows.extend(own_rows);
+                results.push(Ok(out));
+            }
+        }
+    }
+    let mut created = Vec::new();
+    let mut updated = Vec::new();
+    for (email, c) in &current {
+        match original.get(email) {
+            None => created.push(c.clone()),
+            Some(o) if crate::ingest::changed(o, c) => updated.push(VersionedUpdate {
+                id: o.id.clone(),
+                version: o.version,
+                subscribed: c.subscribed,
+                data: c.data.clone(),
+                now,
+            }),
+            Some(_) => {}
+        }
+    }
+    deps.store.write_send_batch(project, &created, &updated, &events, &rows, DELIVER_JOB, DELIVER_ATTEMPTS).await?;
+    Ok(results)
+}
