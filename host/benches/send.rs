@@ -4,10 +4,11 @@
 //!
 //! For each of "unsigned" and "DKIM-signed": a fresh embedded database, `herald project create`,
 //! `herald domain add --trust`, then `herald serve` (child process, SMTP to smtp-sink, throttles off)
-//! driven by CLIENTS concurrent `/v1/send` calls for SECONDS; it prints accepted sends/s, p99 acceptance
-//! latency, delivered messages/s (from the first acceptance until the queue has delivered everything)
-//! and the server's peak RSS. In the same run it measures the ceilings: smtp-source into the same sink
-//! over 8 sessions, and `openssl speed rsa2048` signs/s.
+//! driven by CLIENTS concurrent `/v1/send` calls for SECONDS, twice (see [`run`]): once with delivery
+//! running during acceptance, and once as an API-only node whose queued backlog a second server then
+//! delivers, which measures the delivery pipeline's own rate. It prints accepted sends/s, p99 acceptance
+//! latency, delivered messages/s and the server's peak RSS. In the same run it measures the ceilings:
+//! smtp-source into the same sink over 8 sessions, and `openssl speed rsa2048` signs/s.
 //!
 //! Run: `cargo bench -p herald-host --bench send` (env: BENCH_CLIENTS, BENCH_SECONDS).
 
@@ -32,42 +33,15 @@ fn delivered(metrics: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
-    let bin = env!("CARGO_BIN_EXE_herald");
-    let dir = std::env::temp_dir().join(format!("herald-bench-send-{}-{signed}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let port = free_port();
-    let envs = [
-        ("HERALD_DB", format!("surrealkv://{}", dir.display())),
-        ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
-        ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
-        ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
-        ("HERALD_SMTP_URL", format!("smtp://127.0.0.1:{sink_port}")),
-        ("HERALD_DKIM_SIGNING", signed.to_string()),
-        ("HERALD_JOB_CONCURRENCY", "32".into()),
-        ("HERALD_JOB_POLL_MS", "20".into()),
-        ("HERALD_LOG", "warn".into()),
-        ("HERALD_SECRET", "bench-secret-bench-secret".into()),
-    ];
-    let out = Command::new(bin).args(["project", "create", "bench"]).envs(envs.clone()).output().unwrap();
-    let project: Value = serde_json::from_slice(&out.stdout).expect("project json");
-    let key = project["secret"].as_str().unwrap().to_string();
-    let out = Command::new(bin)
-        .args(["domain", "add", "bench.test", "--project", project["id"].as_str().unwrap(), "--trust"])
-        .envs(envs.clone())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut server = Command::new(bin).arg("serve").envs(envs.clone()).stdout(Stdio::null()).spawn().unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
-    wait_healthy(&http, &base).await;
+/// Drives CLIENTS concurrent `/v1/send` calls for SECONDS against `base`; answers the accepted count,
+/// the seconds it took, the sorted latencies (µs) and the number of failed calls.
+async fn drive(http: &reqwest::Client, base: &str, key: &str, clients: usize, seconds: u64) -> (u64, f64, Vec<u64>, u64) {
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (http, base, key, errors) = (http.clone(), base.clone(), key.clone(), errors.clone());
+        let (http, base, key, errors) = (http.clone(), base.to_string(), key.to_string(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut i = 0u64;
@@ -95,34 +69,122 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
     for t in tasks {
         lat.extend(t.await.unwrap());
     }
-    let accept_secs = started.elapsed().as_secs_f64();
+    let secs = started.elapsed().as_secs_f64();
     lat.sort_unstable();
-    let accepted = lat.len() as u64;
-    // Wait until the queue has delivered everything (or 3 minutes).
+    (lat.len() as u64, secs, lat, errors.load(Ordering::Relaxed))
+}
+
+/// Polls /metrics until `target` deliveries completed (or 5 minutes); answers how many did.
+async fn wait_delivered(http: &reqwest::Client, base: &str, target: u64) -> u64 {
     let mut done = 0;
-    let wait_deadline = Instant::now() + Duration::from_secs(180);
-    while Instant::now() < wait_deadline {
-        let m = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
-        done = delivered(&m);
-        if done >= accepted {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while Instant::now() < deadline {
+        if let Ok(r) = http.get(format!("{base}/metrics")).send().await {
+            done = delivered(&r.text().await.unwrap_or_default());
+        }
+        if done >= target {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let deliver_secs = started.elapsed().as_secs_f64();
-    let p99 = percentile_ms(&lat, 0.99);
-    let label = if signed { "DKIM-signed" } else { "unsigned" };
-    println!("  {label}:");
-    println!(
-        "    accepted {accepted} sends in {accept_secs:.1} s = {:.0} sends/s, p99 acceptance {p99:.1} ms, errors {}",
-        accepted as f64 / accept_secs,
-        errors.load(Ordering::Relaxed)
-    );
-    println!("    delivered {done} messages in {deliver_secs:.1} s = {:.0} msg/s", done as f64 / deliver_secs);
-    println!("    server peak RSS {:.0} MB", peak_rss_mb(server.id()));
+    done
+}
+
+fn stop(mut server: std::process::Child) {
     let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
     let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One mode (unsigned or DKIM-signed), in two parts on two fresh databases:
+/// 1. mixed: `herald serve` accepts sends from CLIENTS for SECONDS while its workers deliver; prints the
+///    acceptance rate and p99, and messages delivered per second from the first acceptance until the
+///    queue is empty (bounded by the acceptance rate, since delivery cannot run ahead of it);
+/// 2. pipeline: an API-only `herald serve` (HERALD_RUN_JOBS=false) accepts sends for SECONDS (the
+///    acceptance rate of a node that only accepts), then is stopped, and a `herald serve` with workers
+///    starts on the same database and delivers the queued backlog: messages/s from its start until the
+///    last is delivered (the rate of the delivery pipeline itself).
+async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
+    let label = if signed { "DKIM-signed" } else { "unsigned" };
+    println!("  {label}:");
+    for pipeline in [false, true] {
+        let bin = env!("CARGO_BIN_EXE_herald");
+        let dir = std::env::temp_dir().join(format!("herald-bench-send-{}-{signed}-{pipeline}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let port = free_port();
+        let envs = [
+            ("HERALD_DB", format!("surrealkv://{}", dir.display())),
+            ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
+            ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
+            ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
+            ("HERALD_SMTP_URL", format!("smtp://127.0.0.1:{sink_port}")),
+            ("HERALD_DKIM_SIGNING", signed.to_string()),
+            ("HERALD_JOB_CONCURRENCY", "32".into()),
+            ("HERALD_JOB_POLL_MS", "20".into()),
+            ("HERALD_LOG", "warn".into()),
+            ("HERALD_SECRET", "bench-secret-bench-secret".into()),
+        ];
+        let out = Command::new(bin).args(["project", "create", "bench"]).envs(envs.clone()).output().unwrap();
+        let project: Value = serde_json::from_slice(&out.stdout).expect("project json");
+        let key = project["secret"].as_str().unwrap().to_string();
+        let out = Command::new(bin)
+            .args(["domain", "add", "bench.test", "--project", project["id"].as_str().unwrap(), "--trust"])
+            .envs(envs.clone())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
+        let serve = |run_jobs: bool| {
+            Command::new(bin)
+                .arg("serve")
+                .envs(envs.clone())
+                .env("HERALD_RUN_JOBS", run_jobs.to_string())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        if !pipeline {
+            let server = serve(true);
+            wait_healthy(&http, &base).await;
+            let started = Instant::now();
+            let (accepted, secs, lat, errors) = drive(&http, &base, &key, clients, seconds).await;
+            let done = wait_delivered(&http, &base, accepted).await;
+            let total = started.elapsed().as_secs_f64();
+            println!(
+                "    mixed (accepting and delivering at once): accepted {accepted} in {secs:.1} s = {:.0} sends/s, \
+                 p99 {:.1} ms, errors {errors}; delivered {done} in {total:.1} s = {:.0} msg/s; peak RSS {:.0} MB",
+                accepted as f64 / secs,
+                percentile_ms(&lat, 0.99),
+                done as f64 / total,
+                peak_rss_mb(server.id())
+            );
+            stop(server);
+        } else {
+            let server = serve(false);
+            wait_healthy(&http, &base).await;
+            let (accepted, secs, lat, errors) = drive(&http, &base, &key, clients, seconds).await;
+            println!(
+                "    API-only node: accepted {accepted} in {secs:.1} s = {:.0} sends/s, p99 {:.1} ms, errors {errors}, \
+                 peak RSS {:.0} MB",
+                accepted as f64 / secs,
+                percentile_ms(&lat, 0.99),
+                peak_rss_mb(server.id())
+            );
+            stop(server);
+            let started = Instant::now();
+            let server = serve(true);
+            wait_healthy(&http, &base).await;
+            let done = wait_delivered(&http, &base, accepted).await;
+            let total = started.elapsed().as_secs_f64();
+            println!(
+                "    delivery pipeline (queued backlog): delivered {done} in {total:.1} s = {:.0} msg/s; peak RSS {:.0} MB",
+                done as f64 / total,
+                peak_rss_mb(server.id())
+            );
+            stop(server);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[tokio::main]
