@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 
 use crate::clock::SharedClock;
 use crate::compose::{Composer, Message, Recipient};
-use crate::delivery::{CAMPAIGN_DELIVERY_CHUNK, DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
+use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
 use crate::domain::campaigns::{audience_tree, email_id};
 use crate::domain::templating::{Mode, Prepared};
 use crate::domain::tracking::tracked;
@@ -86,6 +86,8 @@ pub struct Campaigns {
     pub segments: segments::Engine,
     /// Contacts per `campaign.batch` job.
     pub batch_size: usize,
+    /// Emails per `email.deliver.campaign` job.
+    pub delivery_chunk: usize,
     /// Wakes the job worker (set once the worker exists).
     pub wake: OnceLock<Arc<tokio::sync::Notify>>,
     /// When the progress job last recounted each sending campaign's counters (this process).
@@ -350,7 +352,7 @@ impl Campaigns {
                 DELIVER_CAMPAIGN_JOB,
                 EMAIL_PRIORITY,
                 DELIVER_ATTEMPTS,
-                CAMPAIGN_DELIVERY_CHUNK,
+                self.delivery_chunk,
                 now,
             )
             .await?;
@@ -376,10 +378,7 @@ impl Campaigns {
                 continue;
             }
             let counts = self.store.campaign_email_counts(&c.project, &c.id).await?;
-            self.recounted
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(c.id.clone(), std::time::Instant::now());
+            self.recounted.lock().unwrap_or_else(|p| p.into_inner()).insert(c.id.clone(), std::time::Instant::now());
             let stored = (c.sent_count, c.delivered_count, c.opened_count, c.clicked_count, c.bounced_count);
             if stored != (counts.sent, counts.delivered, counts.opened, counts.clicked, counts.bounced) {
                 self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;

@@ -87,6 +87,9 @@ pub struct Settings {
     /// Contacts per campaign batch job [default: 500]
     #[arg(long, env = "HERALD_CAMPAIGN_BATCH_SIZE")]
     pub campaign_batch_size: Option<usize>,
+    /// Campaign emails per delivery job [default: 100]
+    #[arg(long, env = "HERALD_CAMPAIGN_DELIVERY_CHUNK")]
+    pub campaign_delivery_chunk: Option<usize>,
     /// DNS servers for domain checks and /v1/verify, comma-separated host:port [default: the system's]
     #[arg(long, env = "HERALD_DNS_SERVERS")]
     pub dns_servers: Option<String>,
@@ -209,6 +212,7 @@ pub struct Config {
     pub event_dispatch_ms: i64,
     pub campaign_progress_ms: i64,
     pub campaign_batch_size: usize,
+    pub campaign_delivery_chunk: usize,
     pub plugins_dir: PathBuf,
     pub plugin_cache_dir: PathBuf,
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
@@ -265,6 +269,7 @@ impl Settings {
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             campaign_progress_ms: self.campaign_progress_ms.or(other.campaign_progress_ms),
             campaign_batch_size: self.campaign_batch_size.or(other.campaign_batch_size),
+            campaign_delivery_chunk: self.campaign_delivery_chunk.or(other.campaign_delivery_chunk),
             plugins_dir: self.plugins_dir.or(other.plugins_dir),
             plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
             transport: self.transport.or(other.transport),
@@ -364,6 +369,7 @@ impl Settings {
             event_dispatch_ms: s.event_dispatch_ms.unwrap_or(1000).max(10) as i64,
             campaign_progress_ms: s.campaign_progress_ms.unwrap_or(2000).max(10) as i64,
             campaign_batch_size: s.campaign_batch_size.unwrap_or(500).clamp(1, 5000),
+            campaign_delivery_chunk: s.campaign_delivery_chunk.unwrap_or(100).clamp(1, 1000),
         })
     }
 }

@@ -151,6 +151,7 @@ impl App {
             composer: composer.clone(),
             segments: segments.clone(),
             batch_size: config.campaign_batch_size,
+            delivery_chunk: config.campaign_delivery_chunk,
             wake: Default::default(),
             recounted: Default::default(),
         });

@@ -192,10 +192,6 @@ struct Payload {
 
 /// Jobs of `email.deliver` claimed and delivered together.
 pub const DELIVER_BATCH: usize = 64;
-/// Emails per `email.deliver.campaign` job; such a job is claimed alone, so a handler call delivers one
-/// chunk. Re-running a chunk (a temporary failure, a crash) delivers only what is still PENDING or
-/// SENDING.
-pub const CAMPAIGN_DELIVERY_CHUNK: usize = 100;
 
 /// What happened to one message of a batch.
 enum Sent {
@@ -208,6 +204,10 @@ enum Sent {
 }
 
 impl Delivery {
+    /// `email.deliver` jobs carry one email and are claimed [`DELIVER_BATCH`] at a time;
+    /// `email.deliver.campaign` jobs carry a chunk of a campaign's emails (`campaign_delivery_chunk`) and
+    /// are claimed one at a time. Re-running a job (a temporary failure, a crash) delivers only what is
+    /// still PENDING or SENDING.
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
         for (kind, priority, jobs) in [(DELIVER_JOB, 100, DELIVER_BATCH), (DELIVER_CAMPAIGN_JOB, 1, 1)] {
             let d = self.clone();
