@@ -88,19 +88,22 @@ async fn main() -> anyhow::Result<()> {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, &config.log);
             let app = App::build(config).await?;
+            let store = app.state.store.clone();
             let running = app.listen().await?;
             tracing::info!(addr = %running.addr, "herald is listening");
             shutdown_signal().await;
             tracing::info!("shutting down");
             running.shutdown().await;
+            store.close().await;
             Ok(())
         }
         Command::Migrate { settings } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, &config.log);
             let store = Store::connect_only(&config).await?;
-            let applied = herald_host::store::migrate::apply(&store).await?;
-            println!("{}", serde_json::json!({ "applied": applied }));
+            let applied = herald_host::store::migrate::apply(&store).await;
+            store.close().await;
+            println!("{}", serde_json::json!({ "applied": applied? }));
             Ok(())
         }
         Command::NotificationsKey { settings } => {
@@ -108,23 +111,26 @@ async fn main() -> anyhow::Result<()> {
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
             println!("{}", hex::encode(&app.state.notifications_key));
+            app.state.store.close().await;
             Ok(())
         }
         Command::Domain { command: DomainCommand::Add { domain, project, trust, settings } } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
-            let out = add_domain(&app, &domain, &project, trust).await?;
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            let out = add_domain(&app, &domain, &project, trust).await;
+            app.state.store.close().await;
+            println!("{}", serde_json::to_string_pretty(&out?)?);
             Ok(())
         }
         Command::Project { command: ProjectCommand::Create { name, owner, password, settings } } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
-            let out = herald_host::api::cli::create_project(&app.state, &name, owner.as_deref(), password.as_deref())
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let out =
+                herald_host::api::cli::create_project(&app.state, &name, owner.as_deref(), password.as_deref()).await;
+            app.state.store.close().await;
+            let out = out.map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }

@@ -88,7 +88,7 @@ pub struct Store {
 /// or any other engine through the SDK's URL connection (`mem://`, `ws://`).
 #[derive(Clone)]
 enum Conn {
-    Local(Surreal<Db>),
+    Local(Surreal<Db>, Arc<surrealdb_engine_local::Datastore>),
     Any(Surreal<Any>),
 }
 
@@ -141,7 +141,8 @@ impl Store {
             other => other.to_string(),
         };
         let db = if url.starts_with("surrealkv://") {
-            Conn::Local(open_surrealkv(&url, config).await?)
+            let (db, kvs) = open_surrealkv(&url, config).await?;
+            Conn::Local(db, kvs)
         } else {
             let db = surrealdb::engine::any::connect(url.as_str())
                 .await
@@ -154,7 +155,7 @@ impl Store {
             Conn::Any(db)
         };
         let selected = match &db {
-            Conn::Local(db) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
+            Conn::Local(db, _) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
             Conn::Any(db) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
         };
         selected.map_err(|e| StoreError::Db(format!("cannot select namespace/database: {e}")))?;
@@ -165,7 +166,7 @@ impl Store {
     /// for errors.
     pub async fn query(&self, sql: &str, vars: Value) -> Result<Rows, StoreError> {
         let res = match &self.db {
-            Conn::Local(db) => db.query(sql).bind(vars).await,
+            Conn::Local(db, _) => db.query(sql).bind(vars).await,
             Conn::Any(db) => db.query(sql).bind(vars).await,
         };
         let mut res = res.map_err(classify)?;
@@ -223,6 +224,16 @@ impl Store {
         Ok(v.as_bool().unwrap_or(false))
     }
 
+    /// Closes the embedded datastore (stops its maintenance tasks, flushes and closes SurrealKV) while
+    /// the runtime still runs; a no-op for other engines. Call it last: the store answers nothing after.
+    pub async fn close(&self) {
+        if let Conn::Local(_, kvs) = &self.db
+            && let Err(e) = kvs.shutdown().await
+        {
+            tracing::warn!(error = %e, "closing the embedded database failed");
+        }
+    }
+
     /// Checks that the database answers.
     pub async fn health(&self) -> Result<(), StoreError> {
         self.query("RETURN 1", serde_json::json!({})).await.map(|_| ())
@@ -234,7 +245,10 @@ impl Store {
 /// with the block cache and memtable sized from the configuration: left alone, SurrealKV sizes its
 /// block cache to half the machine's memory less 1 GiB and its memtable to up to 4 GiB, and the SDK's URL
 /// parameters cannot reach either setting.
-async fn open_surrealkv(url: &str, config: &Config) -> Result<Surreal<Db>, StoreError> {
+async fn open_surrealkv(
+    url: &str,
+    config: &Config,
+) -> Result<(Surreal<Db>, Arc<surrealdb_engine_local::Datastore>), StoreError> {
     let settings = surrealdb_cnf::ConfigMap::empty()
         .with_key_value("surrealkv_block_cache_capacity", config.db_cache_bytes.to_string())
         .with_key_value("surrealkv_max_memtable_size", config.db_memtable_bytes.to_string());
@@ -248,7 +262,8 @@ async fn open_surrealkv(url: &str, config: &Config) -> Result<Surreal<Db>, Store
     kvs.check_version().await.map_err(|e| failed(&e))?;
     kvs.bootstrap().await.map_err(|e| failed(&e))?;
     kvs.start_maintenance_tasks();
-    Surreal::<Db>::unstable_from_datastore(Arc::clone(&kvs), None).await.map_err(|e| failed(&e))
+    let db = Surreal::<Db>::unstable_from_datastore(Arc::clone(&kvs), None).await.map_err(|e| failed(&e))?;
+    Ok((db, kvs))
 }
 
 /// "The query was not executed due to a failed transaction" and similar follow-on errors.
