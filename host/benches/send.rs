@@ -35,7 +35,13 @@ fn delivered(metrics: &str) -> u64 {
 
 /// Drives CLIENTS concurrent `/v1/send` calls for SECONDS against `base`; answers the accepted count,
 /// the seconds it took, the sorted latencies (µs) and the number of failed calls.
-async fn drive(http: &reqwest::Client, base: &str, key: &str, clients: usize, seconds: u64) -> (u64, f64, Vec<u64>, u64) {
+async fn drive(
+    http: &reqwest::Client,
+    base: &str,
+    key: &str,
+    clients: usize,
+    seconds: u64,
+) -> (u64, f64, Vec<u64>, u64) {
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
