@@ -592,17 +592,19 @@ impl Store {
 
     /// Segments of a project by id (missing ones are left out).
     pub async fn segments_by_ids(&self, project: &str, ids: &[String]) -> Result<Vec<Segment>, StoreError> {
-        let v = self
-            .query(
-                &format!(
-                    "RETURN array::flatten(array::map($ids, |$i| (SELECT {SEGMENT_FIELDS} FROM segment
-                        WHERE id = type::record('segment', $i) AND project = $p)))"
-                ),
-                vars! { "p": project, "ids": ids },
-            )
-            .await?
-            .value(0)?;
-        serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Read by record id (see `contacts_by_ids`).
+        self.query(
+            &format!(
+                "LET $r = array::map($ids, |$i| type::record('segment', $i));
+                 SELECT {SEGMENT_FIELDS} FROM $r WHERE project = $p;"
+            ),
+            vars! { "p": project, "ids": ids },
+        )
+        .await?
+        .all(1)
     }
 
     /// Every segment of the project, newest first.
@@ -936,24 +938,31 @@ impl Store {
         Ok((self.contacts_by_ids(project, &ids).await?, total))
     }
 
-    /// Contacts by id, in the given order (missing ones left out).
+    /// Contacts by id, in the given order (missing ones left out). The contacts are read by record id
+    /// (`FROM` an array of records): a sub-query per id with `WHERE id = type::record('contact', $i)`
+    /// inside a closure is not planned as a point lookup and scans the table once per id.
     pub async fn contacts_by_ids(
         &self,
         project: &str,
         ids: &[String],
     ) -> Result<Vec<super::contacts::Contact>, StoreError> {
-        let v = self
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<super::contacts::Contact> = self
             .query(
                 &format!(
-                    "RETURN array::flatten(array::map($ids, |$i| (SELECT {} FROM contact
-                        WHERE id = type::record('contact', $i) AND project = $p)))",
+                    "LET $r = array::map($ids, |$i| type::record('contact', $i));
+                     SELECT {} FROM $r WHERE project = $p;",
                     super::contacts::CONTACT_FIELDS
                 ),
                 vars! { "p": project, "ids": ids },
             )
             .await?
-            .value(0)?;
-        serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))
+            .all(1)?;
+        let mut by_id: HashMap<String, super::contacts::Contact> =
+            rows.into_iter().map(|c| (c.id.clone(), c)).collect();
+        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
     }
 
     // ---- stored memberships ----
