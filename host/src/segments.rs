@@ -2,8 +2,9 @@
 //! the contacts a condition matches, computes tracked memberships with their entry and exit events, and
 //! the recurring jobs that keep counts and tracked memberships current.
 //!
-//! Built-in filters run inside the database (`store::segments`); plugin operators run here, in batches of
-//! [`BATCH`] candidates the database has already narrowed.
+//! Contact-field filters run inside the database and event and membership filters are sets of contact
+//! ids held in the host (`store::segments`); plugin operators run here, in batches of [`BATCH`]
+//! candidates the database has already narrowed.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -15,11 +16,11 @@ use serde_json::{Value, json};
 use crate::domain::conditions::{self, Tree};
 use crate::plugins::{CallError, PluginHost};
 use crate::store::contacts::Contact;
-use crate::store::segments::{Compiled, Diff, Leaf, MembershipEvents, Ref, Segment, compile};
+use crate::store::segments::{Candidate, Compiled, Diff, Leaf, MembershipEvents, PluginEval, Ref, Segment, compile};
 use crate::store::{Store, StoreError};
 
 /// Candidates per plugin call.
-pub const BATCH: usize = 1000;
+pub const BATCH: usize = crate::store::segments::PLUGIN_BATCH;
 /// How deep segment references may chain.
 const MAX_REF_DEPTH: usize = 8;
 
@@ -154,13 +155,13 @@ impl Engine {
         compile(tree, &refs, now).map_err(|e| SegmentError::Invalid(e.0))
     }
 
-    /// Evaluates the exact condition over a batch of candidates; one result per candidate.
-    async fn exact(
+    /// Evaluates the plugin leaves over a batch of candidates: per plugin leaf, one result per candidate.
+    async fn plugin_results(
         &self,
         c: &Compiled,
-        batch: &[crate::store::segments::Candidate],
-    ) -> Result<Vec<bool>, SegmentError> {
-        let mut plugin_results: HashMap<usize, Vec<bool>> = HashMap::new();
+        batch: &[Candidate],
+    ) -> Result<HashMap<usize, Vec<bool>>, SegmentError> {
+        let mut results = HashMap::new();
         for (i, leaf) in c.leaves.iter().enumerate() {
             if let Leaf::Plugin { operator, operand, timestamp, .. } = leaf {
                 let values: Vec<crate::plugins::Value> = batch
@@ -174,67 +175,30 @@ impl Engine {
                     })
                     .collect();
                 let operand = crate::plugins::Value::from_json(operand);
-                let r = self.plugins.evaluate(operator, &operand, &values).await?;
-                plugin_results.insert(i, r);
+                results.insert(i, self.plugins.evaluate(operator, &operand, &values).await?);
             }
         }
-        Ok(batch
-            .iter()
-            .enumerate()
-            .map(|(row, cand)| {
-                c.node.eval(&|leaf| match plugin_results.get(&leaf) {
-                    Some(r) => r[row],
-                    None => cand.l.get(leaf).copied().flatten().unwrap_or(false),
-                })
-            })
-            .collect())
-    }
-
-    /// Visits the matching contact ids of a condition with plugin leaves, newest first, in batches.
-    async fn scan(&self, project: &str, c: &Compiled, mut visit: impl FnMut(&str) -> bool) -> Result<(), SegmentError> {
-        let mut before: Option<String> = None;
-        loop {
-            let batch = self.store.candidates(project, c, before.as_deref(), BATCH).await?;
-            if batch.is_empty() {
-                return Ok(());
-            }
-            let results = self.exact(c, &batch).await?;
-            for (cand, ok) in batch.iter().zip(results) {
-                if ok && !visit(&cand.id) {
-                    return Ok(());
-                }
-            }
-            if batch.len() < BATCH {
-                return Ok(());
-            }
-            before = batch.last().map(|c| c.id.clone());
-        }
+        Ok(results)
     }
 
     pub async fn count(&self, project: &str, c: &Compiled) -> Result<i64, SegmentError> {
-        if !c.has_plugins() {
-            return Ok(self.store.count_matching(project, c).await?);
-        }
-        let mut n = 0;
-        self.scan(project, c, |_| {
-            n += 1;
-            true
-        })
-        .await?;
-        Ok(n)
+        self.store.count_matching(project, c, self).await
     }
 
+    /// The matching contact ids, newest first.
     pub async fn matching_ids(&self, project: &str, c: &Compiled) -> Result<Vec<String>, SegmentError> {
-        if !c.has_plugins() {
-            return Ok(self.store.matching_ids(project, c).await?);
-        }
-        let mut ids = Vec::new();
-        self.scan(project, c, |id| {
-            ids.push(id.to_string());
-            true
-        })
-        .await?;
-        Ok(ids)
+        self.store.matching_ids(project, c, self).await
+    }
+
+    /// One page of the matching contacts, newest first (without the total).
+    pub async fn page_rows(
+        &self,
+        project: &str,
+        c: &Compiled,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<Contact>, SegmentError> {
+        self.store.matching_page(project, c, offset, limit, self).await
     }
 
     /// One page of the matching contacts (newest first) and the total.
@@ -245,22 +209,7 @@ impl Engine {
         offset: usize,
         limit: usize,
     ) -> Result<(Vec<Contact>, i64), SegmentError> {
-        if !c.has_plugins() {
-            let rows = self.store.matching_page(project, c, offset, limit).await?;
-            let total = self.store.count_matching(project, c).await?;
-            return Ok((rows, total));
-        }
-        let mut ids = Vec::new();
-        let mut total = 0usize;
-        self.scan(project, c, |id| {
-            if total >= offset && ids.len() < limit {
-                ids.push(id.to_string());
-            }
-            total += 1;
-            true
-        })
-        .await?;
-        Ok((self.store.contacts_by_ids(project, &ids).await?, total as i64))
+        self.store.matching_page_and_total(project, c, offset, limit, self).await
     }
 
     /// The tree of a dynamic segment.
@@ -381,4 +330,14 @@ pub fn event_names(name: &str, id: &str) -> (String, String) {
         slug = id.to_string();
     }
     (format!("segment.{slug}.entry"), format!("segment.{slug}.exit"))
+}
+
+impl PluginEval<SegmentError> for Engine {
+    fn eval<'a>(
+        &'a self,
+        c: &'a Compiled,
+        batch: &'a [Candidate],
+    ) -> futures_util::future::BoxFuture<'a, Result<HashMap<usize, Vec<bool>>, SegmentError>> {
+        Box::pin(self.plugin_results(c, batch))
+    }
 }
