@@ -410,7 +410,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 ));
             }
         };
-        let project_row = st.store.project(&ctx.project_id).await?;
+        let project_row = st.store.project_cached(&ctx.project_id).await?;
         let tracking_mode = project_row.as_ref().and_then(|p| p.tracking.clone());
         let from_name = from_name
             .or(legacy_name.filter(|n| !n.trim().is_empty()))

@@ -199,6 +199,7 @@ impl Store {
             .await
         })
         .await?;
+        self.forget_project(id);
         self.project(id).await?.ok_or_else(|| StoreError::Db("project vanished after create".into()))
     }
 
@@ -234,6 +235,7 @@ impl Store {
             .await
         })
         .await?;
+        self.forget_project(id);
         self.project(id).await
     }
 
@@ -245,8 +247,9 @@ impl Store {
             )
             .await
         })
-        .await
-        .map(|_| ())
+        .await?;
+        self.forget_project(id);
+        Ok(())
     }
 
     /// Sets (or, with None, clears) a project's delivery transport.
@@ -255,7 +258,9 @@ impl Store {
             Some(_) => "UPDATE type::record('project', $id) SET transport = $t, updated_at = $now RETURN NONE",
             None => "UPDATE type::record('project', $id) SET transport = NONE, updated_at = $now RETURN NONE",
         };
-        self.write(|| async { self.query(sql, vars! { "id": id, "t": transport, "now": now }).await }).await.map(|_| ())
+        self.write(|| async { self.query(sql, vars! { "id": id, "t": transport, "now": now }).await }).await?;
+        self.forget_project(id);
+        Ok(())
     }
 
     pub async fn set_project_keys(
@@ -274,6 +279,7 @@ impl Store {
             .await
         })
         .await?;
+        self.forget_project(id);
         self.project(id).await
     }
 
@@ -289,8 +295,9 @@ impl Store {
             )
             .await
         })
-        .await
-        .map(|_| ())
+        .await?;
+        self.forget_project(id);
+        Ok(())
     }
 
     // ---- memberships ----

@@ -42,8 +42,9 @@ impl Store {
             )
             .await
         })
-        .await
-        .map(|_| ())
+        .await?;
+        self.forget_domains();
+        Ok(())
     }
 
     pub async fn domain(&self, project: &str, id: &str) -> Result<Option<DomainRow>, StoreError> {
@@ -93,11 +94,14 @@ impl Store {
             };
             self.query(sql, vars! { "id": id, "s": status, "r": records, "v": verified_at, "now": now }).await
         })
-        .await
-        .map(|_| ())
+        .await?;
+        self.forget_domains();
+        Ok(())
     }
 
     pub async fn delete_domain(&self, project: &str, id: &str) -> Result<bool, StoreError> {
-        self.delete_scoped("domain", project, id).await
+        let deleted = self.delete_scoped("domain", project, id).await?;
+        self.forget_domains();
+        Ok(deleted)
     }
 }

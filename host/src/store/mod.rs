@@ -82,6 +82,104 @@ fn classify(e: surrealdb::Error) -> StoreError {
 #[derive(Clone)]
 pub struct Store {
     db: Conn,
+    /// Short-lived copies of rows read on every send (see [`ReadCache`]).
+    cache: Arc<ReadCache>,
+}
+
+/// How long a cached project or sender-domain row is used before it is read again. Writes through this
+/// store drop the entry at once; a change made by another Herald process shows within this time.
+const READ_CACHE_FRESH: Duration = Duration::from_secs(2);
+
+/// Projects and sender domains as `/v1/send` reads them on every request (the project's tracking mode
+/// and name, the sender check), kept for [`READ_CACHE_FRESH`] so a busy sender does not pay two database
+/// reads per request.
+///
+/// Writers drop entries after their write; a read that raced a write (the generation moved while it
+/// read) is not kept.
+#[derive(Default)]
+struct ReadCache {
+    projects: CacheMap<Option<accounts::Project>>,
+    domains: CacheMap<Option<domains::DomainRow>>,
+}
+
+struct CacheMap<T> {
+    map: std::sync::Mutex<std::collections::HashMap<String, (T, std::time::Instant)>>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl<T> Default for CacheMap<T> {
+    fn default() -> Self {
+        CacheMap { map: Default::default(), generation: Default::default() }
+    }
+}
+
+impl<T: Clone> CacheMap<T> {
+    fn get(&self, key: &str) -> Option<T> {
+        let m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(key).filter(|(_, at)| at.elapsed() < READ_CACHE_FRESH).map(|(v, _)| v.clone())
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Keeps a value read while the generation was `seen`, unless a writer moved it meanwhile.
+    fn put(&self, key: &str, v: T, seen: u64) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if self.generation() != seen {
+            return;
+        }
+        if m.len() > 10_000 {
+            m.clear();
+        }
+        m.insert(key.to_string(), (v, std::time::Instant::now()));
+    }
+
+    /// Drops `key` (every entry with None); reads in flight are not kept.
+    fn forget(&self, key: Option<&str>) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        match key {
+            Some(k) => {
+                m.remove(k);
+            }
+            None => m.clear(),
+        }
+    }
+}
+
+impl Store {
+    /// A project, possibly as read up to [`READ_CACHE_FRESH`] ago (for per-request settings).
+    pub async fn project_cached(&self, id: &str) -> Result<Option<accounts::Project>, StoreError> {
+        if let Some(p) = self.cache.projects.get(id) {
+            return Ok(p);
+        }
+        let seen = self.cache.projects.generation();
+        let p = self.project(id).await?;
+        self.cache.projects.put(id, p.clone(), seen);
+        Ok(p)
+    }
+
+    /// A sender domain by name, possibly as read up to [`READ_CACHE_FRESH`] ago (for the sender check).
+    pub async fn domain_by_name_cached(&self, name: &str) -> Result<Option<domains::DomainRow>, StoreError> {
+        if let Some(d) = self.cache.domains.get(name) {
+            return Ok(d);
+        }
+        let seen = self.cache.domains.generation();
+        let d = self.domain_by_name(name).await?;
+        self.cache.domains.put(name, d.clone(), seen);
+        Ok(d)
+    }
+
+    /// Drops a project's cached row (its settings changed here).
+    pub(crate) fn forget_project(&self, id: &str) {
+        self.cache.projects.forget(Some(id));
+    }
+
+    /// Drops every cached domain (one was added, checked or deleted here).
+    pub(crate) fn forget_domains(&self) {
+        self.cache.domains.forget(None);
+    }
 }
 
 /// The client: the embedded SurrealKV datastore Herald built itself (so it can size SurrealKV's caches),
@@ -159,7 +257,7 @@ impl Store {
             Conn::Any(db) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
         };
         selected.map_err(|e| StoreError::Db(format!("cannot select namespace/database: {e}")))?;
-        Ok(Store { db })
+        Ok(Store { db, cache: Arc::default() })
     }
 
     /// Runs one query with bound variables (`vars` must be a JSON object) and checks every statement
@@ -284,4 +382,50 @@ pub fn key_of(v: &Value) -> String {
 #[macro_export]
 macro_rules! vars {
     ($($t:tt)*) => { serde_json::json!({ $($t)* }) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The read cache serves a row read moments ago (a write that bypasses the store is not seen at
+    /// once), and a write through the store is seen by the very next read.
+    #[tokio::test]
+    async fn read_cache_is_dropped_by_writes_through_the_store() {
+        let store = Store::connect(&Config::for_tests()).await.unwrap();
+        store.create_project("p1", "One", "ph", "sh", None, 1).await.unwrap();
+        assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None);
+        store
+            .query("UPDATE type::record('project', 'p1') SET tracking = 'DISABLED'", crate::vars! {})
+            .await
+            .unwrap();
+        assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None, "served from the cache");
+        store.set_project_tracking("p1", "ENABLED", 2).await.unwrap();
+        assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking.as_deref(), Some("ENABLED"));
+        store.delete_project("p1").await.unwrap();
+        assert!(store.project_cached("p1").await.unwrap().is_none());
+
+        assert!(store.domain_by_name_cached("example.com").await.unwrap().is_none());
+        let d = domains::DomainRow {
+            id: "d1".into(),
+            project: "p1".into(),
+            name: "example.com".into(),
+            selector: "herald".into(),
+            dkim_public: String::new(),
+            dkim_private: String::new(),
+            status: "PENDING".into(),
+            trusted: false,
+            records: "[]".into(),
+            verified_at: None,
+            last_checked_at: None,
+            created_at: 1,
+            updated_at: 1,
+        };
+        store.insert_domain(&d).await.unwrap();
+        assert_eq!(store.domain_by_name_cached("example.com").await.unwrap().unwrap().status, "PENDING");
+        store.save_domain_check("d1", "VERIFIED", "[]", Some(3), 3).await.unwrap();
+        assert_eq!(store.domain_by_name_cached("example.com").await.unwrap().unwrap().status, "VERIFIED");
+        assert!(store.delete_domain("p1", "d1").await.unwrap());
+        assert!(store.domain_by_name_cached("example.com").await.unwrap().is_none());
+    }
 }
