@@ -249,10 +249,8 @@ async fn hot_reload_swaps_versions_under_concurrent_calls_without_failures() {
     assert_eq!((v.status.as_str(), v.version.as_deref()), ("loaded", Some("2.0.0")), "{v:?}");
     assert_eq!(plugins.evaluate("whichVersion", &Value::Null, &[Value::Null]).await.unwrap(), vec![false]);
     // the concurrent callers keep being served by B across the failed load
-    wait_until("calls to go on after the failed load", async || {
-        seen_b.load(Ordering::Relaxed) > before_broken + 20
-    })
-    .await;
+    wait_until("calls to go on after the failed load", async || seen_b.load(Ordering::Relaxed) > before_broken + 20)
+        .await;
 
     stop.store(true, Ordering::Relaxed);
     let mut total = 0;

@@ -395,10 +395,7 @@ mod tests {
         let store = Store::connect(&Config::for_tests()).await.unwrap();
         store.create_project("p1", "One", "ph", "sh", None, 1).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None);
-        store
-            .query("UPDATE type::record('project', 'p1') SET tracking = 'DISABLED'", crate::vars! {})
-            .await
-            .unwrap();
+        store.query("UPDATE type::record('project', 'p1') SET tracking = 'DISABLED'", crate::vars! {}).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None, "served from the cache");
         store.set_project_tracking("p1", "ENABLED", 2).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking.as_deref(), Some("ENABLED"));
