@@ -8,8 +8,8 @@
 //! (Implicit TLS, `smtps://`, connects through lettre, without `TCP_NODELAY`.)
 //!
 //! At most [`SESSIONS`] messages are in flight; a session is reused while it works, a session idle
-//! longer than [`IDLE`] is closed, and a send that fails on a reused session because the connection
-//! broke is tried once more on a fresh session (a relay may close idle sessions at any time).
+//! longer than [`IDLE`] is closed, and one idle longer than [`PROBE_AFTER`] must answer a `NOOP` first
+//! (a relay may close idle sessions at any time).
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,8 @@ use super::SendError;
 pub const SESSIONS: usize = 8;
 /// A pooled session idle this long is closed instead of reused.
 const IDLE: Duration = Duration::from_secs(30);
+/// A pooled session idle this long answers a `NOOP` before it is given a message.
+const PROBE_AFTER: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tls {
@@ -162,35 +164,67 @@ impl Pool {
     }
 
     /// Sends one message: 5xx is permanent, anything else temporary.
+    ///
+    /// A message is never sent twice by the pool itself: a session that sat idle longer than
+    /// [`PROBE_AFTER`] is probed with `NOOP` before it carries a message (a relay may close idle
+    /// sessions), and a failed send is reported as it is, for the delivery job's own retry.
     pub async fn send(&self, envelope: &Envelope, raw: &[u8]) -> Result<(), SendError> {
         let _slot = self.slots.acquire().await.map_err(|_| SendError::Transient("the SMTP pool is closed".into()))?;
-        let reused = {
-            let mut idle = self.idle.lock().await;
-            let mut found = None;
-            while let Some((c, at)) = idle.pop() {
-                if at.elapsed() < IDLE && !c.has_broken() {
-                    found = Some(c);
-                    break;
-                }
-            }
-            found
-        };
-        let was_reused = reused.is_some();
-        let mut conn = match reused {
+        let mut conn = match self.reusable().await {
             Some(c) => c,
             None => self.relay.connect().await?,
         };
-        let mut result = conn.send(envelope, raw).await;
-        if result.is_err() && conn.has_broken() && was_reused {
-            // The relay closed the idle session: once more on a fresh one.
-            conn = self.relay.connect().await?;
-            result = conn.send(envelope, raw).await;
-        }
+        let result = conn.send(envelope, raw).await;
         if conn.has_broken() {
             conn.abort().await;
         } else {
             self.idle.lock().await.push((conn, Instant::now()));
         }
         result.map(|_| ()).map_err(classify)
+    }
+
+    /// The most recently used idle session that still answers, closing the stale ones on the way.
+    async fn reusable(&self) -> Option<AsyncSmtpConnection> {
+        loop {
+            let (mut conn, at) = self.idle.lock().await.pop()?;
+            let idle = at.elapsed();
+            if idle >= IDLE || conn.has_broken() {
+                conn.abort().await;
+                continue;
+            }
+            if idle < PROBE_AFTER || conn.test_connected().await {
+                return Some(conn);
+            }
+            conn.abort().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relay_urls_parse_to_the_session_settings() {
+        let r = Relay::parse("smtp://127.0.0.1:2525").unwrap();
+        assert_eq!((r.host.as_str(), r.port, r.tls), ("127.0.0.1", 2525, Tls::None));
+        assert!(r.credentials.is_none());
+
+        let r = Relay::parse("smtp://user%40x.io:p%3Ass@mail.example.com?tls=required&ehlo_name=herald.local").unwrap();
+        assert_eq!((r.port, r.tls), (587, Tls::StartTlsRequired));
+        assert_eq!(r.credentials, Some(Credentials::new("user@x.io".into(), "p:ss".into())));
+        assert_eq!(r.hello, ClientId::Domain("herald.local".into()));
+
+        assert_eq!(Relay::parse("smtp://h?tls=opportunistic").unwrap().tls, Tls::StartTlsOpportunistic);
+        assert_eq!(Relay::parse("smtp://h").unwrap().port, 25);
+        let r = Relay::parse("smtps://h").unwrap();
+        assert_eq!((r.port, r.tls), (465, Tls::Implicit));
+    }
+
+    #[test]
+    fn bad_relay_urls_are_refused() {
+        for bad in ["http://h", "smtp://h?tls=maybe", "smtps://h?tls=bogus", "not a url", "smtp://u:%ff@h"] {
+            assert!(Relay::parse(bad).is_err(), "{bad} parsed");
+        }
     }
 }
