@@ -98,6 +98,10 @@ pub struct Campaigns {
 /// every record); whether the campaign is finished is checked on every run, through the index.
 const RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How old a SENDING campaign's counters may be when a read (`GET /campaigns/:id`) answers them: a
+/// recount reads every email record of the campaign, and a dashboard polls.
+const READ_RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64) -> Value {
     json!({
         "id": uuid::Uuid::now_v7().to_string(), "kind": kind, "payload": payload.to_string(), "status": "queued",
@@ -199,6 +203,23 @@ impl Campaigns {
             }
         }
         Err(CampaignError::State("the campaign keeps changing; try again".into()))
+    }
+
+    /// Recounts a campaign's counters for a read: always, unless it is SENDING and was recounted in this
+    /// process less than [`READ_RECOUNT_EVERY`] ago. Returns whether it recounted.
+    pub async fn recount_for_read(&self, c: &CampaignRow) -> Result<bool, CampaignError> {
+        if c.status == "SENDING" {
+            let fresh = {
+                let seen = self.recounted.lock().unwrap_or_else(|p| p.into_inner());
+                seen.get(&c.id).is_some_and(|at| at.elapsed() < READ_RECOUNT_EVERY)
+            };
+            if fresh {
+                return Ok(false);
+            }
+            self.recounted.lock().unwrap_or_else(|p| p.into_inner()).insert(c.id.clone(), std::time::Instant::now());
+        }
+        self.recount(&c.project, &c.id).await?;
+        Ok(true)
     }
 
     /// Recounts a campaign's counters from its email records and stores them.

@@ -15,8 +15,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
-use lettre::transport::smtp::PoolConfig;
-use lettre::{Address, AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use lettre::Address;
 use serde::{Deserialize, Serialize};
 use serde_json::Map;
 
@@ -52,14 +51,12 @@ pub enum SendError {
     Permanent(String),
 }
 
-/// SMTP sessions kept open to the relay, and the most messages in flight at once. lettre's pool only
-/// caps its idle sessions: past that many concurrent sends it opens (and later closes) a session per
-/// message, so sends wait for a slot instead.
-const SMTP_SESSIONS: u32 = 8;
+pub mod smtp;
 
 /// Where messages go.
 pub enum Transport {
-    Smtp(AsyncSmtpTransport<Tokio1Executor>, Arc<tokio::sync::Semaphore>),
+    /// Herald's own session pool (`smtp.rs`): lettre's pooled transport cannot set `TCP_NODELAY`.
+    Smtp(smtp::Pool),
     /// Writes `<message-id>.eml` files into a folder (the default without SMTP, so the quickstart works
     /// offline).
     File(PathBuf),
@@ -68,28 +65,18 @@ pub enum Transport {
 impl Transport {
     /// `smtp://user:pass@host:port` (STARTTLS with `?tls=required`), `smtps://...` for implicit TLS.
     pub fn smtp(url: &str) -> Result<Transport, String> {
-        let t = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-            .map_err(|e| format!("invalid SMTP URL: {e}"))?
-            .pool_config(PoolConfig::new().max_size(SMTP_SESSIONS))
-            .timeout(Some(Duration::from_secs(30)))
-            .build();
-        Ok(Transport::Smtp(t, Arc::new(tokio::sync::Semaphore::new(SMTP_SESSIONS as usize))))
+        Ok(Transport::Smtp(smtp::Pool::new(smtp::Relay::parse(url)?)))
     }
 
     pub async fn send(&self, from: &str, to: &str, id: &str, raw: &[u8]) -> Result<(), SendError> {
         match self {
-            Transport::Smtp(t, slots) => {
+            Transport::Smtp(pool) => {
                 let parse = |a: &str| {
                     a.parse::<Address>().map_err(|e| SendError::Permanent(format!("invalid address {a}: {e}")))
                 };
                 let envelope = lettre::address::Envelope::new(Some(parse(from)?), vec![parse(to)?])
                     .map_err(|e| SendError::Permanent(e.to_string()))?;
-                let _slot = slots.acquire().await.map_err(|e| SendError::Transient(e.to_string()))?;
-                match t.send_raw(&envelope, raw).await {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.is_permanent() => Err(SendError::Permanent(e.to_string())),
-                    Err(e) => Err(SendError::Transient(e.to_string())),
-                }
+                pool.send(&envelope, raw).await
             }
             Transport::File(dir) => {
                 tokio::fs::create_dir_all(dir).await.map_err(|e| SendError::Transient(e.to_string()))?;
