@@ -13,9 +13,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use lettre::Address;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
-use lettre::Address;
 use serde::{Deserialize, Serialize};
 use serde_json::Map;
 

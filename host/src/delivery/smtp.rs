@@ -75,7 +75,8 @@ impl Relay {
             Tls::Implicit => 465,
         };
         let decode = |s: &str| {
-            percent_decode(s).map_err(|_| "invalid SMTP URL: credentials are not valid percent-encoded UTF-8".to_string())
+            percent_decode(s)
+                .map_err(|_| "invalid SMTP URL: credentials are not valid percent-encoded UTF-8".to_string())
         };
         let credentials = if u.username().is_empty() {
             None
@@ -105,10 +106,11 @@ impl Relay {
             .await
             .map_err(classify)?
         } else {
-            let tcp = tokio::time::timeout(self.timeout, tokio::net::TcpStream::connect((self.host.as_str(), self.port)))
-                .await
-                .map_err(|_| SendError::Transient(format!("connecting to {}:{} timed out", self.host, self.port)))?
-                .map_err(|e| SendError::Transient(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
+            let tcp =
+                tokio::time::timeout(self.timeout, tokio::net::TcpStream::connect((self.host.as_str(), self.port)))
+                    .await
+                    .map_err(|_| SendError::Transient(format!("connecting to {}:{} timed out", self.host, self.port)))?
+                    .map_err(|e| SendError::Transient(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
             tcp.set_nodelay(true).map_err(|e| SendError::Transient(e.to_string()))?;
             let mut conn =
                 AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello).await.map_err(classify)?;

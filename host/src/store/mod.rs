@@ -135,6 +135,22 @@ impl<T: Clone> CacheMap<T> {
         m.insert(key.to_string(), (v, std::time::Instant::now()));
     }
 
+    /// The cached value of `key`, or `load`'s answer, kept unless a writer moved the generation while
+    /// it loaded.
+    async fn get_or_load<F, Fut>(&self, key: &str, load: F) -> Result<T, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        if let Some(v) = self.get(key) {
+            return Ok(v);
+        }
+        let seen = self.generation();
+        let v = load().await?;
+        self.put(key, v.clone(), seen);
+        Ok(v)
+    }
+
     /// Drops `key` (every entry with None); reads in flight are not kept.
     fn forget(&self, key: Option<&str>) {
         let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -151,24 +167,12 @@ impl<T: Clone> CacheMap<T> {
 impl Store {
     /// A project, possibly as read up to [`READ_CACHE_FRESH`] ago (for per-request settings).
     pub async fn project_cached(&self, id: &str) -> Result<Option<accounts::Project>, StoreError> {
-        if let Some(p) = self.cache.projects.get(id) {
-            return Ok(p);
-        }
-        let seen = self.cache.projects.generation();
-        let p = self.project(id).await?;
-        self.cache.projects.put(id, p.clone(), seen);
-        Ok(p)
+        self.cache.projects.get_or_load(id, || self.project(id)).await
     }
 
     /// A sender domain by name, possibly as read up to [`READ_CACHE_FRESH`] ago (for the sender check).
     pub async fn domain_by_name_cached(&self, name: &str) -> Result<Option<domains::DomainRow>, StoreError> {
-        if let Some(d) = self.cache.domains.get(name) {
-            return Ok(d);
-        }
-        let seen = self.cache.domains.generation();
-        let d = self.domain_by_name(name).await?;
-        self.cache.domains.put(name, d.clone(), seen);
-        Ok(d)
+        self.cache.domains.get_or_load(name, || self.domain_by_name(name)).await
     }
 
     /// Drops a project's cached row (its settings changed here).
@@ -200,9 +204,14 @@ impl Rows {
         values.into_iter().map(|v| serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))).collect()
     }
 
-    /// The first row of statement `idx`, if any.
+    /// The first row of statement `idx`, if any. A `NONE` row (what `SELECT ... FROM ONLY` answers for a
+    /// missing record) is no row.
     pub fn first<T: DeserializeOwned>(&mut self, idx: usize) -> Result<Option<T>, StoreError> {
-        Ok(self.all(idx)?.into_iter().next())
+        let values: Vec<Value> = self.0.take(idx).map_err(classify)?;
+        match values.into_iter().next() {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => serde_json::from_value(v).map(Some).map_err(|e| StoreError::Decode(e.to_string())),
+        }
     }
 
     /// The value of the last statement that produced one (for multi-statement units ending in `RETURN`).
@@ -401,5 +410,13 @@ mod tests {
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None, "served from the cache");
         store.set_project_tracking("p1", "ENABLED", 2).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking.as_deref(), Some("ENABLED"));
+        store.delete_project("p1").await.unwrap();
+        assert!(store.project_cached("p1").await.unwrap().is_none(), "a deleted project is gone from the cache");
+    }
+
+    #[tokio::test]
+    async fn a_missing_record_read_by_id_is_no_row() {
+        let store = Store::connect(&Config::for_tests()).await.unwrap();
+        assert!(store.project("nope").await.unwrap().is_none());
     }
 }

@@ -862,8 +862,20 @@ impl Store {
         plugins: &(dyn PluginEval<E> + Sync),
     ) -> Result<Vec<String>, E> {
         let p = self.prepare(project, c).await?;
+        self.all_ids(project, c, &p, plugins).await
+    }
+
+    /// Every matching id for a prepared condition, newest first (one unordered walk, then a sort: cheaper
+    /// than walking in id order).
+    async fn all_ids<E: From<StoreError>>(
+        &self,
+        project: &str,
+        c: &Compiled,
+        p: &Prepared,
+        plugins: &(dyn PluginEval<E> + Sync),
+    ) -> Result<Vec<String>, E> {
         let mut ids = Vec::new();
-        self.walk(project, c, &p, false, plugins, &mut |id| {
+        self.walk(project, c, p, false, plugins, &mut |id| {
             ids.push(id.to_string());
             true
         })
@@ -926,13 +938,7 @@ impl Store {
             let total = self.count_matching(project, c, plugins).await?;
             return Ok((self.contacts_by_ids(project, &ids).await?, total));
         }
-        let mut all = Vec::new();
-        self.walk(project, c, &p, false, plugins, &mut |id| {
-            all.push(id.to_string());
-            true
-        })
-        .await?;
-        all.sort_unstable_by(|a, b| b.cmp(a));
+        let all = self.all_ids(project, c, &p, plugins).await?;
         let total = all.len() as i64;
         let ids: Vec<String> = all.into_iter().skip(offset).take(limit).collect();
         Ok((self.contacts_by_ids(project, &ids).await?, total))
