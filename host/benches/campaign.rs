@@ -14,6 +14,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// The server binary's allocator (`host/src/main.rs`), so the in-process numbers (memory above all) are
+/// the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -21,6 +21,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// The server binary's allocator (`host/src/main.rs`), so the in-process numbers (memory above all) are
+/// the server's.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

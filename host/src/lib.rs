@@ -130,7 +130,6 @@ impl App {
             file: delivery::Transport::File(config.mail_dir.clone()),
             default_transport: config.default_transport(),
             plugins: plugins.clone(),
-            project_transports: Default::default(),
             signers: Default::default(),
             domains: domains.clone(),
             throttle,

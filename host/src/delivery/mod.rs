@@ -156,8 +156,6 @@ pub struct Delivery {
     /// `smtp`, `file` or a transport plugin's name, for projects that have not picked one.
     pub default_transport: String,
     pub plugins: Arc<crate::plugins::PluginHost>,
-    /// Each project's transport setting, read at most every few seconds.
-    pub project_transports: std::sync::Mutex<std::collections::HashMap<String, (Option<String>, std::time::Instant)>>,
     /// Each sender domain's signer (None: not verified), read at most every few seconds.
     pub signers: std::sync::Mutex<std::collections::HashMap<String, (Option<SignerEntry>, std::time::Instant)>>,
     pub domains: Arc<Domains>,
@@ -419,22 +417,9 @@ fn event(e: &EmailRow, name: &str, reason: Option<&str>, now: i64) -> Event {
 }
 
 impl Delivery {
-    /// The project's transport (cached for a few seconds), or the server's default.
+    /// The project's transport (through the store's read cache), or the server's default.
     async fn transport_for(&self, store: &crate::store::Store, project: &str) -> Result<String, String> {
-        const FRESH: Duration = Duration::from_secs(3);
-        let cached = {
-            let map = self.project_transports.lock().unwrap_or_else(|p| p.into_inner());
-            map.get(project).filter(|(_, at)| at.elapsed() < FRESH).map(|(t, _)| t.clone())
-        };
-        let setting = match cached {
-            Some(t) => t,
-            None => {
-                let t = store.project(project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
-                let mut map = self.project_transports.lock().unwrap_or_else(|p| p.into_inner());
-                map.insert(project.to_string(), (t.clone(), std::time::Instant::now()));
-                t
-            }
-        };
+        let setting = store.project_cached(project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
         Ok(setting.unwrap_or_else(|| self.default_transport.clone()))
     }
 
