@@ -73,11 +73,12 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
     })
 }
 
-/// Prometheus metrics: requests by route and status, latency histogram, jobs by state.
+/// Prometheus metrics: requests by route and status, latency histogram, jobs by state (counted at most
+/// every two seconds).
 #[endpoint(tags("system"), responses((status_code = 200, description = "Prometheus text format")))]
 pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
     let st = state(depot)?;
-    let counts = st.store.job_counts().await.unwrap_or_default();
+    let counts = st.store.job_counts_cached().await.unwrap_or_default();
     res.headers_mut().insert(
         salvo::http::header::CONTENT_TYPE,
         salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

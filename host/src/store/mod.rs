@@ -100,6 +100,8 @@ const READ_CACHE_FRESH: Duration = Duration::from_secs(2);
 struct ReadCache {
     projects: CacheMap<Option<accounts::Project>>,
     domains: CacheMap<Option<domains::DomainRow>>,
+    /// Job counts by state for `/metrics` (a count reads every job row).
+    job_counts: CacheMap<Vec<(String, i64)>>,
 }
 
 struct CacheMap<T> {
@@ -173,6 +175,12 @@ impl Store {
     /// A sender domain by name, possibly as read up to [`READ_CACHE_FRESH`] ago (for the sender check).
     pub async fn domain_by_name_cached(&self, name: &str) -> Result<Option<domains::DomainRow>, StoreError> {
         self.cache.domains.get_or_load(name, || self.domain_by_name(name)).await
+    }
+
+    /// Job counts by state, possibly as counted up to [`READ_CACHE_FRESH`] ago: counting reads every job
+    /// row, and a scraper (or a dashboard) may ask many times a second.
+    pub async fn job_counts_cached(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.cache.job_counts.get_or_load("", || self.job_counts()).await
     }
 
     /// Drops a project's cached row (its settings changed here).
