@@ -56,7 +56,7 @@ pub mod smtp;
 /// Where messages go.
 pub enum Transport {
     /// Herald's own session pool (`smtp.rs`): lettre's pooled transport cannot set `TCP_NODELAY`.
-    Smtp(smtp::Pool),
+    Smtp(Box<smtp::Pool>),
     /// Writes `<message-id>.eml` files into a folder (the default without SMTP, so the quickstart works
     /// offline).
     File(PathBuf),
@@ -65,7 +65,7 @@ pub enum Transport {
 impl Transport {
     /// `smtp://user:pass@host:port` (STARTTLS with `?tls=required`), `smtps://...` for implicit TLS.
     pub fn smtp(url: &str) -> Result<Transport, String> {
-        Ok(Transport::Smtp(smtp::Pool::new(smtp::Relay::parse(url)?)))
+        Ok(Transport::Smtp(Box::new(smtp::Pool::new(smtp::Relay::parse(url)?))))
     }
 
     pub async fn send(&self, from: &str, to: &str, id: &str, raw: &[u8]) -> Result<(), SendError> {

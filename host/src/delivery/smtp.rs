@@ -44,7 +44,10 @@ pub struct Relay {
     tls: Tls,
     credentials: Option<Credentials>,
     hello: ClientId,
+    /// Opening a session (connect, greeting, EHLO, STARTTLS, AUTH), and a `NOOP` probe.
     timeout: Duration,
+    /// One message on an open session: a relay that stops answering frees its session slot.
+    send_timeout: Duration,
 }
 
 impl Relay {
@@ -90,10 +93,17 @@ impl Relay {
             credentials,
             hello,
             timeout: Duration::from_secs(30),
+            send_timeout: Duration::from_secs(300),
         })
     }
 
     async fn connect(&self) -> Result<AsyncSmtpConnection, SendError> {
+        tokio::time::timeout(self.timeout, self.open()).await.map_err(|_| {
+            SendError::Transient(format!("opening an SMTP session to {}:{} timed out", self.host, self.port))
+        })?
+    }
+
+    async fn open(&self) -> Result<AsyncSmtpConnection, SendError> {
         let params = || TlsParameters::new(self.host.clone()).map_err(classify);
         let mut conn = if self.tls == Tls::Implicit {
             AsyncSmtpConnection::connect_tokio1(
@@ -106,11 +116,9 @@ impl Relay {
             .await
             .map_err(classify)?
         } else {
-            let tcp =
-                tokio::time::timeout(self.timeout, tokio::net::TcpStream::connect((self.host.as_str(), self.port)))
-                    .await
-                    .map_err(|_| SendError::Transient(format!("connecting to {}:{} timed out", self.host, self.port)))?
-                    .map_err(|e| SendError::Transient(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
+            let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+                .await
+                .map_err(|e| SendError::Transient(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
             tcp.set_nodelay(true).map_err(|e| SendError::Transient(e.to_string()))?;
             let mut conn =
                 AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello).await.map_err(classify)?;
@@ -176,7 +184,13 @@ impl Pool {
             Some(c) => c,
             None => self.relay.connect().await?,
         };
-        let result = conn.send(envelope, raw).await;
+        let Ok(result) = tokio::time::timeout(self.relay.send_timeout, conn.send(envelope, raw)).await else {
+            // The session is mid-command: it is dropped (closing the socket), never reused.
+            return Err(SendError::Transient(format!(
+                "the SMTP relay did not answer within {} s",
+                self.relay.send_timeout.as_secs()
+            )));
+        };
         if conn.has_broken() {
             conn.abort().await;
         } else {
@@ -194,10 +208,14 @@ impl Pool {
                 conn.abort().await;
                 continue;
             }
-            if idle < PROBE_AFTER || conn.test_connected().await {
+            if idle < PROBE_AFTER {
                 return Some(conn);
             }
-            conn.abort().await;
+            match tokio::time::timeout(self.relay.timeout, conn.test_connected()).await {
+                Ok(true) => return Some(conn),
+                Ok(false) => conn.abort().await,
+                Err(_) => {} // no answer: dropped, which closes the socket
+            }
         }
     }
 }
@@ -221,6 +239,50 @@ mod tests {
         assert_eq!(Relay::parse("smtp://h").unwrap().port, 25);
         let r = Relay::parse("smtps://h").unwrap();
         assert_eq!((r.port, r.tls), (465, Tls::Implicit));
+    }
+
+    /// A loopback relay that greets and answers EHLO, then reads and never answers (`greet` false: it
+    /// never even greets).
+    async fn silent_relay(greet: bool) -> u16 {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (r, mut w) = sock.into_split();
+                    let mut lines = BufReader::new(r).lines();
+                    if greet {
+                        w.write_all(b"220 silent.test ESMTP\r\n").await.unwrap();
+                        if lines.next_line().await.ok().flatten().is_some() {
+                            w.write_all(b"250 silent.test\r\n").await.unwrap();
+                        }
+                    }
+                    while let Ok(Some(_)) = lines.next_line().await {}
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_relay_that_stops_answering_fails_the_send_and_frees_the_session() {
+        let envelope = Envelope::new(Some("a@x.test".parse().unwrap()), vec!["b@y.test".parse().unwrap()]).unwrap();
+        for greet in [false, true] {
+            let mut relay = Relay::parse(&format!("smtp://127.0.0.1:{}", silent_relay(greet).await)).unwrap();
+            relay.timeout = Duration::from_millis(300);
+            relay.send_timeout = Duration::from_millis(300);
+            let pool = Pool::new(relay);
+            for _ in 0..SESSIONS + 1 {
+                let started = Instant::now();
+                let r = tokio::time::timeout(Duration::from_secs(5), pool.send(&envelope, b"Subject: x\r\n\r\nx\r\n"))
+                    .await
+                    .expect("the send gives up by itself");
+                assert!(matches!(r, Err(SendError::Transient(_))), "greet {greet}: {r:?}");
+                assert!(started.elapsed() < Duration::from_secs(2));
+            }
+            assert!(pool.idle.lock().await.is_empty(), "a session that timed out is never reused");
+        }
     }
 
     #[test]
