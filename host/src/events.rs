@@ -37,15 +37,20 @@ impl EventBus {
         self.subscribers.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Dispatches undispatched events in batches until none is left or a subscriber fails.
+    /// Dispatches undispatched events in batches until none is left or a subscriber fails. While no
+    /// subscriber is registered the outbox is left as it is (marking events dispatched would rewrite
+    /// every event row for nobody), so the first subscriber still gets every event.
     pub async fn dispatch(&self, ctx: &JobContext) -> Result<usize, String> {
         let mut total = 0;
         loop {
+            let subs = self.subscribers();
+            if subs.is_empty() {
+                return Ok(total);
+            }
             let batch = ctx.store.undispatched_events(BATCH).await.map_err(|e| e.to_string())?;
             if batch.is_empty() {
                 return Ok(total);
             }
-            let subs = self.subscribers();
             let mut done = Vec::with_capacity(batch.len());
             let mut failure = None;
             'events: for event in &batch {

@@ -316,11 +316,16 @@ async fn compute_emits_entry_and_exit_events_once_per_change_after_contact_data_
     let ran = s.worker.run_once(20).await.unwrap();
     assert!(ran.iter().any(|(j, _)| j.kind == "segments.track"), "the job ran");
     assert_eq!(events_named(&p.secret, "segment.vip-customers.entry").await.len(), 3);
-    // and the event stream dispatches them
+    // and the event stream hands them to its subscribers
+    let rec = crate::tracking::Recorder::new(0);
+    s.state.bus.subscribe(rec.clone());
     s.clock().advance(5000);
     s.worker.run_once(20).await.unwrap();
     let pending = s.state.store.undispatched_events(100).await.unwrap();
     assert!(pending.iter().all(|e| !e.name.starts_with("segment.")), "entry and exit events were dispatched");
+    let seen = rec.names();
+    assert_eq!(seen.iter().filter(|n| *n == "segment.vip-customers.entry").count(), 3, "{seen:?}");
+    assert_eq!(seen.iter().filter(|n| *n == "segment.vip-customers.exit").count(), 1, "{seen:?}");
     assert_eq!(p.secret.get(&format!("/segments/{id}")).await.json["memberCount"], 2);
     s.stop().await;
 }

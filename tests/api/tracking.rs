@@ -370,9 +370,20 @@ async fn event_endpoints_list_stats_names_usage_and_delete() {
 }
 
 /// Records what it sees; fails the first `fail` calls.
-struct Recorder {
+pub(crate) struct Recorder {
     seen: Mutex<Vec<Event>>,
     fail: Mutex<usize>,
+}
+
+impl Recorder {
+    pub(crate) fn new(fail: usize) -> Arc<Recorder> {
+        Arc::new(Recorder { seen: Mutex::new(vec![]), fail: Mutex::new(fail) })
+    }
+
+    /// The names of the events seen, in order.
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.seen.lock().unwrap().iter().map(|e| e.name.clone()).collect()
+    }
 }
 
 impl Subscriber for Recorder {
@@ -395,7 +406,7 @@ impl Subscriber for Recorder {
 #[tokio::test]
 async fn every_stored_event_reaches_subscribers_at_least_once_even_after_failures() {
     let s = Server::start_stepped().await;
-    let rec = Arc::new(Recorder { seen: Mutex::new(vec![]), fail: Mutex::new(1) });
+    let rec = Recorder::new(1);
     s.state.bus.subscribe(rec.clone());
     let p = proj(&s, "o@example.com").await;
     let r = p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "one", "subscribed": false })).await;
@@ -429,6 +440,29 @@ async fn every_stored_event_reaches_subscribers_at_least_once_even_after_failure
     s.stop().await;
 }
 
+/// While nothing subscribes, dispatching leaves the outbox alone: the first subscriber still gets every
+/// event stored before it came.
+#[tokio::test]
+async fn with_no_subscriber_the_outbox_is_kept_for_the_first_one() {
+    let s = Server::start_stepped().await;
+    let p = proj(&s, "o@example.com").await;
+    p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "early" })).await;
+    s.clock().advance(60_000);
+    let ran = s.worker.run_once(10).await.unwrap();
+    assert!(ran.iter().any(|(j, _)| j.kind == "events.dispatch"), "{ran:?}");
+    let pending = s.state.store.undispatched_events(10).await.unwrap();
+    assert_eq!(pending.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["early"]);
+
+    let rec = Recorder::new(0);
+    s.state.bus.subscribe(rec.clone());
+    p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "late" })).await;
+    s.clock().advance(60_000);
+    s.worker.run_once(10).await.unwrap();
+    assert_eq!(rec.names(), vec!["early", "late"]);
+    assert!(s.state.store.undispatched_events(10).await.unwrap().is_empty());
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn events_stored_before_a_crash_are_dispatched_after_the_restart() {
     let s = Server::start_stepped().await;
@@ -444,11 +478,11 @@ async fn events_stored_before_a_crash_are_dispatched_after_the_restart() {
         herald_host::App::from_store(config, store, Arc::new(clock.clone()), herald_host::jobs::builtin_registry())
             .await
             .unwrap();
-    let rec = Arc::new(Recorder { seen: Mutex::new(vec![]), fail: Mutex::new(0) });
+    let rec = Recorder::new(0);
     app.state.bus.subscribe(rec.clone());
     clock.advance(60_000);
     app.worker.run_once(10).await.unwrap();
-    assert_eq!(rec.seen.lock().unwrap().iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["before-crash"]);
+    assert_eq!(rec.names(), vec!["before-crash"]);
 }
 
 #[tokio::test]

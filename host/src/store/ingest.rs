@@ -94,12 +94,15 @@ impl Store {
             sql.push_str("INSERT INTO contact $created RETURN NONE;\n");
         }
         if !updated.is_empty() {
+            // One statement for all changed contacts (a statement per contact costs ~0.3 ms of planning
+            // each): `$updated` maps contact id to its new state and the version it was read at, and a
+            // contact that changed meanwhile is skipped by the WHERE, which the count then catches.
             sql.push_str(
-                "FOR $u IN $updated {
-                    LET $r = (UPDATE type::record('contact', $u.id) SET subscribed = $u.subscribed, data = $u.data,
-                        version = version + 1, updated_at = $u.now WHERE project = $p AND version = $u.version RETURN AFTER);
-                    IF array::len($r) == 0 { THROW 'STALE_CONTACT'; };
-                 };\n",
+                "LET $done = (UPDATE array::map(object::keys($updated), |$k| type::record('contact', $k))
+                    SET subscribed = $updated[record::id(id)].subscribed, data = $updated[record::id(id)].data,
+                        updated_at = $updated[record::id(id)].now, version = version + 1
+                    WHERE project = $p AND version = $updated[record::id(id)].version RETURN VALUE id);
+                 IF array::len($done) != object::len($updated) { THROW 'STALE_CONTACT'; };\n",
             );
         }
         if !events.is_empty() {
@@ -118,9 +121,11 @@ impl Store {
                 }
             })
             .collect();
-        let updated: Vec<Value> = updated
+        let updated: Map<String, Value> = updated
             .iter()
-            .map(|u| vars! { "id": u.id, "version": u.version, "subscribed": u.subscribed, "data": u.data, "now": u.now })
+            .map(|u| {
+                (u.id.clone(), vars! { "version": u.version, "subscribed": u.subscribed, "data": u.data, "now": u.now })
+            })
             .collect();
         let events: Vec<Value> = events
             .iter()
@@ -139,5 +144,59 @@ impl Store {
             Err(e) if e.to_string().contains("STALE_CONTACT") => Err(StoreError::Busy("a contact changed".into())),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn contact(id: &str, email: &str) -> Contact {
+        Contact {
+            id: id.into(),
+            email: email.into(),
+            subscribed: true,
+            data: Map::new(),
+            version: 1,
+            created_at: 1,
+            updated_at: 1,
+        }
+    }
+
+    fn update(id: &str, version: i64, plan: &str) -> VersionedUpdate {
+        let mut data = Map::new();
+        data.insert("plan".into(), plan.into());
+        VersionedUpdate { id: id.into(), version, subscribed: false, data, now: 5 }
+    }
+
+    /// Every changed contact is written by one statement, each only at the version it was read at: one
+    /// stale contact fails the whole batch (nothing of it is written), and another project's contact is
+    /// never touched.
+    #[tokio::test]
+    async fn a_batch_updates_each_contact_at_its_version_or_writes_nothing() {
+        let store = Store::connect(&Config::for_tests()).await.unwrap();
+        let (a, b) = (contact("ca", "a@x.test"), contact("cb", "b@x.test"));
+        store.write_contact_batch("p1", &[a, b], &[], &[]).await.unwrap();
+        store.write_contact_batch("p2", &[contact("cc", "c@x.test")], &[], &[]).await.unwrap();
+
+        store.write_contact_batch("p1", &[], &[update("ca", 1, "pro"), update("cb", 1, "pro")], &[]).await.unwrap();
+        for id in ["ca", "cb"] {
+            let c = store.contact("p1", id).await.unwrap().unwrap();
+            assert_eq!((c.version, c.subscribed, c.updated_at), (2, false, 5), "{id}");
+            assert_eq!(c.data["plan"], "pro");
+        }
+
+        // cb is now at version 2: a batch that read it at 1 writes nothing, not even ca's change.
+        let stale =
+            store.write_contact_batch("p1", &[], &[update("ca", 2, "team"), update("cb", 1, "team")], &[]).await;
+        assert!(matches!(stale, Err(StoreError::Busy(_))), "{stale:?}");
+        assert_eq!(store.contact("p1", "ca").await.unwrap().unwrap().data["plan"], "pro");
+
+        // A contact of another project is stale for this one.
+        let other = store.write_contact_batch("p1", &[], &[update("cc", 1, "team")], &[]).await;
+        assert!(matches!(other, Err(StoreError::Busy(_))), "{other:?}");
+        let c = store.contact("p2", "cc").await.unwrap().unwrap();
+        assert_eq!((c.version, c.data.get("plan")), (1, None));
     }
 }
