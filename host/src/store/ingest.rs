@@ -19,22 +19,66 @@ pub struct VersionedUpdate {
     pub now: i64,
 }
 
+/// Most (project, email) → contact id hints kept; past it the map starts over (~100 bytes an entry).
+const MAX_CONTACT_IDS: usize = 200_000;
+
+/// Which contact id an email had when this process last read or created it. Only a hint: a read by
+/// hinted id keeps a row only when its project and email still match, and looks up the rest by email,
+/// so a contact deleted, re-created or renamed elsewhere (another process included) is found anyway.
+/// Fetching records by id skips the per-email index lookup and its query planning, which took a
+/// sixth of the server's CPU under tracking load.
+#[derive(Default)]
+pub(super) struct ContactIds(std::sync::Mutex<std::collections::HashMap<(String, String), String>>);
+
+impl ContactIds {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, project: &str, emails: &[String]) -> Vec<String> {
+        let m = self.lock();
+        emails.iter().filter_map(|e| m.get(&(project.to_string(), e.clone())).cloned()).collect()
+    }
+
+    fn remember<'a>(&self, project: &str, contacts: impl Iterator<Item = (&'a str, &'a str)>) {
+        let mut m = self.lock();
+        for (id, email) in contacts {
+            if m.len() >= MAX_CONTACT_IDS {
+                m.clear();
+            }
+            m.insert((project.to_string(), email.to_string()), id.to_string());
+        }
+    }
+}
+
 impl Store {
-    /// The contacts of a project with any of these emails. One point lookup per email on the
-    /// (project, email) index: SurrealDB 3.3 answers `email IN $list` by scanning the project's range of
-    /// that index (19 ms for 8 emails among 5,000 contacts, against 0.9 ms for this form).
+    /// The contacts of a project with any of these emails, in one query: the emails with an id hint
+    /// are fetched by record id (and kept only if project and email still match), the others by one
+    /// point lookup per email on the (project, email) index (SurrealDB 3.3 answers `email IN $list` on
+    /// that index by scanning the project's range: 19 ms for 8 emails among 5,000 contacts, against
+    /// 0.9 ms for this form).
     pub async fn contacts_by_emails(&self, project: &str, emails: &[String]) -> Result<Vec<Contact>, StoreError> {
-        let v = self
-            .query(
-                &format!(
-                    "RETURN array::flatten(array::map($emails, |$e|
-                        (SELECT {CONTACT_FIELDS} FROM contact WHERE project = $p AND email = $e)))"
-                ),
-                vars! { "p": project, "emails": emails },
+        let hinted = self.cache.contact_ids.get(project, emails);
+        let lookup = |list: &str| {
+            format!(
+                "array::flatten(array::map({list}, |$e|
+                    (SELECT {CONTACT_FIELDS} FROM contact WHERE project = $p AND email = $e)))"
             )
-            .await?
-            .value(0)?;
-        serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))
+        };
+        let sql = if hinted.is_empty() {
+            format!("RETURN {};", lookup("$emails"))
+        } else {
+            format!(
+                "LET $h = (SELECT {CONTACT_FIELDS} FROM array::map($ids, |$i| type::record('contact', $i))
+                    WHERE project = $p AND email IN $emails);
+                 RETURN array::concat($h, {});",
+                lookup("array::complement($emails, $h.email)")
+            )
+        };
+        let v = self.query(&sql, vars! { "p": project, "emails": emails, "ids": hinted }).await?.value_last()?;
+        let found: Vec<Contact> = serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))?;
+        self.cache.contact_ids.remember(project, found.iter().map(|c| (c.id.as_str(), c.email.as_str())));
+        Ok(found)
     }
 
     /// One transaction: insert `created` contacts, apply `updated` (each at its expected version), insert
@@ -112,7 +156,7 @@ impl Store {
             sql.push_str("INSERT INTO email $emails RETURN NONE;\nINSERT INTO job $jobs RETURN NONE;\n");
         }
         sql.push_str("COMMIT TRANSACTION;");
-        let created: Vec<Value> = created
+        let created_rows: Vec<Value> = created
             .iter()
             .map(|c| {
                 vars! {
@@ -137,10 +181,13 @@ impl Store {
             })
             .collect();
         let v = vars! {
-            "p": project, "created": created, "updated": updated, "events": events, "emails": emails, "jobs": jobs,
+            "p": project, "created": created_rows, "updated": updated, "events": events, "emails": emails, "jobs": jobs,
         };
         match self.query(&sql, v).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.cache.contact_ids.remember(project, created.iter().map(|c| (c.id.as_str(), c.email.as_str())));
+                Ok(())
+            }
             Err(e) if e.to_string().contains("STALE_CONTACT") => Err(StoreError::Busy("a contact changed".into())),
             Err(e) => Err(e),
         }
@@ -198,5 +245,61 @@ mod tests {
         assert!(matches!(other, Err(StoreError::Busy(_))), "{other:?}");
         let c = store.contact("p2", "cc").await.unwrap().unwrap();
         assert_eq!((c.version, c.data.get("plan")), (1, None));
+    }
+}
+
+#[cfg(test)]
+mod hint_tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn contact(id: &str, email: &str) -> Contact {
+        Contact {
+            id: id.into(),
+            email: email.into(),
+            subscribed: true,
+            data: Map::new(),
+            version: 1,
+            created_at: 1,
+            updated_at: 1,
+        }
+    }
+
+    fn ids(found: &[Contact]) -> Vec<(String, String)> {
+        let mut v: Vec<_> = found.iter().map(|c| (c.email.clone(), c.id.clone())).collect();
+        v.sort();
+        v
+    }
+
+    /// Id hints are only hints: a contact renamed, deleted or re-created behind this process's back
+    /// (another process, say) is still found by its current email, and a hint never reaches another
+    /// project's contact.
+    #[tokio::test]
+    async fn contacts_are_found_by_email_whatever_the_hints_say() {
+        let store = Store::connect(&Config::for_tests()).await.unwrap();
+        let (a, b, z) = ("a@x.test".to_string(), "b@x.test".to_string(), "z@x.test".to_string());
+        store.write_contact_batch("p1", &[contact("ca", &a), contact("cb", &b)], &[], &[]).await.unwrap();
+        assert_eq!(store.cache.contact_ids.get("p1", &[a.clone(), b.clone()]), vec!["ca", "cb"], "created: hinted");
+        let found = store.contacts_by_emails("p1", &[a.clone(), b.clone()]).await.unwrap();
+        assert_eq!(ids(&found), vec![(a.clone(), "ca".into()), (b.clone(), "cb".into())]);
+
+        // Behind the store's back: ca is renamed to z, cb deleted and b re-created as cb2.
+        store
+            .query(
+                "UPDATE contact:ca SET email = 'z@x.test'; DELETE contact:cb;
+                 CREATE contact:cb2 CONTENT { project: 'p1', email: 'b@x.test', subscribed: true, data: {},
+                    version: 1, created_at: 2, updated_at: 2 };",
+                serde_json::json!({}),
+            )
+            .await
+            .unwrap();
+        assert!(store.contacts_by_emails("p1", std::slice::from_ref(&a)).await.unwrap().is_empty(), "a is gone");
+        let found = store.contacts_by_emails("p1", &[a.clone(), b.clone(), z.clone()]).await.unwrap();
+        assert_eq!(ids(&found), vec![(b.clone(), "cb2".into()), (z.clone(), "ca".into())]);
+        assert_eq!(store.cache.contact_ids.get("p1", std::slice::from_ref(&b)), vec!["cb2"], "the hint follows");
+
+        // A (wrong) hint into another project's contact finds nothing there.
+        store.cache.contact_ids.remember("p2", [("cb2", b.as_str())].into_iter());
+        assert!(store.contacts_by_emails("p2", std::slice::from_ref(&b)).await.unwrap().is_empty());
     }
 }
