@@ -8,7 +8,8 @@
 //! 5. Stops the server, opens the same database in-process and measures the raw rate at which it takes
 //!    the same event rows through batched `INSERT`s: the ceiling Herald works under.
 //!
-//! Run: `cargo bench -p herald-host --bench track` (env: BENCH_CLIENTS, BENCH_SECONDS).
+//! Run: `cargo bench -p herald-host --bench track` (env: BENCH_CLIENTS, BENCH_SECONDS, BENCH_LANES, and for
+//! the ceiling BENCH_RAW_BATCH rows per INSERT and BENCH_RAW_WRITERS, default 64 and 4).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -156,8 +157,8 @@ async fn main() {
     let mut config = herald_host::config::Config::for_tests();
     config.db = db;
     let store = herald_host::store::Store::connect(&config).await.expect("open the bench database");
-    let batch = 64;
-    let writers = 4;
+    let batch = env_or("BENCH_RAW_BATCH", 64) as usize;
+    let writers = env_or("BENCH_RAW_WRITERS", 4);
     let raw_secs = seconds.min(5);
     // (a) event rows only; (b) the rows a track writes: one event and one contact per track.
     for with_contacts in [false, true] {
@@ -209,6 +210,7 @@ async fn main() {
         }
         println!("    Herald / this ceiling: {:.0}%", rate / raw * 100.0);
     }
+
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
 }

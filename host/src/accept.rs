@@ -324,6 +324,8 @@ async fn grouped(
             Some(o) if crate::ingest::changed(o, c) => updated.push(VersionedUpdate {
                 id: o.id.clone(),
                 version: o.version,
+                email: o.email.clone(),
+                created_at: o.created_at,
                 subscribed: c.subscribed,
                 data: c.data.clone(),
                 now,
