@@ -209,7 +209,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    fn contact(id: &str, email: &str) -> Contact {
+    pub(super) fn contact(id: &str, email: &str) -> Contact {
         Contact {
             id: id.into(),
             email: email.into(),
@@ -268,20 +268,9 @@ mod tests {
 
 #[cfg(test)]
 mod hint_tests {
+    use super::tests::contact;
     use super::*;
     use crate::config::Config;
-
-    fn contact(id: &str, email: &str) -> Contact {
-        Contact {
-            id: id.into(),
-            email: email.into(),
-            subscribed: true,
-            data: Map::new(),
-            version: 1,
-            created_at: 1,
-            updated_at: 1,
-        }
-    }
 
     fn ids(found: &[Contact]) -> Vec<(String, String)> {
         let mut v: Vec<_> = found.iter().map(|c| (c.email.clone(), c.id.clone())).collect();
