@@ -10,7 +10,8 @@
 //! `/proc/self/clear_refs` after seeding).
 //!
 //! Run: `cargo bench -p herald-host --bench campaign` (env: BENCH_CONTACTS, default 100,000;
-//! BENCH_CONCURRENCY job slots, default 32).
+//! BENCH_CONCURRENCY job slots, default the server's 8; HERALD_DB_CACHE_MB, HERALD_DB_MEMTABLE_MB and
+//! HERALD_DB_BLOCK_KB as for `herald serve`; BENCH_ONLY=unsigned or signed runs one mode).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,7 +35,7 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: usize) {
+async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<usize>) {
     let dir = std::env::temp_dir().join(format!("herald-bench-campaign-{}-{signed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = Settings {
@@ -45,7 +46,11 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: usize) {
         send_rate_per_second: Some(0),
         smtp_url: Some(format!("smtp://127.0.0.1:{sink_port}")),
         dkim_signing: Some(signed),
-        job_concurrency: Some(concurrency),
+        job_concurrency: concurrency,
+        // The embedded database's caps, as `herald serve` reads them.
+        db_cache_mb: std::env::var("HERALD_DB_CACHE_MB").ok().and_then(|v| v.parse().ok()),
+        db_memtable_mb: std::env::var("HERALD_DB_MEMTABLE_MB").ok().and_then(|v| v.parse().ok()),
+        db_block_kb: std::env::var("HERALD_DB_BLOCK_KB").ok().and_then(|v| v.parse().ok()),
         job_poll_ms: Some(20),
         plugins_dir: Some(dir.join("plugins")),
         plugin_cache_dir: Some(dir.join("plugin-cache")),
@@ -149,7 +154,8 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: usize) {
 #[tokio::main]
 async fn main() {
     let contacts = env_or("BENCH_CONTACTS", 100_000);
-    let concurrency = env_or("BENCH_CONCURRENCY", 32) as usize;
+    // Job slots: the server's default unless BENCH_CONCURRENCY says otherwise.
+    let concurrency = std::env::var("BENCH_CONCURRENCY").ok().and_then(|v| v.parse().ok());
     let sink_port = free_port();
     let mut sink = Command::new("smtp-sink")
         .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1000"])
@@ -159,8 +165,13 @@ async fn main() {
         .expect("smtp-sink (Debian package postfix) must be installed");
     std::thread::sleep(Duration::from_millis(300));
     println!("campaign benchmark: {contacts} subscribed contacts, smtp-sink on 127.0.0.1:{sink_port}");
-    run(sink_port, false, contacts, concurrency).await;
-    run(sink_port, true, contacts, concurrency).await;
+    // BENCH_ONLY=unsigned or BENCH_ONLY=signed runs one of the two.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    for signed in [false, true] {
+        if only.is_empty() || only == if signed { "signed" } else { "unsigned" } {
+            run(sink_port, signed, contacts, concurrency).await;
+        }
+    }
     let _ = sink.kill();
     let _ = sink.wait();
 }

@@ -10,7 +10,8 @@
 //! latency, delivered messages/s and the server's peak RSS. In the same run it measures the ceilings:
 //! smtp-source into the same sink over 8 sessions, and `openssl speed rsa2048` signs/s.
 //!
-//! Run: `cargo bench -p herald-host --bench send` (env: BENCH_CLIENTS, BENCH_SECONDS).
+//! Run: `cargo bench -p herald-host --bench send` (env: BENCH_CLIENTS, BENCH_SECONDS; BENCH_ONLY picks
+//! parts, a comma list of `unsigned`, `signed`, `mixed`, `pipeline`, for example `unsigned,pipeline`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,7 +28,7 @@ use common::{env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
 fn delivered(metrics: &str) -> u64 {
     metrics
         .lines()
-        .find(|l| l.starts_with("herald_job_runs_total{kind=\"email.deliver\",outcome=\"completed\"}"))
+        .find(|l| l.starts_with("herald_emails_delivered_total{status=\"SENT\"}"))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
@@ -80,6 +81,32 @@ async fn drive(
     (lat.len() as u64, secs, lat, errors.load(Ordering::Relaxed))
 }
 
+/// The HTTP ceiling of the same server and clients: `GET /config` (a small JSON answer that touches no
+/// database) from CLIENTS for `seconds`; answers requests/s.
+async fn http_ceiling(http: &reqwest::Client, base: &str, clients: usize, seconds: u64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (http, url) = (http.clone(), format!("{base}/config"));
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    if http.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut n = 0;
+    for t in tasks {
+        n += t.await.unwrap();
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
 /// Polls /metrics until `target` deliveries completed (or 5 minutes); answers how many did.
 async fn wait_delivered(http: &reqwest::Client, base: &str, target: u64) -> u64 {
     let mut done = 0;
@@ -109,10 +136,16 @@ fn stop(mut server: std::process::Child) {
 ///    acceptance rate of a node that only accepts), then is stopped, and a `herald serve` with workers
 ///    starts on the same database and delivers the queued backlog: messages/s from its start until the
 ///    last is delivered (the rate of the delivery pipeline itself).
-async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
+async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64, ceilings: Ceilings) {
     let label = if signed { "DKIM-signed" } else { "unsigned" };
+    if !chosen(if signed { "signed" } else { "unsigned" }) {
+        return;
+    }
     println!("  {label}:");
     for pipeline in [false, true] {
+        if !chosen(if pipeline { "pipeline" } else { "mixed" }) {
+            continue;
+        }
         let bin = env!("CARGO_BIN_EXE_herald");
         let dir = std::env::temp_dir().join(format!("herald-bench-send-{}-{signed}-{pipeline}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -168,11 +201,14 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
         } else {
             let server = serve(false);
             wait_healthy(&http, &base).await;
+            let ceiling = http_ceiling(&http, &base, clients, 3).await;
+            println!("    ceiling: the same node answering GET /config (no database): {ceiling:.0} requests/s");
             let (accepted, secs, lat, errors) = drive(&http, &base, &key, clients, seconds).await;
             println!(
-                "    API-only node: accepted {accepted} in {secs:.1} s = {:.0} sends/s, p99 {:.1} ms, errors {errors}, \
-                 peak RSS {:.0} MB",
+                "    API-only node: accepted {accepted} in {secs:.1} s = {:.0} sends/s ({:.0}% of the HTTP ceiling), \
+                 p99 {:.1} ms, errors {errors}, peak RSS {:.0} MB",
                 accepted as f64 / secs,
+                100.0 * accepted as f64 / secs / ceiling,
                 percentile_ms(&lat, 0.99),
                 peak_rss_mb(server.id())
             );
@@ -182,15 +218,39 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64) {
             wait_healthy(&http, &base).await;
             let done = wait_delivered(&http, &base, accepted).await;
             let total = started.elapsed().as_secs_f64();
+            // Unsigned, the transport is the ceiling; signed, the lower of it and signing on every core.
+            let ceiling = if signed { ceilings.smtp.min(ceilings.signs) } else { ceilings.smtp };
             println!(
-                "    delivery pipeline (queued backlog): delivered {done} in {total:.1} s = {:.0} msg/s; peak RSS {:.0} MB",
+                "    delivery pipeline (queued backlog): delivered {done} in {total:.1} s = {:.0} msg/s ({:.0}% of the \
+                 {} ceiling, {ceiling:.0}/s); peak RSS {:.0} MB",
                 done as f64 / total,
+                100.0 * done as f64 / total / ceiling,
+                if signed { "transport and signing" } else { "transport" },
                 peak_rss_mb(server.id())
             );
             stop(server);
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The ceilings measured at the start of the run (messages/s).
+#[derive(Clone, Copy)]
+struct Ceilings {
+    /// smtp-source into the same sink over 8 sessions.
+    smtp: f64,
+    /// RSA-2048 signs/s per core times the cores.
+    signs: f64,
+}
+
+/// Whether BENCH_ONLY (a comma list; empty or unset: everything) names this part or names none of its
+/// group (`unsigned`/`signed`, `mixed`/`pipeline`).
+fn chosen(part: &str) -> bool {
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let named: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let group: &[&str] =
+        if matches!(part, "unsigned" | "signed") { &["unsigned", "signed"] } else { &["mixed", "pipeline"] };
+    named.contains(&part) || !named.iter().any(|n| group.contains(n))
 }
 
 #[tokio::main]
@@ -225,20 +285,24 @@ async fn main() {
             &format!("127.0.0.1:{sink_port}"),
         ])
         .status();
+    let mut ceilings = Ceilings { smtp: f64::NAN, signs: f64::NAN };
     if src.is_ok_and(|s| s.success()) {
-        println!("  ceiling: smtp-source, 8 sessions: {:.0} msg/s", n as f64 / t.elapsed().as_secs_f64());
+        ceilings.smtp = n as f64 / t.elapsed().as_secs_f64();
+        println!("  ceiling: smtp-source, 8 sessions: {:.0} msg/s", ceilings.smtp);
     }
     if let Ok(out) = Command::new("openssl").args(["speed", "-seconds", "3", "rsa2048"]).output() {
         let text = String::from_utf8_lossy(&out.stdout);
         if let Some(line) = text.lines().find(|l| l.starts_with("rsa 2048") || l.contains("rsa  2048")) {
             let nums: Vec<&str> = line.split_whitespace().collect();
             if let Some(signs) = nums.iter().rev().nth(1) {
-                println!("  ceiling: openssl speed rsa2048: {signs} signs/s per core");
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                ceilings.signs = signs.parse::<f64>().unwrap_or(f64::NAN) * cores as f64;
+                println!("  ceiling: openssl speed rsa2048: {signs} signs/s per core, {cores} cores");
             }
         }
     }
-    run(sink_port, false, clients, seconds).await;
-    run(sink_port, true, clients, seconds).await;
+    run(sink_port, false, clients, seconds, ceilings).await;
+    run(sink_port, true, clients, seconds, ceilings).await;
     let _ = sink.kill();
     let _ = sink.wait();
 }

@@ -42,6 +42,10 @@ pub struct Settings {
     /// own default is 1 GiB on machines with 16-64 GiB) [default: 64]
     #[arg(long, env = "HERALD_DB_MEMTABLE_MB")]
     pub db_memtable_mb: Option<u64>,
+    /// Embedded database only: KiB of a SurrealKV data block in newly written files (its own default is
+    /// 64; every point read copies a whole block) [default: 4]
+    #[arg(long, env = "HERALD_DB_BLOCK_KB")]
+    pub db_block_kb: Option<u64>,
     /// Public base URL, used for links in emails [default: http://<listen>]
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
@@ -186,6 +190,8 @@ pub struct Config {
     pub db_cache_bytes: u64,
     /// SurrealKV memtable in bytes (embedded database only).
     pub db_memtable_bytes: u64,
+    /// SurrealKV data block size in bytes (embedded database only).
+    pub db_block_bytes: u64,
     pub public_url: String,
     pub secret: Option<String>,
     pub disable_signups: bool,
@@ -243,6 +249,7 @@ impl Settings {
             db_password: self.db_password.or(other.db_password),
             db_cache_mb: self.db_cache_mb.or(other.db_cache_mb),
             db_memtable_mb: self.db_memtable_mb.or(other.db_memtable_mb),
+            db_block_kb: self.db_block_kb.or(other.db_block_kb),
             public_url: self.public_url.or(other.public_url),
             secret: self.secret.or(other.secret),
             disable_signups: self.disable_signups.or(other.disable_signups),
@@ -354,6 +361,7 @@ impl Settings {
             db_password: s.db_password,
             db_cache_bytes: s.db_cache_mb.unwrap_or(128).max(8) << 20,
             db_memtable_bytes: s.db_memtable_mb.unwrap_or(64).max(4) << 20,
+            db_block_bytes: s.db_block_kb.unwrap_or(4).clamp(1, 1024) << 10,
             public_url,
             secret: s.secret,
             disable_signups: s.disable_signups.unwrap_or(false),

@@ -25,6 +25,8 @@ struct Registry {
     requests: BTreeMap<(String, String, u16), u64>,
     latency: BTreeMap<String, Histogram>,
     jobs: BTreeMap<(String, &'static str), u64>,
+    /// Recorded delivery outcomes by status (SENT, BOUNCED, FAILED, CANCELLED).
+    deliveries: BTreeMap<String, u64>,
     ingest_batches: u64,
     ingest_requests: u64,
     ingest_fallbacks: u64,
@@ -62,6 +64,15 @@ pub fn job_finished(kind: &str, outcome: &Outcome, _elapsed: Duration) {
         Outcome::LeaseLost => "lease_lost",
     };
     with(|r| *r.jobs.entry((kind.to_string(), label)).or_default() += 1);
+}
+
+/// Counts delivery outcomes once they are recorded.
+pub fn deliveries_recorded<'a>(statuses: impl IntoIterator<Item = &'a str>) {
+    with(|r| {
+        for s in statuses {
+            *r.deliveries.entry(s.to_string()).or_default() += 1;
+        }
+    });
 }
 
 /// Records one group-commit batch: its size, whether it fell back to single writes, and its write time.
@@ -115,6 +126,11 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         out.push_str("# TYPE herald_job_runs_total counter\n");
         for ((kind, outcome), n) in &r.jobs {
             let _ = writeln!(out, "herald_job_runs_total{{kind=\"{}\",outcome=\"{outcome}\"}} {n}", esc(kind));
+        }
+        out.push_str("# HELP herald_emails_delivered_total Delivery outcomes recorded in this process by status.\n");
+        out.push_str("# TYPE herald_emails_delivered_total counter\n");
+        for (status, n) in &r.deliveries {
+            let _ = writeln!(out, "herald_emails_delivered_total{{status=\"{}\"}} {n}", esc(status));
         }
         out.push_str("# HELP herald_ingest_batches_total Group-commit batches of contact upserts.\n");
         out.push_str("# TYPE herald_ingest_batches_total counter\n");

@@ -637,3 +637,59 @@ async fn concurrent_sends_to_one_new_recipient_make_one_contact_and_every_email(
     let list = e.p.secret.get("/contacts?search=same@example.org").await;
     assert_eq!(list.json["data"].as_array().map(Vec::len), Some(1), "{}", list.json);
 }
+
+#[tokio::test]
+async fn the_emails_of_one_send_share_a_delivery_job_whose_retry_sends_only_what_is_left() {
+    let e = env(1, false).await;
+    let r =
+        e.p.secret
+            .post(
+                "/v1/send",
+                json!({ "to": ["a@example.org", "tempfail@example.org", "bounce@example.org"], "from": "news@shop.test",
+                    "subject": "s", "body": "b", "subscribed": true }),
+            )
+            .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let ids: Vec<String> =
+        r.json["data"]["emails"].as_array().unwrap().iter().map(|m| m["email"].as_str().unwrap().to_string()).collect();
+    let jobs = |status: &'static str| {
+        let store = e.s.state.store.clone();
+        async move {
+            let v = store
+                .query(
+                    "SELECT VALUE payload FROM job WHERE kind = 'email.deliver' AND status = $s",
+                    json!({ "s": status }),
+                )
+                .await
+                .unwrap()
+                .value(0)
+                .unwrap();
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|p| serde_json::from_str::<Value>(p.as_str().unwrap()).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let queued = jobs("queued").await;
+    assert_eq!(queued.len(), 1, "one delivery job for the three emails: {queued:?}");
+    assert_eq!(queued[0]["emails"], json!(ids));
+    // First run: the first is sent, the second fails for now (451), the third bounces (550).
+    e.s.worker.run_once(20).await.unwrap();
+    assert_eq!(email_status(&e, &ids[0]).await, "SENT");
+    assert_eq!(email_status(&e, &ids[1]).await, "PENDING");
+    assert_eq!(email_status(&e, &ids[2]).await, "BOUNCED");
+    assert_eq!(jobs("queued").await.len(), 1, "the job is retried for the one left");
+    // The retry (after its backoff) sends only the one that failed.
+    for _ in 0..200 {
+        e.s.worker.run_once(20).await.unwrap();
+        if email_status(&e, &ids[1]).await == "SENT" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(email_status(&e, &ids[1]).await, "SENT");
+    let got: Vec<String> = e.sink.received().iter().map(|m| m.to.join(",")).collect();
+    assert_eq!(got, vec!["a@example.org".to_string(), "tempfail@example.org".to_string()], "each delivered once");
+    assert_eq!(jobs("completed").await.len(), 1);
+}

@@ -175,8 +175,9 @@ struct Payload {
     project: String,
 }
 
-/// Jobs of `email.deliver` claimed and delivered together.
-pub const DELIVER_BATCH: usize = 64;
+/// Jobs of `email.deliver` claimed and delivered together (each carries up to
+/// [`crate::store::emails::SEND_JOB_CHUNK`] emails).
+pub const DELIVER_BATCH: usize = 16;
 
 /// What happened to one message of a batch.
 enum Sent {
@@ -189,7 +190,8 @@ enum Sent {
 }
 
 impl Delivery {
-    /// `email.deliver` jobs carry one email and are claimed [`DELIVER_BATCH`] at a time;
+    /// `email.deliver` jobs carry the emails of one `/v1/send` transaction (up to
+    /// [`crate::store::emails::SEND_JOB_CHUNK`]; one for a test send) and are claimed [`DELIVER_BATCH`] at a time;
     /// `email.deliver.campaign` jobs carry a chunk of a campaign's emails (`campaign_delivery_chunk`) and
     /// are claimed one at a time. Re-running a job (a temporary failure, a crash) delivers only what is
     /// still PENDING or SENDING.
@@ -263,14 +265,16 @@ impl Delivery {
                 other => other,
             })
             .collect();
-        let sending: Vec<String> = todo.iter().flatten().map(|e| e.id.clone()).collect();
-        // Only what is SENDING now goes out: an email cancelled meanwhile (a campaign's) is left alone.
-        let sending: std::collections::HashSet<String> = match store.mark_sending(&sending, clock.now_ms()).await {
+        // A campaign's emails go out only once marked SENDING, so an email its campaign's cancel reached
+        // meanwhile is left alone (decision 23). Nothing cancels any other email, so those skip the write.
+        let campaign: Vec<String> =
+            todo.iter().flatten().filter(|e| e.campaign.is_some()).map(|e| e.id.clone()).collect();
+        let sending: std::collections::HashSet<String> = match store.mark_sending(&campaign, clock.now_ms()).await {
             Ok(ids) => ids.into_iter().collect(),
             Err(e) => return vec![Err(e.to_string()); n],
         };
         let todo: Vec<Option<&EmailRow>> =
-            todo.into_iter().map(|e| e.filter(|e| sending.contains(e.id.as_str()))).collect();
+            todo.into_iter().map(|e| e.filter(|e| e.campaign.is_none() || sending.contains(e.id.as_str()))).collect();
         let sends = todo.iter().map(|e| async {
             match e {
                 None => Ok(Sent::Skip),
@@ -322,6 +326,7 @@ impl Delivery {
         if let Err(e) = store.record_deliveries(&outcomes, &events, now).await {
             return vec![Err(e.to_string()); n];
         }
+        crate::metrics::deliveries_recorded(outcomes.iter().map(|o| o.status.as_str()));
         // A permanent bounce unsubscribes the contact (decision 19), with its event when it really flips.
         for e in bounced {
             if let Err(err) = crate::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await {

@@ -241,7 +241,8 @@ impl Store {
              INSERT INTO job $jobs RETURN NONE;
              COMMIT TRANSACTION;",
         );
-        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts, 1);
+        let (rows, jobs) =
+            super::emails::email_docs(emails, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
         v["events"] = Value::Array(events.iter().map(Event::doc).collect());
         v["emails"] = Value::Array(rows);
         v["jobs"] = Value::Array(jobs);

@@ -44,6 +44,12 @@ pub struct DeliveryOutcome {
     pub provider_message_id: Option<String>,
 }
 
+/// Emails per delivery job written by one `/v1/send` transaction: a group-committed batch of sends
+/// makes one job per this many emails instead of one each (a job row is written when queued, claimed and
+/// finished, each time with its three indexes). A job's re-run delivers only what is still PENDING or
+/// SENDING, so a chunk retries safely.
+pub const SEND_JOB_CHUNK: usize = 32;
+
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
      subject, html, text, headers, attachments, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
 

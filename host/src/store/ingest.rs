@@ -116,7 +116,8 @@ impl Store {
         }
         let (mut rows, mut jobs) = (Vec::new(), Vec::new());
         for (priority, group) in by_priority {
-            let (r, j) = super::emails::email_docs(&group, job_kind, priority, max_attempts, 1);
+            let (r, j) =
+                super::emails::email_docs(&group, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
             rows.extend(r.into_iter().map(|mut r| {
                 let mut doc = r["doc"].take();
                 doc["id"] = r["id"].take();
