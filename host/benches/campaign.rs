@@ -29,7 +29,7 @@ use herald_host::config::Settings;
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_or, free_port, peak_rss_mb};
+use common::{env_opt, env_or, free_port, peak_rss_mb};
 
 fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
@@ -48,9 +48,9 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
         dkim_signing: Some(signed),
         job_concurrency: concurrency,
         // The embedded database's caps, as `herald serve` reads them.
-        db_cache_mb: std::env::var("HERALD_DB_CACHE_MB").ok().and_then(|v| v.parse().ok()),
-        db_memtable_mb: std::env::var("HERALD_DB_MEMTABLE_MB").ok().and_then(|v| v.parse().ok()),
-        db_block_kb: std::env::var("HERALD_DB_BLOCK_KB").ok().and_then(|v| v.parse().ok()),
+        db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
+        db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
+        db_block_kb: env_opt("HERALD_DB_BLOCK_KB"),
         job_poll_ms: Some(20),
         plugins_dir: Some(dir.join("plugins")),
         plugin_cache_dir: Some(dir.join("plugin-cache")),
@@ -155,7 +155,7 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
 async fn main() {
     let contacts = env_or("BENCH_CONTACTS", 100_000);
     // Job slots: the server's default unless BENCH_CONCURRENCY says otherwise.
-    let concurrency = std::env::var("BENCH_CONCURRENCY").ok().and_then(|v| v.parse().ok());
+    let concurrency = env_opt("BENCH_CONCURRENCY");
     let sink_port = free_port();
     let mut sink = Command::new("smtp-sink")
         .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1000"])

@@ -70,7 +70,12 @@ pub fn job_finished(kind: &str, outcome: &Outcome, _elapsed: Duration) {
 pub fn deliveries_recorded<'a>(statuses: impl IntoIterator<Item = &'a str>) {
     with(|r| {
         for s in statuses {
-            *r.deliveries.entry(s.to_string()).or_default() += 1;
+            match r.deliveries.get_mut(s) {
+                Some(n) => *n += 1,
+                None => {
+                    r.deliveries.insert(s.to_string(), 1);
+                }
+            }
         }
     });
 }

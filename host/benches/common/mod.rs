@@ -4,9 +4,14 @@
 
 use std::time::Duration;
 
+/// A value parsed from the environment; `None` when unset or unparsable.
+pub fn env_opt<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 /// An integer from the environment, or `default`.
 pub fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    env_opt(name).unwrap_or(default)
 }
 
 /// A free loopback port.
