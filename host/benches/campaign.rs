@@ -29,7 +29,7 @@ use herald_host::config::Settings;
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_opt, env_or, free_port, peak_rss_mb};
+use common::{chosen, env_opt, env_or, free_port, peak_rss_mb};
 
 fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
@@ -166,9 +166,8 @@ async fn main() {
     std::thread::sleep(Duration::from_millis(300));
     println!("campaign benchmark: {contacts} subscribed contacts, smtp-sink on 127.0.0.1:{sink_port}");
     // BENCH_ONLY=unsigned or BENCH_ONLY=signed runs one of the two.
-    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     for signed in [false, true] {
-        if only.is_empty() || only == if signed { "signed" } else { "unsigned" } {
+        if chosen(if signed { "signed" } else { "unsigned" }, &["unsigned", "signed"]) {
             run(sink_port, signed, contacts, concurrency).await;
         }
     }

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
+use common::{chosen, env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
 
 fn delivered(metrics: &str) -> u64 {
     metrics
@@ -138,12 +138,12 @@ fn stop(mut server: std::process::Child) {
 ///    last is delivered (the rate of the delivery pipeline itself).
 async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64, ceilings: Ceilings) {
     let label = if signed { "DKIM-signed" } else { "unsigned" };
-    if !chosen(if signed { "signed" } else { "unsigned" }) {
+    if !chosen(if signed { "signed" } else { "unsigned" }, &["unsigned", "signed"]) {
         return;
     }
     println!("  {label}:");
     for pipeline in [false, true] {
-        if !chosen(if pipeline { "pipeline" } else { "mixed" }) {
+        if !chosen(if pipeline { "pipeline" } else { "mixed" }, &["mixed", "pipeline"]) {
             continue;
         }
         let bin = env!("CARGO_BIN_EXE_herald");
@@ -241,16 +241,6 @@ struct Ceilings {
     smtp: f64,
     /// RSA-2048 signs/s per core times the cores.
     signs: f64,
-}
-
-/// Whether BENCH_ONLY (a comma list; empty or unset: everything) names this part or names none of its
-/// group (`unsigned`/`signed`, `mixed`/`pipeline`).
-fn chosen(part: &str) -> bool {
-    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-    let named: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let group: &[&str] =
-        if matches!(part, "unsigned" | "signed") { &["unsigned", "signed"] } else { &["mixed", "pipeline"] };
-    named.contains(&part) || !named.iter().any(|n| group.contains(n))
 }
 
 #[tokio::main]

@@ -14,6 +14,14 @@ pub fn env_or(name: &str, default: u64) -> u64 {
     env_opt(name).unwrap_or(default)
 }
 
+/// Whether `BENCH_ONLY` (a comma list; empty or unset: everything) names `part`, or names none of the
+/// parts of its `group` (say `unsigned`/`signed`), so that each group not mentioned runs whole.
+pub fn chosen(part: &str, group: &[&str]) -> bool {
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let named: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    named.contains(&part) || !named.iter().any(|n| group.contains(n))
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)

@@ -165,7 +165,8 @@ pub struct Delivery {
     pub sign: bool,
 }
 
-/// A delivery job's payload: one email (`/v1/send`, test sends) or a chunk of a campaign's emails.
+/// A delivery job's payload: one email (a test send) or several: the emails of one `/v1/send`
+/// transaction, or a chunk of a campaign's emails.
 #[derive(Deserialize)]
 struct Payload {
     #[serde(default)]
