@@ -11,7 +11,8 @@
 //!
 //! Run: `cargo bench -p herald-host --bench campaign` (env: BENCH_CONTACTS, default 100,000;
 //! BENCH_CONCURRENCY job slots, default the server's 8; HERALD_DB_CACHE_MB, HERALD_DB_MEMTABLE_MB and
-//! HERALD_DB_BLOCK_KB as for `herald serve`; BENCH_ONLY=unsigned or signed runs one mode).
+//! HERALD_DB_BLOCK_KB, HERALD_DB_VLOG_KB, HERALD_CAMPAIGN_BATCH_SIZE and HERALD_CAMPAIGN_DELIVERY_CHUNK as for `herald serve`;
+//! BENCH_ONLY=unsigned or signed runs one mode).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -47,10 +48,13 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
         smtp_url: Some(format!("smtp://127.0.0.1:{sink_port}")),
         dkim_signing: Some(signed),
         job_concurrency: concurrency,
+        campaign_batch_size: env_opt("HERALD_CAMPAIGN_BATCH_SIZE"),
+        campaign_delivery_chunk: env_opt("HERALD_CAMPAIGN_DELIVERY_CHUNK"),
         // The embedded database's caps, as `herald serve` reads them.
         db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
         db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
         db_block_kb: env_opt("HERALD_DB_BLOCK_KB"),
+        db_vlog_kb: env_opt("HERALD_DB_VLOG_KB"),
         job_poll_ms: Some(20),
         plugins_dir: Some(dir.join("plugins")),
         plugin_cache_dir: Some(dir.join("plugin-cache")),

@@ -4,7 +4,7 @@
 //!   start a new *run* of the campaign and enqueue its `campaign.resolve` job in the same transaction.
 //! - `campaign.resolve` evaluates the audience (subscribed contacts of ALL, a segment, or a condition)
 //!   once through the segment engine, fixes `totalRecipients`, and writes one `campaign.batch` job per
-//!   500 contacts (`campaign_batch_size`), in one transaction.
+//!   100 contacts (`campaign_batch_size`), in one transaction.
 //! - `campaign.batch` renders its contacts' emails and writes them with their delivery jobs, its batch
 //!   marker and one fewer batch left, in one transaction. A campaign email's record id is derived from
 //!   (campaign, contact), so whatever is retried, restarted or run twice, a contact gets one email.

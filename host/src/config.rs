@@ -46,6 +46,11 @@ pub struct Settings {
     /// 64; every point read copies a whole block) [default: 4]
     #[arg(long, env = "HERALD_DB_BLOCK_KB")]
     pub db_block_kb: Option<u64>,
+    /// Embedded database only: values of at least this many KiB go to SurrealKV's value log instead of
+    /// its sorted tables, so compaction moves a pointer rather than the value (an email's stored
+    /// message, say) [default: 4, SurrealKV's own]
+    #[arg(long, env = "HERALD_DB_VLOG_KB")]
+    pub db_vlog_kb: Option<u64>,
     /// Public base URL, used for links in emails [default: http://<listen>]
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
@@ -88,7 +93,7 @@ pub struct Settings {
     /// Milliseconds between campaign progress runs (counters, completion) [default: 2000]
     #[arg(long, env = "HERALD_CAMPAIGN_PROGRESS_MS")]
     pub campaign_progress_ms: Option<u64>,
-    /// Contacts per campaign batch job [default: 500]
+    /// Contacts per campaign batch job [default: 100]
     #[arg(long, env = "HERALD_CAMPAIGN_BATCH_SIZE")]
     pub campaign_batch_size: Option<usize>,
     /// Campaign emails per delivery job [default: 100]
@@ -192,6 +197,8 @@ pub struct Config {
     pub db_memtable_bytes: u64,
     /// SurrealKV data block size in bytes (embedded database only).
     pub db_block_bytes: u64,
+    /// SurrealKV value-log threshold in bytes (embedded database only).
+    pub db_vlog_bytes: u64,
     pub public_url: String,
     pub secret: Option<String>,
     pub disable_signups: bool,
@@ -250,6 +257,7 @@ impl Settings {
             db_cache_mb: self.db_cache_mb.or(other.db_cache_mb),
             db_memtable_mb: self.db_memtable_mb.or(other.db_memtable_mb),
             db_block_kb: self.db_block_kb.or(other.db_block_kb),
+            db_vlog_kb: self.db_vlog_kb.or(other.db_vlog_kb),
             public_url: self.public_url.or(other.public_url),
             secret: self.secret.or(other.secret),
             disable_signups: self.disable_signups.or(other.disable_signups),
@@ -362,6 +370,7 @@ impl Settings {
             db_cache_bytes: s.db_cache_mb.unwrap_or(128).max(8) << 20,
             db_memtable_bytes: s.db_memtable_mb.unwrap_or(64).max(4) << 20,
             db_block_bytes: s.db_block_kb.unwrap_or(4).clamp(1, 1024) << 10,
+            db_vlog_bytes: s.db_vlog_kb.unwrap_or(4).clamp(1, 1024) << 10,
             public_url,
             secret: s.secret,
             disable_signups: s.disable_signups.unwrap_or(false),
@@ -376,7 +385,7 @@ impl Settings {
             idempotency_ttl_ms: (s.idempotency_ttl_hours.unwrap_or(24).max(1) * 3_600_000) as i64,
             event_dispatch_ms: s.event_dispatch_ms.unwrap_or(1000).max(10) as i64,
             campaign_progress_ms: s.campaign_progress_ms.unwrap_or(2000).max(10) as i64,
-            campaign_batch_size: s.campaign_batch_size.unwrap_or(500).clamp(1, 5000),
+            campaign_batch_size: s.campaign_batch_size.unwrap_or(100).clamp(1, 5000),
             campaign_delivery_chunk: s.campaign_delivery_chunk.unwrap_or(100).clamp(1, 1000),
         })
     }

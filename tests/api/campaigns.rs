@@ -454,6 +454,12 @@ async fn cancel_before_anything_left_returns_to_draft_and_during_sending_cancels
     let r = c.post(&format!("/campaigns/{id}/cancel"), json!({})).await;
     assert_eq!((r.status, r.json["status"].as_str()), (200, Some("DRAFT")), "{}", r.json);
     assert_eq!(r.json["totalRecipients"], 0);
+    // The run's email records went, and their stored messages with them.
+    let left =
+        e.s.state
+            .store
+            .query("RETURN [array::len(SELECT id FROM email), array::len(SELECT id FROM email_body)]", json!({}));
+    assert_eq!(left.await.unwrap().value(0).unwrap(), json!([0, 0]));
     drain(&e.s.worker).await;
     assert!(e.sink.received().is_empty(), "cancelled emails are never sent");
     assert_eq!(status(&e, &id).await, "DRAFT");

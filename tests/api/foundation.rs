@@ -202,3 +202,32 @@ async fn a_changed_migration_stops_start_up_naming_the_file() {
     let err = herald_host::store::migrate::apply_list(&store, &changed).await.unwrap_err().to_string();
     assert!(err.contains("0001_a.surql") && err.contains("changed"), "{err}");
 }
+
+#[tokio::test]
+async fn emails_written_before_bodies_moved_out_keep_their_message() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    let config = herald_host::config::Config::for_tests();
+    let store = herald_host::store::Store::connect_only(&config).await.unwrap();
+    let at = MIGRATIONS.iter().position(|(n, _)| *n == "0012_email_bodies.surql").unwrap();
+    apply_list(&store, &MIGRATIONS[..at]).await.unwrap();
+    // An email record as 0005 wrote it: the message inside the record.
+    store
+        .query(
+            "CREATE email:old CONTENT { project: 'p1', contact: 'c1', recipient: 'a@example.com', from: 'n@x.test',
+                subject: 's', html: '<p>hi</p>', text: 'hi', headers: '[]', attachments: '[]', kind: 'TRANSACTIONAL',
+                message_id: '<old@x.test>', status: 'SENT', created_at: 1, updated_at: 1 }",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply_list(&store, MIGRATIONS).await.unwrap(), vec!["0012_email_bodies.surql"]);
+    let rows = store.emails_by_ids(&["old".to_string()]).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].html.as_str(), rows[0].text.as_str(), rows[0].status.as_str()), ("<p>hi</p>", "hi", "SENT"));
+    let one = store.email("p1", "old").await.unwrap().unwrap();
+    assert_eq!(one.html, "<p>hi</p>");
+    assert!(store.email("p2", "old").await.unwrap().is_none(), "another project's email stays hidden");
+    // The record itself no longer carries the message.
+    let left = store.query("SELECT VALUE html FROM ONLY email:old", json!({})).await.unwrap().value(0).unwrap();
+    assert!(left.is_null(), "{left}");
+}

@@ -309,15 +309,7 @@ impl Store {
         chunk: usize,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let (rows, jobs) = super::emails::email_docs(emails, job_kind, priority, max_attempts, chunk);
-        let rows: Vec<Value> = rows
-            .into_iter()
-            .map(|r| {
-                let mut doc = r["doc"].clone();
-                doc["id"] = r["id"].clone();
-                doc
-            })
-            .collect();
+        let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, chunk);
         // The campaign row is only read here: concurrent batches of one campaign write disjoint rows and
         // never conflict with each other (a cancel, which writes the campaign row, conflicts with them).
         let mut sql = String::from(
@@ -328,11 +320,14 @@ impl Store {
              IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };
              CREATE type::record('campaign_batch', $batch) SET campaign = $c, run = $run, created_at = $now RETURN NONE;\n",
         );
-        if !rows.is_empty() {
-            sql.push_str("INSERT INTO email $rows RETURN NONE;\nINSERT INTO job $jobs RETURN NONE;\n");
+        if !docs.rows.is_empty() {
+            sql.push_str(super::emails::EmailDocs::INSERTS);
         }
         sql.push_str("COMMIT TRANSACTION;");
-        let v = vars! { "p": project, "c": campaign, "run": run, "batch": batch_id, "rows": rows, "jobs": jobs, "now": now };
+        let v = vars! {
+            "p": project, "c": campaign, "run": run, "batch": batch_id, "emails": docs.rows, "bodies": docs.bodies,
+            "jobs": docs.jobs, "now": now,
+        };
         match self.write(|| async { self.query(&sql, v.clone()).await }).await {
             Ok(_) => Ok(true),
             Err(e) if is_state_error(&e) => Ok(false),
@@ -402,7 +397,8 @@ impl Store {
              LET $handed = (SELECT VALUE id FROM email WHERE campaign = $id
                 AND status NOT IN ['PENDING', 'CANCELLED'] AND project = $p LIMIT 1);
              LET $out = IF array::len($handed) == 0 {
-                DELETE email WHERE campaign = $id AND project = $p RETURN NONE;
+                LET $gone = (DELETE email WHERE campaign = $id AND project = $p RETURN BEFORE);
+                DELETE array::map($gone, |$e| type::record('email_body', record::id($e.id))) RETURN NONE;
                 DELETE campaign_batch WHERE campaign = $id RETURN NONE;
                 UPDATE type::record('campaign', $id) SET status = 'DRAFT', scheduled_for = NONE, resolved = false,
                     batches_left = 0, total_recipients = 0, sent_count = 0, delivered_count = 0, opened_count = 0,

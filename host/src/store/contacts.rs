@@ -235,17 +235,14 @@ impl Store {
                 ContactWrite::None => {}
             }
         }
-        sql.push_str(
-            "FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };
-             FOR $e IN $emails { CREATE type::record('email', $e.id) CONTENT $e.doc RETURN NONE; };
-             INSERT INTO job $jobs RETURN NONE;
-             COMMIT TRANSACTION;",
-        );
-        let (rows, jobs) =
-            super::emails::email_docs(emails, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
+        sql.push_str("FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };\n");
+        sql.push_str(super::emails::EmailDocs::INSERTS);
+        sql.push_str("COMMIT TRANSACTION;");
+        let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
         v["events"] = Value::Array(events.iter().map(Event::doc).collect());
-        v["emails"] = Value::Array(rows);
-        v["jobs"] = Value::Array(jobs);
+        v["emails"] = Value::Array(docs.rows);
+        v["bodies"] = Value::Array(docs.bodies);
+        v["jobs"] = Value::Array(docs.jobs);
         match self.query(&sql, v).await {
             Ok(_) => Ok(WriteResult::Done),
             Err(e) if e.to_string().contains("STALE_CONTACT") => Ok(WriteResult::Stale),

@@ -17,9 +17,15 @@ pub struct EmailRow {
     pub from_name: Option<String>,
     pub reply_to: Option<String>,
     pub subject: String,
+    /// The message (html, text, JSON headers and attachments) is stored once in `email_body`, apart from
+    /// the status fields that each delivery step rewrites; reads that need it fill it in.
+    #[serde(default)]
     pub html: String,
+    #[serde(default)]
     pub text: String,
+    #[serde(default)]
     pub headers: String,
+    #[serde(default)]
     pub attachments: String,
     pub kind: String,
     pub template: Option<String>,
@@ -51,7 +57,11 @@ pub struct DeliveryOutcome {
 pub const SEND_JOB_CHUNK: usize = 32;
 
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
-     subject, html, text, headers, attachments, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
+     subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
+
+/// The fields of an email kept in `email_body` (written once, never updated).
+const BODY_FIELDS: [&str; 4] = ["html", "text", "headers", "attachments"];
+const BODY: &str = "record::id(id) AS id, html, text, headers, attachments";
 
 impl Store {
     /// Writes email records and their delivery jobs in one transaction, so an accepted email is never
@@ -63,42 +73,62 @@ impl Store {
         priority: i64,
         max_attempts: i64,
     ) -> Result<(), StoreError> {
-        let (rows, jobs) = email_docs(emails, job_kind, priority, max_attempts, 1);
+        let docs = email_docs(emails, job_kind, priority, max_attempts, 1);
+        let v = vars! { "emails": docs.rows, "bodies": docs.bodies, "jobs": docs.jobs };
         self.write(|| async {
-            self.query(
-                "BEGIN TRANSACTION;
-                 FOR $e IN $emails { CREATE type::record('email', $e.id) CONTENT $e.doc RETURN NONE; };
-                 INSERT INTO job $jobs RETURN NONE;
-                 COMMIT TRANSACTION;",
-                vars! { "emails": rows.clone(), "jobs": jobs.clone() },
-            )
-            .await
+            self.query(&format!("BEGIN TRANSACTION;\n{}COMMIT TRANSACTION;", EmailDocs::INSERTS), v.clone()).await
         })
         .await
         .map(|_| ())
     }
 }
 
-/// The documents of email records and of their delivery jobs: one job per email when `chunk` is 1
-/// (payload `{email, project}`), else one job per `chunk` emails of the list (payload `{emails, project}`).
-/// A chunk's job re-run delivers only what is still PENDING or SENDING, so chunks retry safely.
+/// What writing email records inserts: the records (`id` in each), their bodies, and their delivery jobs.
+#[derive(Default)]
+pub(crate) struct EmailDocs {
+    pub rows: Vec<Value>,
+    pub bodies: Vec<Value>,
+    pub jobs: Vec<Value>,
+}
+
+impl EmailDocs {
+    /// The statements that insert `$emails`, `$bodies` and `$jobs` (inside the caller's transaction).
+    pub const INSERTS: &str = "INSERT INTO email $emails RETURN NONE;
+         INSERT INTO email_body $bodies RETURN NONE;
+         INSERT INTO job $jobs RETURN NONE;\n";
+
+    pub fn extend(&mut self, other: EmailDocs) {
+        self.rows.extend(other.rows);
+        self.bodies.extend(other.bodies);
+        self.jobs.extend(other.jobs);
+    }
+}
+
+/// The documents of email records, their bodies and their delivery jobs: one job per email when `chunk`
+/// is 1 (payload `{email, project}`), else one job per `chunk` emails of the list (payload
+/// `{emails, project}`). A chunk's job re-run delivers only what is still PENDING or SENDING, so chunks
+/// retry safely.
 pub(crate) fn email_docs(
     emails: &[EmailRow],
     job_kind: &str,
     priority: i64,
     max_attempts: i64,
     chunk: usize,
-) -> (Vec<Value>, Vec<Value>) {
-    let rows: Vec<Value> = emails
-        .iter()
-        .map(|e| {
-            let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
-            if let Some(o) = v.as_object_mut() {
-                o.remove("id");
+) -> EmailDocs {
+    let mut rows = Vec::with_capacity(emails.len());
+    let mut bodies = Vec::with_capacity(emails.len());
+    for e in emails {
+        let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
+        if let Some(o) = v.as_object_mut() {
+            let mut body = serde_json::Map::new();
+            body.insert("id".into(), e.id.clone().into());
+            for f in BODY_FIELDS {
+                body.insert(f.into(), o.remove(f).unwrap_or_else(|| Value::String(String::new())));
             }
-            vars! { "id": e.id, "doc": v }
-        })
-        .collect();
+            bodies.push(Value::Object(body));
+        }
+        rows.push(v);
+    }
     // Only PENDING emails need delivering (a campaign batch also records unrenderable ones as FAILED).
     let pending: Vec<&EmailRow> = emails.iter().filter(|e| e.status == "PENDING").collect();
     let jobs: Vec<Value> = pending
@@ -119,7 +149,25 @@ pub(crate) fn email_docs(
             })
         })
         .collect();
-    (rows, jobs)
+    EmailDocs { rows, bodies, jobs }
+}
+
+/// Fills in the bodies of these emails from `email_body` rows (`{id, html, text, headers, attachments}`).
+fn fill_bodies(rows: &mut [EmailRow], bodies: Vec<Value>) {
+    let mut by_id: std::collections::HashMap<String, Value> =
+        bodies.into_iter().filter_map(|b| Some((b.get("id")?.as_str()?.to_string(), b))).collect();
+    for r in rows {
+        if let Some(mut b) = by_id.remove(&r.id) {
+            let mut take = |f: &str| match b.get_mut(f).map(Value::take) {
+                Some(Value::String(s)) => s,
+                _ => String::new(),
+            };
+            r.html = take("html");
+            r.text = take("text");
+            r.headers = take("headers");
+            r.attachments = take("attachments");
+        }
+    }
 }
 
 impl Store {
@@ -128,12 +176,18 @@ impl Store {
         if ids.is_empty() {
             return Ok(vec![]);
         }
-        self.query(
-            &format!("SELECT {FIELDS} FROM array::map($ids, |$i| type::record('email', $i))"),
-            vars! { "ids": ids },
-        )
-        .await?
-        .all(0)
+        let mut r = self
+            .query(
+                &format!(
+                    "SELECT {FIELDS} FROM array::map($ids, |$i| type::record('email', $i));
+                     SELECT {BODY} FROM array::map($ids, |$i| type::record('email_body', $i));"
+                ),
+                vars! { "ids": ids },
+            )
+            .await?;
+        let mut rows: Vec<EmailRow> = r.all(0)?;
+        fill_bodies(&mut rows, r.all(1)?);
+        Ok(rows)
     }
 
     /// Marks emails as being sent, in one statement, and returns the ids that are now SENDING: those that
@@ -227,12 +281,18 @@ impl Store {
     }
 
     pub async fn email(&self, project: &str, id: &str) -> Result<Option<EmailRow>, StoreError> {
-        self.query(
-            &format!("SELECT {FIELDS} FROM email WHERE id = type::record('email', $id) AND project = $p"),
-            vars! { "p": project, "id": id },
-        )
-        .await?
-        .first(0)
+        let mut r = self
+            .query(
+                &format!(
+                    "SELECT {FIELDS} FROM email WHERE id = type::record('email', $id) AND project = $p;
+                     SELECT {BODY} FROM type::record('email_body', $id);"
+                ),
+                vars! { "p": project, "id": id },
+            )
+            .await?;
+        let mut rows: Vec<EmailRow> = r.all(0)?;
+        fill_bodies(&mut rows, r.all(1)?);
+        Ok(rows.pop())
     }
 
     /// Records an open or a click: the first time, the counter, and the status moved up to `status` when

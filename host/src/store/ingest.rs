@@ -94,7 +94,7 @@ impl Store {
         updated: &[VersionedUpdate],
         events: &[Event],
     ) -> Result<(), StoreError> {
-        self.write_batch(project, created, updated, events, vec![], vec![]).await
+        self.write_batch(project, created, updated, events, Default::default()).await
     }
 
     /// [`Store::write_contact_batch`] plus email records, each `(priority of its delivery job, row)`,
@@ -114,18 +114,17 @@ impl Store {
         for (priority, row) in emails {
             by_priority.entry(*priority).or_default().push(row.clone());
         }
-        let (mut rows, mut jobs) = (Vec::new(), Vec::new());
+        let mut docs = super::emails::EmailDocs::default();
         for (priority, group) in by_priority {
-            let (r, j) =
-                super::emails::email_docs(&group, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
-            rows.extend(r.into_iter().map(|mut r| {
-                let mut doc = r["doc"].take();
-                doc["id"] = r["id"].take();
-                doc
-            }));
-            jobs.extend(j);
+            docs.extend(super::emails::email_docs(
+                &group,
+                job_kind,
+                priority,
+                max_attempts,
+                super::emails::SEND_JOB_CHUNK,
+            ));
         }
-        self.write_batch(project, created, updated, events, rows, jobs).await
+        self.write_batch(project, created, updated, events, docs).await
     }
 
     async fn write_batch(
@@ -134,8 +133,7 @@ impl Store {
         created: &[Contact],
         updated: &[VersionedUpdate],
         events: &[Event],
-        emails: Vec<Value>,
-        jobs: Vec<Value>,
+        emails: super::emails::EmailDocs,
     ) -> Result<(), StoreError> {
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         if !created.is_empty() {
@@ -159,8 +157,8 @@ impl Store {
         if !events.is_empty() {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
         }
-        if !emails.is_empty() {
-            sql.push_str("INSERT INTO email $emails RETURN NONE;\nINSERT INTO job $jobs RETURN NONE;\n");
+        if !emails.rows.is_empty() {
+            sql.push_str(super::emails::EmailDocs::INSERTS);
         }
         sql.push_str("COMMIT TRANSACTION;");
         let created_rows: Vec<Value> = created
@@ -192,7 +190,8 @@ impl Store {
             })
             .collect();
         let v = vars! {
-            "p": project, "created": created_rows, "updated": updated, "events": events, "emails": emails, "jobs": jobs,
+            "p": project, "created": created_rows, "updated": updated, "events": events, "emails": emails.rows, "bodies": emails.bodies,
+            "jobs": emails.jobs,
         };
         match self.query(&sql, v).await {
             Ok(_) => {

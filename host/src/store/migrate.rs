@@ -19,6 +19,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0008_plugins.surql", include_str!("../../../migrations/0008_plugins.surql")),
     ("0009_segments.surql", include_str!("../../../migrations/0009_segments.surql")),
     ("0011_campaigns.surql", include_str!("../../../migrations/0011_campaigns.surql")),
+    ("0012_email_bodies.surql", include_str!("../../../migrations/0012_email_bodies.surql")),
 ];
 
 #[derive(serde::Deserialize)]

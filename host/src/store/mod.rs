@@ -373,7 +373,8 @@ async fn open_surrealkv(
     let settings = surrealdb_cnf::ConfigMap::empty()
         .with_key_value("surrealkv_block_cache_capacity", config.db_cache_bytes.to_string())
         .with_key_value("surrealkv_max_memtable_size", config.db_memtable_bytes.to_string())
-        .with_key_value("surrealkv_block_size", config.db_block_bytes.to_string());
+        .with_key_value("surrealkv_block_size", config.db_block_bytes.to_string())
+        .with_key_value("surrealkv_vlog_threshold", config.db_vlog_bytes.to_string());
     let failed = |e: &dyn std::fmt::Display| StoreError::Db(format!("cannot open {url}: {e}"));
     let kvs = surrealdb_engine_local::Datastore::builder()
         .with_config(settings)
