@@ -59,8 +59,15 @@ pub const SEND_JOB_CHUNK: usize = 32;
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
      subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
 
-/// The fields of an email kept in `email_body` (written once, never updated).
-const BODY_FIELDS: [&str; 4] = ["html", "text", "headers", "attachments"];
+/// An email's message, kept in `email_body` under the email's id (written once, never updated).
+#[derive(Serialize, Deserialize)]
+struct EmailBody {
+    id: String,
+    html: String,
+    text: String,
+    headers: String,
+    attachments: String,
+}
 const BODY: &str = "record::id(id) AS id, html, text, headers, attachments";
 
 impl Store {
@@ -120,14 +127,17 @@ pub(crate) fn email_docs(
     for e in emails {
         let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
         if let Some(o) = v.as_object_mut() {
-            let mut body = serde_json::Map::new();
-            body.insert("id".into(), e.id.clone().into());
-            for f in BODY_FIELDS {
-                body.insert(f.into(), o.remove(f).unwrap_or_else(|| Value::String(String::new())));
-            }
-            bodies.push(Value::Object(body));
+            o.retain(|k, _| !matches!(k.as_str(), "html" | "text" | "headers" | "attachments"));
         }
         rows.push(v);
+        let body = EmailBody {
+            id: e.id.clone(),
+            html: e.html.clone(),
+            text: e.text.clone(),
+            headers: e.headers.clone(),
+            attachments: e.attachments.clone(),
+        };
+        bodies.push(serde_json::to_value(body).unwrap_or(Value::Null));
     }
     // Only PENDING emails need delivering (a campaign batch also records unrenderable ones as FAILED).
     let pending: Vec<&EmailRow> = emails.iter().filter(|e| e.status == "PENDING").collect();
@@ -152,20 +162,13 @@ pub(crate) fn email_docs(
     EmailDocs { rows, bodies, jobs }
 }
 
-/// Fills in the bodies of these emails from `email_body` rows (`{id, html, text, headers, attachments}`).
-fn fill_bodies(rows: &mut [EmailRow], bodies: Vec<Value>) {
-    let mut by_id: std::collections::HashMap<String, Value> =
-        bodies.into_iter().filter_map(|b| Some((b.get("id")?.as_str()?.to_string(), b))).collect();
+/// Fills in the messages of these emails from their `email_body` rows.
+fn fill_bodies(rows: &mut [EmailRow], bodies: Vec<EmailBody>) {
+    let mut by_id: std::collections::HashMap<String, EmailBody> =
+        bodies.into_iter().map(|b| (b.id.clone(), b)).collect();
     for r in rows {
-        if let Some(mut b) = by_id.remove(&r.id) {
-            let mut take = |f: &str| match b.get_mut(f).map(Value::take) {
-                Some(Value::String(s)) => s,
-                _ => String::new(),
-            };
-            r.html = take("html");
-            r.text = take("text");
-            r.headers = take("headers");
-            r.attachments = take("attachments");
+        if let Some(b) = by_id.remove(&r.id) {
+            (r.html, r.text, r.headers, r.attachments) = (b.html, b.text, b.headers, b.attachments);
         }
     }
 }
