@@ -220,7 +220,7 @@ async fn emails_written_before_bodies_moved_out_keep_their_message() {
         )
         .await
         .unwrap();
-    assert_eq!(apply_list(&store, MIGRATIONS).await.unwrap(), vec!["0012_email_bodies.surql"]);
+    assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0012_email_bodies.surql"]);
     let rows = store.emails_by_ids(&["old".to_string()]).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0].html.as_str(), rows[0].text.as_str(), rows[0].status.as_str()), ("<p>hi</p>", "hi", "SENT"));
@@ -230,4 +230,45 @@ async fn emails_written_before_bodies_moved_out_keep_their_message() {
     // The record itself no longer carries the message.
     let left = store.query("SELECT VALUE html FROM ONLY email:old", json!({})).await.unwrap().value(0).unwrap();
     assert!(left.is_null(), "{left}");
+}
+
+/// Migration 0013 drops the two indexes that held an entry for every email: a Message-ID lookup reads
+/// the id inside the Message-ID, and provider message ids of emails sent before it move to
+/// `provider_message`.
+#[tokio::test]
+async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    let config = herald_host::config::Config::for_tests();
+    let store = herald_host::store::Store::connect_only(&config).await.unwrap();
+    let at = MIGRATIONS.iter().position(|(n, _)| *n == "0013_email_lookups.surql").unwrap();
+    apply_list(&store, &MIGRATIONS[..at]).await.unwrap();
+    for (id, pid) in [("e1", "NONE"), ("e2", "'prov-9'")] {
+        store
+            .query(
+                &format!(
+                    "CREATE type::record('email', $id) CONTENT {{ project: 'p1', contact: 'c-' + $id,
+                        recipient: 'a@example.com', from: 'n@x.test', subject: 's', kind: 'TRANSACTIONAL',
+                        message_id: '<' + $id + '@x.test>', status: 'SENT', provider_message_id: {pid},
+                        created_at: 1, updated_at: 1 }}"
+                ),
+                json!({ "id": id }),
+            )
+            .await
+            .unwrap();
+    }
+    assert_eq!(apply_list(&store, MIGRATIONS).await.unwrap(), vec!["0013_email_lookups.surql"]);
+    let key = |id: &str| Some(("p1".to_string(), id.to_string(), format!("c-{id}")));
+    assert_eq!(store.email_by_provider_message_id("prov-9").await.unwrap(), key("e2"));
+    assert_eq!(store.email_by_provider_message_id("prov-1").await.unwrap(), None);
+    assert_eq!(store.email_by_message_id("<e1@x.test>").await.unwrap(), key("e1"));
+    // The id alone is not enough: the whole Message-ID must be the one the email was sent with.
+    assert_eq!(store.email_by_message_id("<e1@other.test>").await.unwrap(), None);
+    assert_eq!(store.email_by_message_id("<nope@x.test>").await.unwrap(), None);
+    assert_eq!(store.email_by_message_id("<no-at-sign>").await.unwrap(), None);
+    let indexes = store.query("INFO FOR TABLE email", json!({})).await.unwrap().value(0).unwrap();
+    let names: Vec<&String> = indexes["indexes"].as_object().unwrap().keys().collect();
+    assert!(
+        !names.iter().any(|n| n.as_str() == "email_message_id" || n.as_str() == "email_provider_message_id"),
+        "{names:?}"
+    );
 }

@@ -266,7 +266,8 @@ impl Store {
         if !sent_pid.is_empty() {
             sql.push_str(
                 "FOR $o IN $sent_pid { UPDATE type::record('email', $o.id) SET status = 'SENT', sent_at = $now,
-                    provider_message_id = $o.pid, updated_at = $now RETURN NONE; };\n",
+                    provider_message_id = $o.pid, updated_at = $now RETURN NONE;
+                    UPSERT type::record('provider_message', $o.id) SET pid = $o.pid RETURN NONE; };\n",
             );
         }
         if !other.is_empty() {
@@ -327,56 +328,39 @@ impl Store {
         Ok(rows.first().and_then(|r| r.get("contact")).and_then(Value::as_str).map(str::to_string))
     }
 
-    /// The email with this Message-ID (system-wide: Message-IDs are unique), as (project, id, contact).
-    /// The email a transport plugin's provider knows by this id.
+    /// The email with this Message-ID, as (project, id, contact). Herald writes every Message-ID as
+    /// `<{email id}@{domain}>`, so the id in it reads the record directly; the stored Message-ID must
+    /// match exactly (a made-up one with a real id in it finds nothing).
+    pub async fn email_by_message_id(&self, message_id: &str) -> Result<Option<(String, String, String)>, StoreError> {
+        let Some((id, _)) = message_id.trim_start_matches('<').rsplit_once('@') else { return Ok(None) };
+        if id.is_empty() {
+            return Ok(None);
+        }
+        let rows: Vec<Value> = self
+            .query(
+                "SELECT project, record::id(id) AS id, contact FROM type::record('email', $id) WHERE message_id = $m",
+                vars! { "id": id, "m": message_id },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows.first().and_then(email_key))
+    }
+
+    /// The email a transport plugin's provider knows by this id, as (project, id, contact).
     pub async fn email_by_provider_message_id(
         &self,
         provider_id: &str,
     ) -> Result<Option<(String, String, String)>, StoreError> {
         let rows: Vec<Value> = self
             .query(
-                "SELECT project, record::id(id) AS id, contact FROM email WHERE provider_message_id = $p LIMIT 1",
+                "SELECT project, record::id(id) AS id, contact FROM array::map(
+                    (SELECT VALUE record::id(id) FROM provider_message WHERE pid = $p LIMIT 1),
+                    |$i| type::record('email', $i))",
                 vars! { "p": provider_id },
             )
             .await?
             .all(0)?;
-        Ok(rows.first().and_then(|r| {
-            Some((
-                r.get("project")?.as_str()?.to_string(),
-                r.get("id")?.as_str()?.to_string(),
-                r.get("contact")?.as_str()?.to_string(),
-            ))
-        }))
-    }
-
-    /// Remembers the id a transport plugin's provider gave an email.
-    pub async fn set_provider_message_id(&self, id: &str, provider_id: &str) -> Result<(), StoreError> {
-        self.write(|| async {
-            self.query(
-                "UPDATE type::record('email', $id) SET provider_message_id = $p RETURN NONE",
-                vars! { "id": id, "p": provider_id },
-            )
-            .await
-        })
-        .await
-        .map(|_| ())
-    }
-
-    pub async fn email_by_message_id(&self, message_id: &str) -> Result<Option<(String, String, String)>, StoreError> {
-        let rows: Vec<Value> = self
-            .query(
-                "SELECT project, record::id(id) AS id, contact FROM email WHERE message_id = $m LIMIT 1",
-                vars! { "m": message_id },
-            )
-            .await?
-            .all(0)?;
-        Ok(rows.first().and_then(|r| {
-            Some((
-                r.get("project")?.as_str()?.to_string(),
-                r.get("id")?.as_str()?.to_string(),
-                r.get("contact")?.as_str()?.to_string(),
-            ))
-        }))
+        Ok(rows.first().and_then(email_key))
     }
 
     /// Moves an email's status up to `status` when it is one of `below` (decision 18's order).
@@ -444,4 +428,13 @@ impl Store {
         .await
         .map(|_| ())
     }
+}
+
+/// (project, id, contact) of an email row read for a lookup.
+fn email_key(r: &Value) -> Option<(String, String, String)> {
+    Some((
+        r.get("project")?.as_str()?.to_string(),
+        r.get("id")?.as_str()?.to_string(),
+        r.get("contact")?.as_str()?.to_string(),
+    ))
 }

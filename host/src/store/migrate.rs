@@ -20,6 +20,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0009_segments.surql", include_str!("../../../migrations/0009_segments.surql")),
     ("0011_campaigns.surql", include_str!("../../../migrations/0011_campaigns.surql")),
     ("0012_email_bodies.surql", include_str!("../../../migrations/0012_email_bodies.surql")),
+    ("0013_email_lookups.surql", include_str!("../../../migrations/0013_email_lookups.surql")),
 ];
 
 #[derive(serde::Deserialize)]
