@@ -203,13 +203,20 @@ async fn a_changed_migration_stops_start_up_naming_the_file() {
     assert!(err.contains("0001_a.surql") && err.contains("changed"), "{err}");
 }
 
-#[tokio::test]
-async fn emails_written_before_bodies_moved_out_keep_their_message() {
+/// A fresh store with every migration before `name` applied, and `name`'s position in the list.
+async fn migrated_before(name: &str) -> (herald_host::store::Store, usize) {
     use herald_host::store::migrate::{MIGRATIONS, apply_list};
     let config = herald_host::config::Config::for_tests();
     let store = herald_host::store::Store::connect_only(&config).await.unwrap();
-    let at = MIGRATIONS.iter().position(|(n, _)| *n == "0012_email_bodies.surql").unwrap();
+    let at = MIGRATIONS.iter().position(|(n, _)| *n == name).unwrap();
     apply_list(&store, &MIGRATIONS[..at]).await.unwrap();
+    (store, at)
+}
+
+#[tokio::test]
+async fn emails_written_before_bodies_moved_out_keep_their_message() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    let (store, at) = migrated_before("0012_email_bodies.surql").await;
     // An email record as 0005 wrote it: the message inside the record.
     store
         .query(
@@ -238,10 +245,7 @@ async fn emails_written_before_bodies_moved_out_keep_their_message() {
 #[tokio::test]
 async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() {
     use herald_host::store::migrate::{MIGRATIONS, apply_list};
-    let config = herald_host::config::Config::for_tests();
-    let store = herald_host::store::Store::connect_only(&config).await.unwrap();
-    let at = MIGRATIONS.iter().position(|(n, _)| *n == "0013_email_lookups.surql").unwrap();
-    apply_list(&store, &MIGRATIONS[..at]).await.unwrap();
+    let (store, _) = migrated_before("0013_email_lookups.surql").await;
     for (id, pid) in [("e1", "NONE"), ("e2", "'prov-9'")] {
         store
             .query(
