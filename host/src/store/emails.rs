@@ -239,12 +239,9 @@ impl Store {
         if outcomes.is_empty() && events.is_empty() {
             return Ok(());
         }
-        // Plain successes (the bulk of a batch) take one statement; the rest one each.
-        let sent: Vec<&str> = outcomes
-            .iter()
-            .filter(|o| o.status == "SENT" && o.provider_message_id.is_none())
-            .map(|o| o.id.as_str())
-            .collect();
+        // Every success takes one statement; the rest one each. A transport plugin's provider id goes to
+        // `provider_message` only (the lookup reads it there; the email record keeps none).
+        let sent: Vec<&str> = outcomes.iter().filter(|o| o.status == "SENT").map(|o| o.id.as_str()).collect();
         let sent_pid: Vec<Value> = outcomes
             .iter()
             .filter(|o| o.status == "SENT" && o.provider_message_id.is_some())
@@ -265,9 +262,7 @@ impl Store {
         }
         if !sent_pid.is_empty() {
             sql.push_str(
-                "FOR $o IN $sent_pid { UPDATE type::record('email', $o.id) SET status = 'SENT', sent_at = $now,
-                    provider_message_id = $o.pid, updated_at = $now RETURN NONE;
-                    UPSERT type::record('provider_message', $o.id) SET pid = $o.pid RETURN NONE; };\n",
+                "FOR $o IN $sent_pid { UPSERT type::record('provider_message', $o.id) SET pid = $o.pid RETURN NONE; };\n",
             );
         }
         if !other.is_empty() {
