@@ -194,10 +194,17 @@ impl Builder<'_> {
             Field::Data(keys) => {
                 let mut s = "data".to_string();
                 for k in keys {
-                    let p = self.param(Value::String(k.clone()));
-                    s.push('[');
-                    s.push_str(&p);
-                    s.push(']');
+                    if is_plain_key(k) {
+                        // A static path: SurrealDB can test it on the stored bytes before decoding a row.
+                        s.push_str(".`");
+                        s.push_str(k);
+                        s.push('`');
+                    } else {
+                        let p = self.param(Value::String(k.clone()));
+                        s.push('[');
+                        s.push_str(&p);
+                        s.push(']');
+                    }
                 }
                 s
             }
@@ -315,8 +322,15 @@ impl Builder<'_> {
                 }
             }
             (op, Operand::Number(n)) => {
-                let p = self.param(json!(n));
-                format!("(type::is_number({x}) AND {x} {} {p})", cmp(op))
+                let p = self.param(number(*n));
+                // Only numbers compare: SurrealDB orders values by kind first (none < null < bool < number
+                // < string < ...), so "above true and below ''" is exactly the numbers. Unlike a function
+                // call (`type::is_number`), these comparisons let a scan reject rows from their stored bytes.
+                let guard = match op {
+                    Op::GreaterThan | Op::GreaterThanOrEqual => format!("{x} < ''"),
+                    _ => format!("{x} > true"),
+                };
+                format!("({x} {} {p} AND {guard})", cmp(op))
             }
             (op, Operand::Date(ms)) if is_time => {
                 let p = self.param(json!(ms));
@@ -359,6 +373,24 @@ impl Builder<'_> {
             },
         }
     }
+}
+
+/// A number operand as bound: whole numbers as integers, which SurrealDB compares against stored integers
+/// without decoding them; others as floats.
+fn number(n: f64) -> Value {
+    if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 { json!(n as i64) } else { json!(n) }
+}
+
+/// Whether a `data` key is written into the query as a quoted field name instead of a bound parameter:
+/// only ASCII letters, digits and `_`, starting with a letter or `_`, at most 64 characters, so it can
+/// neither close the quotes nor mean anything but a field name. Every other key stays bound. SurrealDB
+/// 3.3 rejects rows from their stored bytes (before decoding them) only for static field paths, and a
+/// bound key (`data[$k]`) is not one: scans with bound keys ran about three times slower.
+pub fn is_plain_key(k: &str) -> bool {
+    let mut chars = k.chars();
+    k.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// A contact row as the segment queries return it.
@@ -1347,6 +1379,13 @@ mod tests {
             ("data.n", "greaterThanOrEqual", json!(5), None, "a"),
             ("data.n", "lessThanOrEqual", json!(2.5), None, "b"),
             ("data.n", "lessThan", json!(100), None, "a b"),
+            // only numbers compare: arrays, strings, objects, null and missing values never do
+            ("data.tags", "greaterThan", json!(0), None, ""),
+            ("data.tags", "lessThan", json!(100), None, ""),
+            ("data.nested", "greaterThan", json!(0), None, ""),
+            ("data.nested.city", "greaterThan", json!(0), None, "w"),
+            ("data.nested.city", "lessThanOrEqual", json!(1), None, "w"),
+            ("data.nested.city", "lessThan", json!(0.5), None, ""),
             ("data.n", "equals", json!(5.0), None, "a"),
             // nested paths
             ("data.nested.city", "equals", json!("Paris"), None, "a"),
@@ -1459,6 +1498,30 @@ mod tests {
                 .unwrap(),
             5
         );
+    }
+
+    #[tokio::test]
+    async fn plain_keys_are_quoted_names_and_other_keys_stay_bound() {
+        assert!(is_plain_key("plan") && is_plain_key("_x9") && is_plain_key(&"k".repeat(64)));
+        for k in ["", "9lives", "a-b", "a b", "a`b", "é", "x' OR true", &"k".repeat(65)] {
+            assert!(!is_plain_key(k), "{k:?}");
+        }
+        let t = parse(&f("data.nested.city", "equals", json!("Paris"), None), &|_| false).unwrap();
+        let c = compile(&t, &HashMap::new(), NOW).unwrap();
+        assert!(c.predicate.contains("data.`nested`.`city`"), "{}", c.predicate);
+        assert!(c.vars.values().all(|v| v != "nested" && v != "city"), "{:?}", c.vars);
+        let store = seed().await;
+        let ids = store.matching_ids::<StoreError>("p", &c, &NoPlugins).await.unwrap();
+        assert_eq!(ids, vec!["a".to_string()]);
+
+        store.query("UPDATE contact:b SET data = $d;", json!({"d": {"first-name": "Bob", "a`b": 1}})).await.unwrap();
+        for (key, value) in [("first-name", json!("Bob")), ("a`b", json!(1))] {
+            let t = parse(&f(&format!("data.{key}"), "equals", value, None), &|_| false).unwrap();
+            let c = compile(&t, &HashMap::new(), NOW).unwrap();
+            assert!(!c.predicate.contains(key) && c.vars.values().any(|v| v == key), "{} {:?}", c.predicate, c.vars);
+            let ids = store.matching_ids::<StoreError>("p", &c, &NoPlugins).await.unwrap();
+            assert_eq!(ids, vec!["b".to_string()], "{key}");
+        }
     }
 
     #[test]
