@@ -142,31 +142,39 @@ pub fn router() -> Router {
 /// The logged-in user.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UserOut)))]
 pub async fn me(depot: &mut Depot) -> Result<Reply, ApiError> {
-    Reply::ok(&UserOut::from(&user(depot)?))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { Reply::ok(&UserOut::from(&user(depot)?)) });
+    body.await
 }
 
 /// Projects the user belongs to, newest membership first, with the user's role.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = Vec<ProjectOut>)))]
 pub async fn list_projects(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let list = st.store.projects_of_user(&u.id).await?;
-    let out: Vec<ProjectOut> = list.iter().map(|p| ProjectOut::new(&p.project, Some(p.role), None)).collect();
-    Reply::ok(&out)
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let list = st.store.projects_of_user(&u.id).await?;
+        let out: Vec<ProjectOut> = list.iter().map(|p| ProjectOut::new(&p.project, Some(p.role), None)).collect();
+        Reply::ok(&out)
+    });
+    body.await
 }
 
 /// Creates a project with the user as OWNER; the answer carries the new key pair, shown only now.
 #[endpoint(tags("account"), security(("session" = [])), request_body = ProjectBody, responses((status_code = 201, body = ProjectOut)))]
 pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let name = f.text("name", true, 100);
-    f.finish()?;
-    let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
-    let (project, keys) = new_project(&st, &name, Some(&u.id)).await?;
-    Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let name = f.text("name", true, 100);
+        f.finish()?;
+        let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+        let (project, keys) = new_project(&st, &name, Some(&u.id)).await?;
+        Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
+    });
+    body.await
 }
 
 /// Creates a project and its keys (used by the API and by `herald project create`).
@@ -205,49 +213,52 @@ fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
 /// Changes a project's name, tracking mode or delivery transport (OWNER or ADMIN).
 #[endpoint(tags("account"), security(("session" = [])), request_body = ProjectPatchBody, responses((status_code = 200, body = ProjectOut)))]
 pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let id = id.into_inner();
-    let role = role_in(&st, &id, &u).await?;
-    need(role, Role::Admin, "change project settings")?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let name = f.text("name", false, 100);
-    let tracking = f.one_of("tracking", false, &["ENABLED", "DISABLED", "MARKETING_ONLY"]);
-    let transport = match body.get("transport") {
-        None => None,
-        Some(serde_json::Value::Null) => Some(None),
-        Some(serde_json::Value::String(t)) => {
-            let available = available_transports(&st);
-            if available.iter().any(|a| a == t) {
-                Some(Some(t.clone()))
-            } else {
-                f.error(
-                    "transport",
-                    "invalid_transport",
-                    format!("Unknown transport {t:?}; available: {}", available.join(", ")),
-                );
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        need(role, Role::Admin, "change project settings")?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let name = f.text("name", false, 100);
+        let tracking = f.one_of("tracking", false, &["ENABLED", "DISABLED", "MARKETING_ONLY"]);
+        let transport = match body.get("transport") {
+            None => None,
+            Some(serde_json::Value::Null) => Some(None),
+            Some(serde_json::Value::String(t)) => {
+                let available = available_transports(&st);
+                if available.iter().any(|a| a == t) {
+                    Some(Some(t.clone()))
+                } else {
+                    f.error(
+                        "transport",
+                        "invalid_transport",
+                        format!("Unknown transport {t:?}; available: {}", available.join(", ")),
+                    );
+                    None
+                }
+            }
+            Some(_) => {
+                f.error("transport", "invalid_type", "transport must be a string or null");
                 None
             }
+        };
+        f.finish()?;
+        if let Some(t) = tracking {
+            st.store.set_project_tracking(&id, &t, st.clock.now_ms()).await?;
         }
-        Some(_) => {
-            f.error("transport", "invalid_type", "transport must be a string or null");
-            None
+        if let Some(t) = transport {
+            st.store.set_project_transport(&id, t.as_deref(), st.clock.now_ms()).await?;
         }
-    };
-    f.finish()?;
-    if let Some(t) = tracking {
-        st.store.set_project_tracking(&id, &t, st.clock.now_ms()).await?;
-    }
-    if let Some(t) = transport {
-        st.store.set_project_transport(&id, t.as_deref(), st.clock.now_ms()).await?;
-    }
-    let project = match name {
-        Some(n) => st.store.rename_project(&id, &n, st.clock.now_ms()).await?,
-        None => st.store.project(&id).await?,
-    }
-    .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
-    Reply::ok(&ProjectOut::new(&project, Some(role), None))
+        let project = match name {
+            Some(n) => st.store.rename_project(&id, &n, st.clock.now_ms()).await?,
+            None => st.store.project(&id).await?,
+        }
+        .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+        Reply::ok(&ProjectOut::new(&project, Some(role), None))
+    });
+    body.await
 }
 
 /// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
@@ -264,49 +275,59 @@ fn available_transports(st: &crate::state::AppState) -> Vec<String> {
 /// Deletes a project and its data (OWNER only). Its keys stop working at once.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = DeletedOut)))]
 pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let id = id.into_inner();
-    need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
-    st.store.delete_project(&id).await?;
-    st.keys.invalidate_project(&id);
-    st.store.bump_keys_epoch().await?;
-    Reply::ok(&DeletedOut { success: true })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
+        st.store.delete_project(&id).await?;
+        st.keys.invalidate_project(&id);
+        st.store.bump_keys_epoch().await?;
+        Reply::ok(&DeletedOut { success: true })
+    });
+    body.await
 }
 
 /// Replaces both keys (OWNER or ADMIN). The old pair stops working immediately, with no grace period.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = ProjectOut)))]
 pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let id = id.into_inner();
-    let role = role_in(&st, &id, &u).await?;
-    need(role, Role::Admin, "regenerate keys")?;
-    let keys = security::generate_key_pair();
-    let project = st
-        .store
-        .set_project_keys(
-            &id,
-            &security::key_digest(&keys.public),
-            &security::key_digest(&keys.secret),
-            st.clock.now_ms(),
-        )
-        .await?;
-    st.keys.invalidate_project(&id);
-    st.store.bump_keys_epoch().await?;
-    let project = project.ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
-    Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        need(role, Role::Admin, "regenerate keys")?;
+        let keys = security::generate_key_pair();
+        let project = st
+            .store
+            .set_project_keys(
+                &id,
+                &security::key_digest(&keys.public),
+                &security::key_digest(&keys.secret),
+                st.clock.now_ms(),
+            )
+            .await?;
+        st.keys.invalidate_project(&id);
+        st.store.bump_keys_epoch().await?;
+        let project =
+            project.ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+        Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
+    });
+    body.await
 }
 
 /// Members of a project (any member may list them).
 #[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = Vec<MemberOut>)))]
 pub async fn list_members(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let id = id.into_inner();
-    role_in(&st, &id, &u).await?;
-    let members = st.store.members(&id).await?;
-    Reply::ok(&members.iter().map(MemberOut::from).collect::<Vec<_>>())
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        role_in(&st, &id, &u).await?;
+        let members = st.store.members(&id).await?;
+        Reply::ok(&members.iter().map(MemberOut::from).collect::<Vec<_>>())
+    });
+    body.await
 }
 
 fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
@@ -316,38 +337,44 @@ fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
 /// Adds an existing Herald user to the project (OWNER or ADMIN; only an OWNER grants OWNER).
 #[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 201, body = MemberOut)))]
 pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let id = id.into_inner();
-    let role = role_in(&st, &id, &u).await?;
-    need(role, Role::Admin, "add members")?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let email = f.email("email", true);
-    let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
-    f.finish()?;
-    let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-    if new_role == Role::Owner {
-        need(role, Role::Owner, "make someone OWNER")?;
-    }
-    let invitee = st.store.user_by_email(&email).await?.ok_or_else(|| {
-        ApiError::not_found("USER_NOT_FOUND", format!("No Herald user has the email {email}; they must sign up first"))
-    })?;
-    match st.store.add_member(&id, &invitee.id, new_role, st.clock.now_ms()).await {
-        Ok(()) => {}
-        Err(crate::store::StoreError::Conflict(_)) => {
-            return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        need(role, Role::Admin, "add members")?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let email = f.email("email", true);
+        let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
+        f.finish()?;
+        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        if new_role == Role::Owner {
+            need(role, Role::Owner, "make someone OWNER")?;
         }
-        Err(e) => return Err(e.into()),
-    }
-    let m = Member {
-        user: invitee.id.clone(),
-        role: new_role,
-        created_at: st.clock.now_ms(),
-        email: Some(invitee.email.clone()),
-        name: invitee.name.clone(),
-    };
-    Reply::created(&MemberOut::from(&m))
+        let invitee = st.store.user_by_email(&email).await?.ok_or_else(|| {
+            ApiError::not_found(
+                "USER_NOT_FOUND",
+                format!("No Herald user has the email {email}; they must sign up first"),
+            )
+        })?;
+        match st.store.add_member(&id, &invitee.id, new_role, st.clock.now_ms()).await {
+            Ok(()) => {}
+            Err(crate::store::StoreError::Conflict(_)) => {
+                return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let m = Member {
+            user: invitee.id.clone(),
+            role: new_role,
+            created_at: st.clock.now_ms(),
+            email: Some(invitee.email.clone()),
+            name: invitee.name.clone(),
+        };
+        Reply::created(&MemberOut::from(&m))
+    });
+    body.await
 }
 
 /// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last
@@ -359,28 +386,31 @@ pub async fn update_member(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let (id, target) = (id.into_inner(), user_id.into_inner());
-    let role = role_in(&st, &id, &u).await?;
-    need(role, Role::Admin, "change roles")?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let new_role = parse_role(&mut f, true);
-    f.finish()?;
-    let new_role = new_role.ok_or_else(|| ApiError::Internal("validated role missing".into()))?;
-    let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
-        ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
-    })?;
-    if current.role == Role::Owner || new_role == Role::Owner {
-        need(role, Role::Owner, "change an OWNER or grant OWNER")?;
-    }
-    st.store.set_member_role(&id, &target, new_role).await?;
-    let members = st.store.members(&id).await?;
-    let m = members.iter().find(|m| m.user == target).ok_or_else(|| {
-        ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
-    })?;
-    Reply::ok(&MemberOut::from(m))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let (id, target) = (id.into_inner(), user_id.into_inner());
+        let role = role_in(&st, &id, &u).await?;
+        need(role, Role::Admin, "change roles")?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let new_role = parse_role(&mut f, true);
+        f.finish()?;
+        let new_role = new_role.ok_or_else(|| ApiError::Internal("validated role missing".into()))?;
+        let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
+            ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
+        })?;
+        if current.role == Role::Owner || new_role == Role::Owner {
+            need(role, Role::Owner, "change an OWNER or grant OWNER")?;
+        }
+        st.store.set_member_role(&id, &target, new_role).await?;
+        let members = st.store.members(&id).await?;
+        let m = members.iter().find(|m| m.user == target).ok_or_else(|| {
+            ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
+        })?;
+        Reply::ok(&MemberOut::from(m))
+    });
+    body.await
 }
 
 /// Removes a member. Anyone may leave; OWNER or ADMIN remove others (only an OWNER removes an OWNER);
@@ -391,19 +421,22 @@ pub async fn remove_member(
     user_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let (id, target) = (id.into_inner(), user_id.into_inner());
-    let role = role_in(&st, &id, &u).await?;
-    let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
-        ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
-    })?;
-    if target != u.id {
-        need(role, Role::Admin, "remove members")?;
-        if current.role == Role::Owner {
-            need(role, Role::Owner, "remove an OWNER")?;
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let (id, target) = (id.into_inner(), user_id.into_inner());
+        let role = role_in(&st, &id, &u).await?;
+        let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
+            ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
+        })?;
+        if target != u.id {
+            need(role, Role::Admin, "remove members")?;
+            if current.role == Role::Owner {
+                need(role, Role::Owner, "remove an OWNER")?;
+            }
         }
-    }
-    st.store.remove_member(&id, &target).await?;
-    Reply::ok(&DeletedOut { success: true })
+        st.store.remove_member(&id, &target).await?;
+        Reply::ok(&DeletedOut { success: true })
+    });
+    body.await
 }

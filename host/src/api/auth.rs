@@ -85,22 +85,25 @@ fn session_cookie(st: &AppState, user_id: &str) -> Cookie<'static> {
 /// Create a user account (and log it in). Refused with 403 when the deployment disabled sign-ups.
 #[endpoint(tags("auth"), request_body = SignupBody, responses((status_code = 201, body = UserOut)))]
 pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    if st.config.disable_signups {
-        return Err(ApiError::Forbidden("Sign-ups are disabled on this Herald server".into()));
-    }
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let email = f.email("email", true);
-    let password = f.string("password", true, 8, 256);
-    let name = f.string("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    f.finish()?;
-    let (Some(email), Some(password)) = (email, password) else {
-        return Err(ApiError::Internal("validated fields missing".into()));
-    };
-    let user = create_user(&st, &email, &password, name.as_deref()).await?;
-    res.add_cookie(session_cookie(&st, &user.id));
-    Reply::created(&UserOut::from(&user))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        if st.config.disable_signups {
+            return Err(ApiError::Forbidden("Sign-ups are disabled on this Herald server".into()));
+        }
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let email = f.email("email", true);
+        let password = f.string("password", true, 8, 256);
+        let name = f.string("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        f.finish()?;
+        let (Some(email), Some(password)) = (email, password) else {
+            return Err(ApiError::Internal("validated fields missing".into()));
+        };
+        let user = create_user(&st, &email, &password, name.as_deref()).await?;
+        res.add_cookie(session_cookie(&st, &user.id));
+        Reply::created(&UserOut::from(&user))
+    });
+    body.await
 }
 
 /// Creates a user with a hashed password; 409 when the email is taken.
@@ -123,28 +126,31 @@ pub async fn create_user(st: &AppState, email: &str, password: &str, name: Optio
 /// Log in with email and password; sets the session cookie.
 #[endpoint(tags("auth"), request_body = LoginBody, responses((status_code = 200, body = UserOut)))]
 pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let email = f.email("email", true);
-    let password = f.string("password", true, 1, 256);
-    f.finish()?;
-    let (Some(email), Some(password)) = (email, password) else {
-        return Err(ApiError::Internal("validated fields missing".into()));
-    };
-    let user = st.store.user_by_email(&email).await?;
-    // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
-    let hash = user.as_ref().map(|u| u.password_hash.clone()).unwrap_or_else(|| DUMMY_HASH.clone());
-    let ok = tokio::task::spawn_blocking(move || security::verify_password(&password, &hash))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
-    match user {
-        Some(u) if ok => {
-            res.add_cookie(session_cookie(&st, &u.id));
-            Reply::ok(&UserOut::from(&u))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let email = f.email("email", true);
+        let password = f.string("password", true, 1, 256);
+        f.finish()?;
+        let (Some(email), Some(password)) = (email, password) else {
+            return Err(ApiError::Internal("validated fields missing".into()));
+        };
+        let user = st.store.user_by_email(&email).await?;
+        // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
+        let hash = user.as_ref().map(|u| u.password_hash.clone()).unwrap_or_else(|| DUMMY_HASH.clone());
+        let ok = tokio::task::spawn_blocking(move || security::verify_password(&password, &hash))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        match user {
+            Some(u) if ok => {
+                res.add_cookie(session_cookie(&st, &u.id));
+                Reply::ok(&UserOut::from(&u))
+            }
+            _ => Err(ApiError::Unauthorized("Invalid email or password".into())),
         }
-        _ => Err(ApiError::Unauthorized("Invalid email or password".into())),
-    }
+    });
+    body.await
 }
 
 /// A real hash of a random password: login against an unknown email costs the same as a wrong password.
@@ -154,9 +160,12 @@ static DUMMY_HASH: std::sync::LazyLock<String> =
 /// Log out: clears the session cookie.
 #[endpoint(tags("auth"), responses((status_code = 200, body = OkOut)))]
 pub async fn logout(res: &mut Response) -> Result<Reply, ApiError> {
-    let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
-    res.add_cookie(expired);
-    Reply::ok(&OkOut { success: true })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
+        res.add_cookie(expired);
+        Reply::ok(&OkOut { success: true })
+    });
+    body.await
 }
 
 /// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one.
@@ -196,12 +205,15 @@ pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<
 /// Rate limit for unauthenticated account endpoints, per client address.
 #[handler]
 async fn rate_limit_by_ip(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let Ok(st) = state(depot) else { return };
-    let key = format!("ip:{}", req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip).unwrap_or(""));
-    if let Err(e) = apply_rate_limit(&st, &key, res) {
-        e.write(req, depot, res).await;
-        ctrl.skip_rest();
-    }
+    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+        let Ok(st) = state(depot) else { return };
+        let key = format!("ip:{}", req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip).unwrap_or(""));
+        if let Err(e) = apply_rate_limit(&st, &key, res) {
+            e.write(req, depot, res).await;
+            ctrl.skip_rest();
+        }
+    });
+    body.await
 }
 
 /// The project a request acts on, once authenticated.
@@ -230,13 +242,7 @@ pub struct ApiKeyAuth(pub KeyRule);
 #[async_trait]
 impl Handler for ApiKeyAuth {
     async fn handle(&self, req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-        let result = async {
-            let st = state(depot)?;
-            let ctx = authenticate(req, &st, self.0).await?;
-            apply_rate_limit(&st, &format!("project:{}", ctx.project_id), res)?;
-            Ok::<_, ApiError>(ctx)
-        }
-        .await;
+        let result = authorize(req, depot, res, self.0).await;
         match result {
             Ok(ctx) => {
                 depot.insert_typed(ctx);
@@ -247,6 +253,22 @@ impl Handler for ApiKeyAuth {
             }
         }
     }
+}
+
+/// The key check of [`ApiKeyAuth`], boxed outside its `#[async_trait]` method (see
+/// [`crate::api::HandlerFuture`]).
+fn authorize<'a>(
+    req: &'a Request,
+    depot: &'a Depot,
+    res: &'a mut Response,
+    rule: KeyRule,
+) -> crate::api::HandlerFuture<'a, Result<ProjectCtx, ApiError>> {
+    Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = authenticate(req, &st, rule).await?;
+        apply_rate_limit(&st, &format!("project:{}", ctx.project_id), res)?;
+        Ok(ctx)
+    })
 }
 
 pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result<ProjectCtx, ApiError> {
@@ -309,22 +331,25 @@ pub fn project(depot: &Depot) -> Result<ProjectCtx, ApiError> {
 /// Middleware: requires a dashboard session and applies the rate limit per user.
 #[handler]
 pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let result = async {
-        let st = state(depot)?;
-        let user = session_user(req, &st).await?;
-        apply_rate_limit(&st, &format!("user:{}", user.id), res)?;
-        Ok::<_, ApiError>(user)
-    }
-    .await;
-    match result {
-        Ok(user) => {
-            depot.insert_typed(user);
+    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+        let result = async {
+            let st = state(depot)?;
+            let user = session_user(req, &st).await?;
+            apply_rate_limit(&st, &format!("user:{}", user.id), res)?;
+            Ok::<_, ApiError>(user)
         }
-        Err(e) => {
-            e.write(req, depot, res).await;
-            ctrl.skip_rest();
+        .await;
+        match result {
+            Ok(user) => {
+                depot.insert_typed(user);
+            }
+            Err(e) => {
+                e.write(req, depot, res).await;
+                ctrl.skip_rest();
+            }
         }
-    }
+    });
+    body.await
 }
 
 /// The logged-in user of this request (set by [`require_session`]).

@@ -293,14 +293,17 @@ async fn read_campaign(
 /// sender domain.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 201, body = Wrapped)))]
 pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let body = json_object(req).await?;
-    let now = st.clock.now_ms();
-    let mut c = CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now);
-    read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
-    st.store.create_campaign(&c).await?;
-    Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let body = json_object(req).await?;
+        let now = st.clock.now_ms();
+        let mut c = CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now);
+        read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
+        st.store.create_campaign(&c).await?;
+        Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
+    });
+    body.await
 }
 
 /// Lists campaigns: `page`, `pageSize` (1 to 100), `status` (400 when unknown), `search` (name, subject,
@@ -319,207 +322,239 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = CampaignPage))
 )]
 pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let paging = OffsetPage::from(req)?;
-    let status = query_str(req, "status");
-    if let Some(s) = &status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(ApiError::BadRequest(format!("status must be one of {}, got {s:?}", STATUSES.join(", "))));
-    }
-    let (sort, ascending) = sort_and_dir(req);
-    let q = CampaignQuery {
-        status,
-        search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
-        sort,
-        ascending,
-        offset: paging.offset(),
-        limit: paging.page_size,
-    };
-    let (rows, total) = st.store.list_campaigns(&ctx.project_id, &q).await?;
-    let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
-    Reply::ok(&CampaignPage { data: rows.iter().map(CampaignOut::from).collect(), total, page, page_size, total_pages })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let paging = OffsetPage::from(req)?;
+        let status = query_str(req, "status");
+        if let Some(s) = &status
+            && !STATUSES.contains(&s.as_str())
+        {
+            return Err(ApiError::BadRequest(format!("status must be one of {}, got {s:?}", STATUSES.join(", "))));
+        }
+        let (sort, ascending) = sort_and_dir(req);
+        let q = CampaignQuery {
+            status,
+            search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
+            sort,
+            ascending,
+            offset: paging.offset(),
+            limit: paging.page_size,
+        };
+        let (rows, total) = st.store.list_campaigns(&ctx.project_id, &q).await?;
+        let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
+        Reply::ok(&CampaignPage {
+            data: rows.iter().map(CampaignOut::from).collect(),
+            total,
+            page,
+            page_size,
+            total_pages,
+        })
+    });
+    body.await
 }
 
 /// One campaign, its counters recounted from its email records.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let mut c = load(&st, &ctx.project_id, &id).await?;
-    if c.run > 0 && st.campaigns.recount_for_read(&c).await.map_err(campaign_error)? {
-        c = load(&st, &ctx.project_id, &id).await?;
-    }
-    Reply::ok(&CampaignOut::from(&c))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let mut c = load(&st, &ctx.project_id, &id).await?;
+        if c.run > 0 && st.campaigns.recount_for_read(&c).await.map_err(campaign_error)? {
+            c = load(&st, &ctx.project_id, &id).await?;
+        }
+        Reply::ok(&CampaignOut::from(&c))
+    });
+    body.await
 }
 
 /// Replaces a DRAFT or SCHEDULED campaign's fields (the same checks as create); 409 otherwise.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 200, body = CampaignOut)))]
 pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let body = json_object(req).await?;
-    let mut c = load(&st, &ctx.project_id, &id).await?;
-    allowed(Action::Replace, &c.status).map_err(ApiError::Conflict)?;
-    read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
-    c.updated_at = st.clock.now_ms();
-    if !st.store.replace_campaign(&c).await? {
-        let now = load(&st, &ctx.project_id, &id).await?;
-        allowed(Action::Replace, &now.status).map_err(ApiError::Conflict)?;
-        return Err(ApiError::Conflict("the campaign changed meanwhile; read it again".into()));
-    }
-    Reply::ok(&CampaignOut::from(&c))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let body = json_object(req).await?;
+        let mut c = load(&st, &ctx.project_id, &id).await?;
+        allowed(Action::Replace, &c.status).map_err(ApiError::Conflict)?;
+        read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
+        c.updated_at = st.clock.now_ms();
+        if !st.store.replace_campaign(&c).await? {
+            let now = load(&st, &ctx.project_id, &id).await?;
+            allowed(Action::Replace, &now.status).map_err(ApiError::Conflict)?;
+            return Err(ApiError::Conflict("the campaign changed meanwhile; read it again".into()));
+        }
+        Reply::ok(&CampaignOut::from(&c))
+    });
+    body.await
 }
 
 /// Deletes a campaign (204); 409 while it is SCHEDULED or SENDING.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_campaign(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    match st.store.delete_campaign(&ctx.project_id, &id).await? {
-        None => Err(not_found(&id)),
-        Some(false) => {
-            let c = load(&st, &ctx.project_id, &id).await?;
-            Err(ApiError::Conflict(
-                allowed(Action::Delete, &c.status)
-                    .err()
-                    .unwrap_or_else(|| "the campaign has active executions; cancel it before deleting it".into()),
-            ))
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        match st.store.delete_campaign(&ctx.project_id, &id).await? {
+            None => Err(not_found(&id)),
+            Some(false) => {
+                let c = load(&st, &ctx.project_id, &id).await?;
+                Err(ApiError::Conflict(
+                    allowed(Action::Delete, &c.status)
+                        .err()
+                        .unwrap_or_else(|| "the campaign has active executions; cancel it before deleting it".into()),
+                ))
+            }
+            Some(true) => {
+                res.status_code(StatusCode::NO_CONTENT);
+                Ok(())
+            }
         }
-        Some(true) => {
-            res.status_code(StatusCode::NO_CONTENT);
-            Ok(())
-        }
-    }
+    });
+    body.await
 }
 
 /// Copies a campaign as a DRAFT named `<name> (Copy)`, with no schedule and zero counters (201).
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 201, body = CampaignOut)))]
 pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let c = load(&st, &ctx.project_id, &id).await?;
-    let now = st.clock.now_ms();
-    let mut name = format!("{} (Copy)", c.name);
-    if name.chars().count() > 200 {
-        name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
-    }
-    // The content and audience carry over; status, schedule, run and counters start afresh.
-    let copy = CampaignRow {
-        name,
-        subject: c.subject,
-        body: c.body,
-        description: c.description,
-        from: c.from,
-        from_name: c.from_name,
-        reply_to: c.reply_to,
-        kind: c.kind,
-        audience_type: c.audience_type,
-        segment: c.segment,
-        audience_condition: c.audience_condition,
-        ..CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now)
-    };
-    st.store.create_campaign(&copy).await?;
-    Reply::created(&CampaignOut::from(&copy))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let c = load(&st, &ctx.project_id, &id).await?;
+        let now = st.clock.now_ms();
+        let mut name = format!("{} (Copy)", c.name);
+        if name.chars().count() > 200 {
+            name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
+        }
+        // The content and audience carry over; status, schedule, run and counters start afresh.
+        let copy = CampaignRow {
+            name,
+            subject: c.subject,
+            body: c.body,
+            description: c.description,
+            from: c.from,
+            from_name: c.from_name,
+            reply_to: c.reply_to,
+            kind: c.kind,
+            audience_type: c.audience_type,
+            segment: c.segment,
+            audience_condition: c.audience_condition,
+            ..CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now)
+        };
+        st.store.create_campaign(&copy).await?;
+        Reply::created(&CampaignOut::from(&copy))
+    });
+    body.await
 }
 
 /// Sends a DRAFT campaign now (SENDING) or at `scheduledFor` (SCHEDULED; any date form the parser
 /// accepts, 400 when none does). 409 when not DRAFT, 403 when the sender domain is not verified.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = SendOut)))]
 pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let body = json_object(req).await?;
-    let when = match body.get("scheduledFor") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            parse_when(v)
-                .ok_or_else(|| ApiError::BadRequest(format!("scheduledFor is not a date this server can read: {v}")))?,
-        ),
-    };
-    let c = load(&st, &ctx.project_id, &id).await?;
-    allowed(Action::Send, &c.status).map_err(ApiError::Conflict)?;
-    super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
-    let (c, message) = match when {
-        None => {
-            let c = st.campaigns.send_now(&ctx.project_id, &id).await.map_err(campaign_error)?;
-            (c, "Campaign is being sent".to_string())
-        }
-        Some(at) => {
-            let c = st.campaigns.schedule(&ctx.project_id, &id, at).await.map_err(campaign_error)?;
-            (c, format!("Campaign scheduled for {}", rfc3339(at)))
-        }
-    };
-    Reply::ok(&SendOut {
-        success: true,
-        data: SendData { id: c.id, name: c.name, status: c.status, scheduled_for: c.scheduled_for.map(rfc3339) },
-        message,
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let body = json_object(req).await?;
+        let when = match body.get("scheduledFor") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(parse_when(v).ok_or_else(|| {
+                ApiError::BadRequest(format!("scheduledFor is not a date this server can read: {v}"))
+            })?),
+        };
+        let c = load(&st, &ctx.project_id, &id).await?;
+        allowed(Action::Send, &c.status).map_err(ApiError::Conflict)?;
+        super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
+        let (c, message) = match when {
+            None => {
+                let c = st.campaigns.send_now(&ctx.project_id, &id).await.map_err(campaign_error)?;
+                (c, "Campaign is being sent".to_string())
+            }
+            Some(at) => {
+                let c = st.campaigns.schedule(&ctx.project_id, &id, at).await.map_err(campaign_error)?;
+                (c, format!("Campaign scheduled for {}", rfc3339(at)))
+            }
+        };
+        Reply::ok(&SendOut {
+            success: true,
+            data: SendData { id: c.id, name: c.name, status: c.status, scheduled_for: c.scheduled_for.map(rfc3339) },
+            message,
+        })
+    });
+    body.await
 }
 
 /// Cancels a SCHEDULED or SENDING campaign (decision 23): back to DRAFT when no email reached a
 /// transport, else CANCELLED with every email not yet handed over cancelled. 409 in other states.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let c = st.campaigns.cancel(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
-    Reply::ok(&CampaignOut::from(&c))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let c = st.campaigns.cancel(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
+        Reply::ok(&CampaignOut::from(&c))
+    });
+    body.await
 }
 
 /// Sends the campaign once to `email`, an address of a member of the project (decision 24): subject
 /// prefixed `[TEST] `, header `X-Herald-Test: true`, no tracking, not counted.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = TestOut)))]
 pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let to = f.email("email", true);
-    f.finish()?;
-    let to = to.unwrap_or_default();
-    let c = load(&st, &ctx.project_id, &id).await?;
-    super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
-    let email_id = st.campaigns.test_send(&ctx.project_id, &id, &to).await.map_err(campaign_error)?;
-    Reply::ok(&TestOut {
-        success: true,
-        data: TestData { email_id, to: to.clone() },
-        message: format!("Test sent to {to}"),
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let to = f.email("email", true);
+        f.finish()?;
+        let to = to.unwrap_or_default();
+        let c = load(&st, &ctx.project_id, &id).await?;
+        super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
+        let email_id = st.campaigns.test_send(&ctx.project_id, &id, &to).await.map_err(campaign_error)?;
+        Reply::ok(&TestOut {
+            success: true,
+            data: TestData { email_id, to: to.clone() },
+            message: format!("Test sent to {to}"),
+        })
+    });
+    body.await
 }
 
 /// Counts of the campaign's emails by outcome, recounted from the records, with rates as percentages of
 /// the sent count.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = StatsOut)))]
 pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let c = load(&st, &ctx.project_id, &id).await?;
-    let n = st.campaigns.recount(&ctx.project_id, &id).await.map_err(campaign_error)?;
-    Reply::ok(&StatsOut {
-        id: c.id,
-        status: c.status,
-        total_recipients: c.total_recipients,
-        sent_count: n.sent,
-        delivered_count: n.delivered,
-        opened_count: n.opened,
-        clicked_count: n.clicked,
-        bounced_count: n.bounced,
-        complained_count: n.complained,
-        failed_count: n.failed,
-        cancelled_count: n.cancelled,
-        pending_count: n.pending + n.sending,
-        delivery_rate: rate(n.delivered, n.sent),
-        open_rate: rate(n.opened, n.sent),
-        click_rate: rate(n.clicked, n.sent),
-        bounce_rate: rate(n.bounced, n.sent),
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let c = load(&st, &ctx.project_id, &id).await?;
+        let n = st.campaigns.recount(&ctx.project_id, &id).await.map_err(campaign_error)?;
+        Reply::ok(&StatsOut {
+            id: c.id,
+            status: c.status,
+            total_recipients: c.total_recipients,
+            sent_count: n.sent,
+            delivered_count: n.delivered,
+            opened_count: n.opened,
+            clicked_count: n.clicked,
+            bounced_count: n.bounced,
+            complained_count: n.complained,
+            failed_count: n.failed,
+            cancelled_count: n.cancelled,
+            pending_count: n.pending + n.sending,
+            delivery_rate: rate(n.delivered, n.sent),
+            open_rate: rate(n.opened, n.sent),
+            click_rate: rate(n.clicked, n.sent),
+            bounce_rate: rate(n.bounced, n.sent),
+        })
+    });
+    body.await
 }

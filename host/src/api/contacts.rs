@@ -194,32 +194,35 @@ pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> D
     responses((status_code = 200, body = ContactPage))
 )]
 pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let limit = limit(req, 20, 100)?;
-    let search = query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty());
-    let subscribed = bool_param(req, "subscribed")?;
-    let sort_email = query_str(req, "sort").as_deref() == Some("email");
-    let ascending = query_str(req, "dir").as_deref() == Some("asc");
-    let cursor = query_str(req, "cursor");
-    let after = cursor.as_deref().map(decode_cursor).transpose()?;
-    if let Some((v, _)) = &after
-        && (sort_email != v.is_string())
-    {
-        return Err(ApiError::BadRequest("The cursor does not belong to this sort order".into()));
-    }
-    let q = ContactQuery { search: search.clone(), subscribed, sort_email, ascending, after, limit: limit + 1 };
-    let rows = st.store.list_contacts(&ctx.project_id, &q).await?;
-    let (rows, next, has_more) = finish_page(rows, limit, |last| {
-        let v = if sort_email { json!(last.email) } else { json!(last.created_at) };
-        encode_cursor(&v, &last.id)
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let limit = limit(req, 20, 100)?;
+        let search = query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty());
+        let subscribed = bool_param(req, "subscribed")?;
+        let sort_email = query_str(req, "sort").as_deref() == Some("email");
+        let ascending = query_str(req, "dir").as_deref() == Some("asc");
+        let cursor = query_str(req, "cursor");
+        let after = cursor.as_deref().map(decode_cursor).transpose()?;
+        if let Some((v, _)) = &after
+            && (sort_email != v.is_string())
+        {
+            return Err(ApiError::BadRequest("The cursor does not belong to this sort order".into()));
+        }
+        let q = ContactQuery { search: search.clone(), subscribed, sort_email, ascending, after, limit: limit + 1 };
+        let rows = st.store.list_contacts(&ctx.project_id, &q).await?;
+        let (rows, next, has_more) = finish_page(rows, limit, |last| {
+            let v = if sort_email { json!(last.email) } else { json!(last.created_at) };
+            encode_cursor(&v, &last.id)
+        });
+        let total = if cursor.is_none() {
+            st.store.count_contacts(&ctx.project_id, search.as_deref(), subscribed).await?
+        } else {
+            0
+        };
+        Reply::ok(&ContactPage { data: rows.iter().map(ContactOut::from).collect(), cursor: next, has_more, total })
     });
-    let total = if cursor.is_none() {
-        st.store.count_contacts(&ctx.project_id, search.as_deref(), subscribed).await?
-    } else {
-        0
-    };
-    Reply::ok(&ContactPage { data: rows.iter().map(ContactOut::from).collect(), cursor: next, has_more, total })
+    body.await
 }
 
 /// Creates or updates a contact by email: 201 for a new contact, 200 for an update, both with `_meta`.
@@ -230,156 +233,172 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
     responses((status_code = 201, body = ContactOut), (status_code = 200, body = ContactOut))
 )]
 pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let body = json_object(req).await?;
-    if body.get("email").is_none_or(Value::is_null) {
-        return Err(ApiError::BareBadRequest("Email is required".into()));
-    }
-    let mut f = Fields::new(&body);
-    let email = f.email("email", true);
-    let subscribed = f.boolean("subscribed");
-    let patch = data_patch(&mut f, &body, false);
-    f.finish()?;
-    let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-    let up = upsert(
-        &st.store,
-        &st.clock,
-        &ctx.project_id,
-        &Upsert { email, subscribed, default_subscribed: true, patch, event: None },
-    )
-    .await?;
-    let mut out = ContactOut::from(&up.contact);
-    out.meta = Some(MetaOut { is_new: up.is_new, is_update: !up.is_new });
-    Reply::with(if up.is_new { StatusCode::CREATED } else { StatusCode::OK }, &out)
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let body = json_object(req).await?;
+        if body.get("email").is_none_or(Value::is_null) {
+            return Err(ApiError::BareBadRequest("Email is required".into()));
+        }
+        let mut f = Fields::new(&body);
+        let email = f.email("email", true);
+        let subscribed = f.boolean("subscribed");
+        let patch = data_patch(&mut f, &body, false);
+        f.finish()?;
+        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        let up = upsert(
+            &st.store,
+            &st.clock,
+            &ctx.project_id,
+            &Upsert { email, subscribed, default_subscribed: true, patch, event: None },
+        )
+        .await?;
+        let mut out = ContactOut::from(&up.contact);
+        out.meta = Some(MetaOut { is_new: up.is_new, is_update: !up.is_new });
+        Reply::with(if up.is_new { StatusCode::CREATED } else { StatusCode::OK }, &out)
+    });
+    body.await
 }
 
 /// One contact.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactOut)))]
 pub async fn get_contact(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-    Reply::ok(&ContactOut::from(&c))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        Reply::ok(&ContactOut::from(&c))
+    });
+    body.await
 }
 
 /// Updates a contact: email (409 when another contact has it), subscribed (a flip emits its event),
 /// data (null deletes a key, "" is ignored, reserved keys are dropped).
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = ContactBody, responses((status_code = 200, body = ContactOut)))]
 pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let email = f.email("email", false);
-    let requested = f.boolean("subscribed");
-    let patch = data_patch(&mut f, &body, false);
-    f.finish()?;
-    for _ in 0..16 {
-        let now = st.clock.now_ms();
-        let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-        let (subscribed, flip) = subscription(Some(c.subscribed), requested, true);
-        let data = patch.apply(&c.data);
-        let new_email = email.clone().unwrap_or_else(|| c.email.clone());
-        if new_email != c.email && st.store.contact_by_email(&ctx.project_id, &new_email).await?.is_some() {
-            return Err(ApiError::Conflict(format!(
-                "Another contact in this project already has the email {new_email}"
-            )));
-        }
-        let updated = Contact {
-            email: new_email.clone(),
-            subscribed,
-            data: data.clone(),
-            updated_at: now,
-            version: c.version + 1,
-            ..c.clone()
-        };
-        if updated.email == c.email && updated.subscribed == c.subscribed && updated.data == c.data {
-            return Reply::ok(&ContactOut::from(&c));
-        }
-        let events: Vec<Event> =
-            flip.iter().map(|name| Event::new(&ctx.project_id, &c.id, name, Map::new(), "system", now)).collect();
-        let write = ContactWrite::Update {
-            id: c.id.clone(),
-            version: c.version,
-            email: new_email.clone(),
-            subscribed,
-            data,
-            now,
-        };
-        match st.store.write_contact(&ctx.project_id, &write, &events).await {
-            Ok(WriteResult::Done) => return Reply::ok(&ContactOut::from(&updated)),
-            Ok(WriteResult::Stale) => continue,
-            Err(crate::store::StoreError::Conflict(_)) => {
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let email = f.email("email", false);
+        let requested = f.boolean("subscribed");
+        let patch = data_patch(&mut f, &body, false);
+        f.finish()?;
+        for _ in 0..16 {
+            let now = st.clock.now_ms();
+            let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+            let (subscribed, flip) = subscription(Some(c.subscribed), requested, true);
+            let data = patch.apply(&c.data);
+            let new_email = email.clone().unwrap_or_else(|| c.email.clone());
+            if new_email != c.email && st.store.contact_by_email(&ctx.project_id, &new_email).await?.is_some() {
                 return Err(ApiError::Conflict(format!(
                     "Another contact in this project already has the email {new_email}"
                 )));
             }
-            Err(e) => return Err(e.into()),
+            let updated = Contact {
+                email: new_email.clone(),
+                subscribed,
+                data: data.clone(),
+                updated_at: now,
+                version: c.version + 1,
+                ..c.clone()
+            };
+            if updated.email == c.email && updated.subscribed == c.subscribed && updated.data == c.data {
+                return Reply::ok(&ContactOut::from(&c));
+            }
+            let events: Vec<Event> =
+                flip.iter().map(|name| Event::new(&ctx.project_id, &c.id, name, Map::new(), "system", now)).collect();
+            let write = ContactWrite::Update {
+                id: c.id.clone(),
+                version: c.version,
+                email: new_email.clone(),
+                subscribed,
+                data,
+                now,
+            };
+            match st.store.write_contact(&ctx.project_id, &write, &events).await {
+                Ok(WriteResult::Done) => return Reply::ok(&ContactOut::from(&updated)),
+                Ok(WriteResult::Stale) => continue,
+                Err(crate::store::StoreError::Conflict(_)) => {
+                    return Err(ApiError::Conflict(format!(
+                        "Another contact in this project already has the email {new_email}"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
-    }
-    Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
+        Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
+    });
+    body.await
 }
 
 /// Deletes a contact and its events: 204 with an empty body.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_contact(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    if !st.store.delete_contact(&ctx.project_id, &id).await? {
-        return Err(not_found(&id));
-    }
-    res.status_code(StatusCode::NO_CONTENT);
-    Ok(())
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        if !st.store.delete_contact(&ctx.project_id, &id).await? {
+            return Err(not_found(&id));
+        }
+        res.status_code(StatusCode::NO_CONTENT);
+        Ok(())
+    });
+    body.await
 }
 
 /// Bulk existence check of up to 500 emails; echoes the caller's strings.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = LookupBody, responses((status_code = 200, body = LookupOut)))]
 pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let body = json_object(req).await?;
-    let emails = match body.get("emails") {
-        Some(Value::Array(a)) => a,
-        Some(_) => {
-            return Err(ApiError::field(
-                "emails",
-                "invalid_type",
-                "emails must be an array of strings",
-                body["emails"].clone(),
-            ));
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let body = json_object(req).await?;
+        let emails = match body.get("emails") {
+            Some(Value::Array(a)) => a,
+            Some(_) => {
+                return Err(ApiError::field(
+                    "emails",
+                    "invalid_type",
+                    "emails must be an array of strings",
+                    body["emails"].clone(),
+                ));
+            }
+            None => return Err(ApiError::field("emails", "required", "emails is required", Value::Null)),
+        };
+        if emails.len() > 500 {
+            return Err(ApiError::field("emails", "too_big", "at most 500 emails per call", json!(emails.len())));
         }
-        None => return Err(ApiError::field("emails", "required", "emails is required", Value::Null)),
-    };
-    if emails.len() > 500 {
-        return Err(ApiError::field("emails", "too_big", "at most 500 emails per call", json!(emails.len())));
-    }
-    let mut errors = Vec::new();
-    let mut given = Vec::new();
-    for (i, e) in emails.iter().enumerate() {
-        match e.as_str() {
-            Some(s) => given.push(s.to_string()),
-            None => errors.push(crate::error::FieldError::new(
-                format!("emails.{i}"),
-                "invalid_type",
-                "must be a string",
-                e.clone(),
-            )),
+        let mut errors = Vec::new();
+        let mut given = Vec::new();
+        for (i, e) in emails.iter().enumerate() {
+            match e.as_str() {
+                Some(s) => given.push(s.to_string()),
+                None => errors.push(crate::error::FieldError::new(
+                    format!("emails.{i}"),
+                    "invalid_type",
+                    "must be a string",
+                    e.clone(),
+                )),
+            }
         }
-    }
-    if !errors.is_empty() {
-        return Err(ApiError::Validation(errors));
-    }
-    let normalized: Vec<String> = given.iter().map(|s| normalize_email(s)).collect();
-    let existing: HashSet<String> = st.store.existing_emails(&ctx.project_id, &normalized).await?.into_iter().collect();
-    let (mut found, mut not_found) = (Vec::new(), Vec::new());
-    for (orig, norm) in given.into_iter().zip(normalized) {
-        if existing.contains(&norm) { found.push(orig) } else { not_found.push(orig) }
-    }
-    Reply::ok(&LookupOut { found, not_found })
+        if !errors.is_empty() {
+            return Err(ApiError::Validation(errors));
+        }
+        let normalized: Vec<String> = given.iter().map(|s| normalize_email(s)).collect();
+        let existing: HashSet<String> =
+            st.store.existing_emails(&ctx.project_id, &normalized).await?.into_iter().collect();
+        let (mut found, mut not_found) = (Vec::new(), Vec::new());
+        for (orig, norm) in given.into_iter().zip(normalized) {
+            if existing.contains(&norm) { found.push(orig) } else { not_found.push(orig) }
+        }
+        Reply::ok(&LookupOut { found, not_found })
+    });
+    body.await
 }
 
 fn type_of(v: &Value) -> &'static str {
@@ -396,31 +415,38 @@ fn type_of(v: &Value) -> &'static str {
 /// Standard fields, then every `data.<key>` with its inferred type and coverage in percent.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldsOut)))]
 pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let all = st.store.all_contact_data(&ctx.project_id).await?;
-    let total = all.len();
-    // key -> (contacts having it, counts per type)
-    let mut seen: BTreeMap<String, (usize, BTreeMap<&'static str, usize>)> = BTreeMap::new();
-    for data in &all {
-        for (k, v) in data {
-            let e = seen.entry(k.clone()).or_default();
-            e.0 += 1;
-            *e.1.entry(type_of(v)).or_default() += 1;
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let all = st.store.all_contact_data(&ctx.project_id).await?;
+        let total = all.len();
+        // key -> (contacts having it, counts per type)
+        let mut seen: BTreeMap<String, (usize, BTreeMap<&'static str, usize>)> = BTreeMap::new();
+        for data in &all {
+            for (k, v) in data {
+                let e = seen.entry(k.clone()).or_default();
+                e.0 += 1;
+                *e.1.entry(type_of(v)).or_default() += 1;
+            }
         }
-    }
-    let pct = |n: usize| if total == 0 { 0.0 } else { ((n as f64) * 10_000.0 / total as f64).round() / 100.0 };
-    let mut fields: Vec<FieldInfo> =
-        [("email", "string"), ("subscribed", "boolean"), ("createdAt", "date"), ("updatedAt", "date")]
-            .into_iter()
-            .map(|(f, t)| FieldInfo { field: f.into(), kind: t.into(), coverage: if total == 0 { 0.0 } else { 100.0 } })
-            .collect();
-    for (k, (n, types)) in seen {
-        let kind = types.iter().max_by_key(|(_, c)| **c).map(|(t, _)| *t).unwrap_or("string");
-        fields.push(FieldInfo { field: format!("data.{k}"), kind: kind.into(), coverage: pct(n) });
-    }
-    let count = fields.len();
-    Reply::ok(&FieldsOut { fields, count })
+        let pct = |n: usize| if total == 0 { 0.0 } else { ((n as f64) * 10_000.0 / total as f64).round() / 100.0 };
+        let mut fields: Vec<FieldInfo> =
+            [("email", "string"), ("subscribed", "boolean"), ("createdAt", "date"), ("updatedAt", "date")]
+                .into_iter()
+                .map(|(f, t)| FieldInfo {
+                    field: f.into(),
+                    kind: t.into(),
+                    coverage: if total == 0 { 0.0 } else { 100.0 },
+                })
+                .collect();
+        for (k, (n, types)) in seen {
+            let kind = types.iter().max_by_key(|(_, c)| **c).map(|(t, _)| *t).unwrap_or("string");
+            fields.push(FieldInfo { field: format!("data.{k}"), kind: kind.into(), coverage: pct(n) });
+        }
+        let count = fields.len();
+        Reply::ok(&FieldsOut { fields, count })
+    });
+    body.await
 }
 
 /// `plan` and `data.plan` both name the custom field `plan`.
@@ -443,33 +469,39 @@ fn custom_field(raw: &str) -> Result<String, ApiError> {
     responses((status_code = 200, body = FieldValuesOut))
 )]
 pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let name = custom_field(&field.into_inner())?;
-    let limit = limit(req, 100, 1000)?;
-    let mut values: Vec<Value> = Vec::new();
-    let mut seen = HashSet::new();
-    for data in st.store.all_contact_data(&ctx.project_id).await? {
-        if let Some(v) = data.get(&name)
-            && seen.insert(v.to_string())
-        {
-            values.push(v.clone());
-            if values.len() >= limit {
-                break;
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let name = custom_field(&field.into_inner())?;
+        let limit = limit(req, 100, 1000)?;
+        let mut values: Vec<Value> = Vec::new();
+        let mut seen = HashSet::new();
+        for data in st.store.all_contact_data(&ctx.project_id).await? {
+            if let Some(v) = data.get(&name)
+                && seen.insert(v.to_string())
+            {
+                values.push(v.clone());
+                if values.len() >= limit {
+                    break;
+                }
             }
         }
-    }
-    Reply::ok(&FieldValuesOut { field: format!("data.{name}"), count: values.len(), values, limit })
+        Reply::ok(&FieldValuesOut { field: format!("data.{name}"), count: values.len(), values, limit })
+    });
+    body.await
 }
 
 /// Where a custom field is used, how many contacts have it, and whether it can be deleted.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldUsageOut)))]
 pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let name = custom_field(&field.into_inner())?;
-    let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
-    Reply::ok(&usage)
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let name = custom_field(&field.into_inner())?;
+        let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
+        Reply::ok(&usage)
+    });
+    body.await
 }
 
 async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
@@ -497,13 +529,16 @@ async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<F
 /// Deletes a custom field on every contact of the project; 409 while something uses it.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldDeletedOut)))]
 pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let name = custom_field(&field.into_inner())?;
-    let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
-    if !usage.can_delete {
-        return Err(ApiError::Conflict(format!("data.{name} is used by segments, campaigns or workflows")));
-    }
-    let n = st.store.remove_data_field(&ctx.project_id, &name, st.clock.now_ms()).await?;
-    Reply::ok(&FieldDeletedOut { field: format!("data.{name}"), contacts_updated: n })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let name = custom_field(&field.into_inner())?;
+        let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
+        if !usage.can_delete {
+            return Err(ApiError::Conflict(format!("data.{name} is used by segments, campaigns or workflows")));
+        }
+        let n = st.store.remove_data_field(&ctx.project_id, &name, st.clock.now_ms()).await?;
+        Reply::ok(&FieldDeletedOut { field: format!("data.{name}"), contacts_updated: n })
+    });
+    body.await
 }

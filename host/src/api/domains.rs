@@ -167,16 +167,19 @@ fn domain_error(e: DomainError) -> ApiError {
     responses((status_code = 201, body = DomainOut))
 )]
 pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let body = json_object(req).await?;
-    let wanted = body.get("projectId").and_then(Value::as_str).map(str::to_string);
-    let project_id = domain_project(req, res, &st, wanted.as_deref()).await?;
-    let mut f = Fields::new(&body);
-    let name = f.string("domain", true, 1, 253);
-    f.finish()?;
-    let name = name.ok_or_else(|| ApiError::Internal("validated domain missing".into()))?;
-    let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
-    Reply::created(&DomainOut::from(&d))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object(req).await?;
+        let wanted = body.get("projectId").and_then(Value::as_str).map(str::to_string);
+        let project_id = domain_project(req, res, &st, wanted.as_deref()).await?;
+        let mut f = Fields::new(&body);
+        let name = f.string("domain", true, 1, 253);
+        f.finish()?;
+        let name = name.ok_or_else(|| ApiError::Internal("validated domain missing".into()))?;
+        let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
+        Reply::created(&DomainOut::from(&d))
+    });
+    body.await
 }
 
 /// The project's domains, verified and pending, newest first.
@@ -187,11 +190,14 @@ pub async fn list_domains(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let wanted = project_id.into_inner();
-    let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
-    let list = st.store.domains_of_project(&project_id).await?;
-    Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let wanted = project_id.into_inner();
+        let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
+        let list = st.store.domains_of_project(&project_id).await?;
+        Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
+    });
+    body.await
 }
 
 async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainRow, ApiError> {
@@ -204,43 +210,49 @@ async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainR
 /// Checks the domain's DNS records now and answers the domain with each record's status.
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainOut)))]
 pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let d = own_domain(&st, &ctx.project_id, &id.into_inner()).await?;
-    let checked = st.domains.check(&st.store, &d, st.clock.now_ms()).await.map_err(domain_error)?;
-    Reply::ok(&DomainOut::from(&checked))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let d = own_domain(&st, &ctx.project_id, &id.into_inner()).await?;
+        let checked = st.domains.check(&st.store, &d, st.clock.now_ms()).await.map_err(domain_error)?;
+        Reply::ok(&DomainOut::from(&checked))
+    });
+    body.await
 }
 
 /// Removes a domain; 409 while a template or an active (SCHEDULED or SENDING) campaign sends from it
 /// (decision 22).
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainDeletedOut)))]
 pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let d = own_domain(&st, &ctx.project_id, &id).await?;
-    let mut users: Vec<String> = st
-        .store
-        .templates_of_domain(&ctx.project_id, &d.name)
-        .await?
-        .into_iter()
-        .map(|n| format!("template {n}"))
-        .collect();
-    users.extend(
-        st.store
-            .active_campaigns(&ctx.project_id)
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let d = own_domain(&st, &ctx.project_id, &id).await?;
+        let mut users: Vec<String> = st
+            .store
+            .templates_of_domain(&ctx.project_id, &d.name)
             .await?
-            .iter()
-            .filter(|c| c.uses_domain(&d.name))
-            .map(|c| format!("campaign {}", c.name)),
-    );
-    if !users.is_empty() {
-        return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));
-    }
-    if !st.store.delete_domain(&ctx.project_id, &id).await? {
-        return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
-    }
-    Reply::ok(&DomainDeletedOut { id, deleted: true })
+            .into_iter()
+            .map(|n| format!("template {n}"))
+            .collect();
+        users.extend(
+            st.store
+                .active_campaigns(&ctx.project_id)
+                .await?
+                .iter()
+                .filter(|c| c.uses_domain(&d.name))
+                .map(|c| format!("campaign {}", c.name)),
+        );
+        if !users.is_empty() {
+            return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));
+        }
+        if !st.store.delete_domain(&ctx.project_id, &id).await? {
+            return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
+        }
+        Reply::ok(&DomainDeletedOut { id, deleted: true })
+    });
+    body.await
 }
 
 /// The sender check of every sending path, as an API error (decision 5): 403 with code
@@ -263,20 +275,23 @@ pub async fn require_sender(st: &AppState, project_id: &str, from: &str) -> Resu
 /// Verifies an email address: syntax, disposable, alias, typo, and DNS (NS, A/AAAA, MX).
 #[endpoint(tags("verify"), security(("bearer" = [])), request_body = VerifyBody, responses((status_code = 200, body = VerifyOut)))]
 pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let email = f.string("email", true, 1, 320);
-    f.finish()?;
-    let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-    if !super::body::is_email(&email.trim().to_lowercase()) {
-        return Err(ApiError::field(
-            "email",
-            "invalid_string",
-            "email must be a valid email address",
-            Value::String(email),
-        ));
-    }
-    let v = crate::verify::verify(&st.domains.dns, &email).await;
-    Reply::ok(&serde_json::json!({ "success": true, "data": v }))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let email = f.string("email", true, 1, 320);
+        f.finish()?;
+        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        if !super::body::is_email(&email.trim().to_lowercase()) {
+            return Err(ApiError::field(
+                "email",
+                "invalid_string",
+                "email must be a valid email address",
+                Value::String(email),
+            ));
+        }
+        let v = crate::verify::verify(&st.domains.dns, &email).await;
+        Reply::ok(&serde_json::json!({ "success": true, "data": v }))
+    });
+    body.await
 }

@@ -164,13 +164,17 @@ pub fn router() -> Router {
     responses((status_code = 200, body = TrackOut))
 )]
 pub async fn track(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    track_request(req, depot).await
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { track_request(req, depot).await });
+    body.await
 }
 
 /// Dashboard alias of `POST /v1/track`.
 #[endpoint(tags("events"), security(("bearer" = []), ("session" = [])), request_body = TrackBody, responses((status_code = 200, body = TrackOut)))]
 pub async fn track_alias(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    track_request(req, depot).await
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { track_request(req, depot).await });
+    body.await
 }
 
 async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -251,8 +255,11 @@ async fn page(
     responses((status_code = 200, body = EventPage))
 )]
 pub async fn list_events(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let name = query_str(req, "name");
-    page(depot, req, name, None).await
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let name = query_str(req, "name");
+        page(depot, req, name, None).await
+    });
+    body.await
 }
 
 /// Every event of one contact, newest first, cursor-paginated.
@@ -270,13 +277,16 @@ pub async fn contact_events(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = contact_id.into_inner();
-    if st.store.contact(&ctx.project_id, &id).await?.is_none() {
-        return Err(ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found")));
-    }
-    page(depot, req, None, Some(id)).await
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = contact_id.into_inner();
+        if st.store.contact(&ctx.project_id, &id).await?.is_none() {
+            return Err(ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found")));
+        }
+        page(depot, req, None, Some(id)).await
+    });
+    body.await
 }
 
 const DAY_MS: i64 = 86_400_000;
@@ -294,94 +304,111 @@ const DAY_MS: i64 = 86_400_000;
     responses((status_code = 200, body = StatsOut))
 )]
 pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let now = st.clock.now_ms();
-    let parse = |name: &str| -> Result<Option<i64>, ApiError> {
-        query_str(req, name)
-            .map(|s| {
-                parse_rfc3339(&s).ok_or_else(|| ApiError::BadRequest(format!("{name} must be an RFC 3339 date-time")))
-            })
-            .transpose()
-    };
-    // Without `to`, the window ends just after now, so an event tracked this millisecond counts.
-    let to = parse("to")?.unwrap_or(now + 1);
-    let from = match (parse("from")?, query_str(req, "days")) {
-        (Some(f), _) => f,
-        (None, Some(d)) => {
-            let d: i64 = d.parse().map_err(|_| ApiError::BadRequest("days must be an integer".into()))?;
-            to - d.clamp(1, 365) * DAY_MS
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let now = st.clock.now_ms();
+        let parse = |name: &str| -> Result<Option<i64>, ApiError> {
+            query_str(req, name)
+                .map(|s| {
+                    parse_rfc3339(&s)
+                        .ok_or_else(|| ApiError::BadRequest(format!("{name} must be an RFC 3339 date-time")))
+                })
+                .transpose()
+        };
+        // Without `to`, the window ends just after now, so an event tracked this millisecond counts.
+        let to = parse("to")?.unwrap_or(now + 1);
+        let from = match (parse("from")?, query_str(req, "days")) {
+            (Some(f), _) => f,
+            (None, Some(d)) => {
+                let d: i64 = d.parse().map_err(|_| ApiError::BadRequest("days must be an integer".into()))?;
+                to - d.clamp(1, 365) * DAY_MS
+            }
+            (None, None) => to - 30 * DAY_MS,
+        };
+        if from >= to {
+            return Err(ApiError::BadRequest("from must be before to".into()));
         }
-        (None, None) => to - 30 * DAY_MS,
-    };
-    if from >= to {
-        return Err(ApiError::BadRequest("from must be before to".into()));
-    }
-    if to - from > 366 * DAY_MS {
-        return Err(ApiError::BadRequest("The window is at most 366 days".into()));
-    }
-    let rows = st.store.event_times(&ctx.project_id, from, to).await?;
-    let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
-    let mut by_day: BTreeMap<i64, i64> = BTreeMap::new();
-    let mut day = from.div_euclid(DAY_MS);
-    while day * DAY_MS < to {
-        by_day.insert(day, 0);
-        day += 1;
-    }
-    for (name, at) in &rows {
-        *by_name.entry(name.clone()).or_default() += 1;
-        *by_day.entry(at.div_euclid(DAY_MS)).or_default() += 1;
-    }
-    let mut by_name: Vec<NameCount> = by_name.into_iter().map(|(name, count)| NameCount { name, count }).collect();
-    by_name.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
-    let by_day =
-        by_day.into_iter().map(|(d, count)| DayCount { date: rfc3339(d * DAY_MS)[..10].to_string(), count }).collect();
-    Reply::ok(&StatsOut { from: rfc3339(from), to: rfc3339(to), total: rows.len() as i64, by_name, by_day })
+        if to - from > 366 * DAY_MS {
+            return Err(ApiError::BadRequest("The window is at most 366 days".into()));
+        }
+        let rows = st.store.event_times(&ctx.project_id, from, to).await?;
+        let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
+        let mut by_day: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut day = from.div_euclid(DAY_MS);
+        while day * DAY_MS < to {
+            by_day.insert(day, 0);
+            day += 1;
+        }
+        for (name, at) in &rows {
+            *by_name.entry(name.clone()).or_default() += 1;
+            *by_day.entry(at.div_euclid(DAY_MS)).or_default() += 1;
+        }
+        let mut by_name: Vec<NameCount> = by_name.into_iter().map(|(name, count)| NameCount { name, count }).collect();
+        by_name.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
+        let by_day = by_day
+            .into_iter()
+            .map(|(d, count)| DayCount { date: rfc3339(d * DAY_MS)[..10].to_string(), count })
+            .collect();
+        Reply::ok(&StatsOut { from: rfc3339(from), to: rfc3339(to), total: rows.len() as i64, by_name, by_day })
+    });
+    body.await
 }
 
 /// Distinct event names with their count and last time, most frequent first.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = NamesOut)))]
 pub async fn event_names(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let mut rows = st.store.event_names(&ctx.project_id).await?;
-    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let names: Vec<EventName> =
-        rows.into_iter().map(|(name, count, last)| EventName { name, count, last_seen_at: rfc3339(last) }).collect();
-    let count = names.len();
-    Reply::ok(&NamesOut { names, count })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let mut rows = st.store.event_names(&ctx.project_id).await?;
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let names: Vec<EventName> = rows
+            .into_iter()
+            .map(|(name, count, last)| EventName { name, count, last_seen_at: rfc3339(last) })
+            .collect();
+        let count = names.len();
+        Reply::ok(&NamesOut { names, count })
+    });
+    body.await
 }
 
 /// Where an event name is referenced: segment filters, workflow triggers and conditions.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = EventUsageOut)))]
 pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let name = event_name.into_inner();
-    let event_count = st.store.count_events(&ctx.project_id, Some(&name), None).await?;
-    let used_in_segments = st
-        .store
-        .segments_using_event(&ctx.project_id, &name)
-        .await?
-        .into_iter()
-        .map(|(id, name)| serde_json::json!({ "id": id, "name": name }))
-        .collect();
-    // Workflows and campaigns do not exist yet.
-    Reply::ok(&EventUsageOut {
-        event: name,
-        used_in_segments,
-        used_in_workflows: vec![],
-        used_in_campaigns: vec![],
-        event_count,
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let name = event_name.into_inner();
+        let event_count = st.store.count_events(&ctx.project_id, Some(&name), None).await?;
+        let used_in_segments = st
+            .store
+            .segments_using_event(&ctx.project_id, &name)
+            .await?
+            .into_iter()
+            .map(|(id, name)| serde_json::json!({ "id": id, "name": name }))
+            .collect();
+        // Workflows and campaigns do not exist yet.
+        Reply::ok(&EventUsageOut {
+            event: name,
+            used_in_segments,
+            used_in_workflows: vec![],
+            used_in_campaigns: vec![],
+            event_count,
+        })
+    });
+    body.await
 }
 
 /// Deletes every event with this name in the project.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = EventsDeletedOut)))]
 pub async fn delete_named(event_name: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let name = event_name.into_inner();
-    let deleted = st.store.delete_events_named(&ctx.project_id, &name).await?;
-    Reply::ok(&EventsDeletedOut { event: name, deleted })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let name = event_name.into_inner();
+        let deleted = st.store.delete_events_named(&ctx.project_id, &name).await?;
+        Reply::ok(&EventsDeletedOut { event: name, deleted })
+    });
+    body.await
 }

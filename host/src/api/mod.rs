@@ -35,6 +35,14 @@ use salvo::prelude::*;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// What every handler body runs as: a boxed `Send` future, built in the handler's own function.
+///
+/// Salvo wraps each handler in an `#[async_trait]` method, whose lifetime where-clauses make rustc prove
+/// `Send` for the whole future tree (the handler and everything it awaits, down to the store) without its
+/// global cache, again for every handler: a check of this crate spent most of its half hour there. Proved
+/// here, in a function without where-clauses, each part is proved once and the wrapper sees only a box.
+pub(crate) type HandlerFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 /// Depot key of the request id.
 pub const REQUEST_ID: &str = "request_id";
 
@@ -56,58 +64,64 @@ pub fn state(depot: &Depot) -> Result<Arc<AppState>, ApiError> {
 /// Request id, `X-Request-ID` header, one log line and metrics per request.
 #[handler]
 async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let started = Instant::now();
-    let incoming: Option<String> = req.header("x-request-id");
-    let id = incoming
-        .filter(|s| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    depot.insert(REQUEST_ID, id.clone());
-    if let Ok(v) = id.parse() {
-        res.headers_mut().insert("x-request-id", v);
-    }
-    ctrl.call_next(req, depot, res).await;
-    let status = res.status_code.unwrap_or(StatusCode::OK).as_u16();
-    let route = match req.matched_path() {
-        "" => "(unmatched)".to_string(),
-        p => format!("/{}", p.trim_start_matches('/')),
-    };
-    let elapsed = started.elapsed();
-    crate::metrics::request_finished(req.method().as_str(), &route, status, elapsed);
-    tracing::info!(
-        method = %req.method(),
-        route = %route,
-        status,
-        latency_ms = elapsed.as_secs_f64() * 1000.0,
-        request_id = %id,
-        "request"
-    );
+    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+        let started = Instant::now();
+        let incoming: Option<String> = req.header("x-request-id");
+        let id = incoming
+            .filter(|s| !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        depot.insert(REQUEST_ID, id.clone());
+        if let Ok(v) = id.parse() {
+            res.headers_mut().insert("x-request-id", v);
+        }
+        ctrl.call_next(req, depot, res).await;
+        let status = res.status_code.unwrap_or(StatusCode::OK).as_u16();
+        let route = match req.matched_path() {
+            "" => "(unmatched)".to_string(),
+            p => format!("/{}", p.trim_start_matches('/')),
+        };
+        let elapsed = started.elapsed();
+        crate::metrics::request_finished(req.method().as_str(), &route, status, elapsed);
+        tracing::info!(
+            method = %req.method(),
+            route = %route,
+            status,
+            latency_ms = elapsed.as_secs_f64() * 1000.0,
+            request_id = %id,
+            "request"
+        );
+    });
+    body.await
 }
 
 /// Gives every error response without a body the envelope: unknown routes (404), wrong methods (405),
 /// panics (500).
 #[handler]
 async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) {
-    let status = res.status_code.unwrap_or(StatusCode::NOT_FOUND);
-    let err = match status {
-        StatusCode::NOT_FOUND => {
-            ApiError::RouteNotFound { method: req.method().to_string(), path: req.uri().path().to_string() }
+    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+        let status = res.status_code.unwrap_or(StatusCode::NOT_FOUND);
+        let err = match status {
+            StatusCode::NOT_FOUND => {
+                ApiError::RouteNotFound { method: req.method().to_string(), path: req.uri().path().to_string() }
+            }
+            StatusCode::METHOD_NOT_ALLOWED => {
+                ApiError::BadRequest(format!("Method {} is not allowed on {}", req.method(), req.uri().path()))
+            }
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge { limit_mb: body::MAX_BODY_BYTES / 1024 / 1024 },
+            s if s.is_server_error() => ApiError::Internal(format!("unhandled {s}")),
+            s => ApiError::BadRequest(s.canonical_reason().unwrap_or("Bad request").to_string()),
+        };
+        let mut json = err.body(&crate::error::request_id(depot));
+        if status == StatusCode::METHOD_NOT_ALLOWED
+            && let Some(e) = json.get_mut("error")
+        {
+            e["code"] = "METHOD_NOT_ALLOWED".into();
+            e["statusCode"] = 405.into();
         }
-        StatusCode::METHOD_NOT_ALLOWED => {
-            ApiError::BadRequest(format!("Method {} is not allowed on {}", req.method(), req.uri().path()))
-        }
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge { limit_mb: body::MAX_BODY_BYTES / 1024 / 1024 },
-        s if s.is_server_error() => ApiError::Internal(format!("unhandled {s}")),
-        s => ApiError::BadRequest(s.canonical_reason().unwrap_or("Bad request").to_string()),
-    };
-    let mut json = err.body(&crate::error::request_id(depot));
-    if status == StatusCode::METHOD_NOT_ALLOWED
-        && let Some(e) = json.get_mut("error")
-    {
-        e["code"] = "METHOD_NOT_ALLOWED".into();
-        e["statusCode"] = 405.into();
-    }
-    res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { err.status() });
-    res.render(Json(json));
+        res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { err.status() });
+        res.render(Json(json));
+    });
+    body.await
 }
 
 /// All API routes (the ones that appear in the OpenAPI document).

@@ -82,61 +82,66 @@ fn below(status: &str) -> Vec<&'static str> {
     responses((status_code = 200, body = NotificationOut))
 )]
 pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ts_header: Option<String> = req.header("x-herald-timestamp");
-    let sig_header: Option<String> = req.header("x-herald-signature");
-    let (Some(ts), Some(sig)) = (ts_header, sig_header) else {
-        return Err(ApiError::Unauthorized(
-            "Notifications must carry X-Herald-Timestamp and X-Herald-Signature".into(),
-        ));
-    };
-    let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
-        Ok(b) => b.clone(),
-        Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
-    };
-    let ts: i64 =
-        ts.trim().parse().map_err(|_| ApiError::Unauthorized("X-Herald-Timestamp must be unix seconds".into()))?;
-    let expected = sign(&st.notifications_key, ts, &body);
-    let ok = sig.trim().len() == expected.len()
-        && sig.trim().bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-    if !ok {
-        return Err(ApiError::Unauthorized("The notification signature does not match".into()));
-    }
-    let now = st.clock.now_ms();
-    if (now / 1000 - ts).abs() > WINDOW_SECS {
-        return Err(ApiError::Unauthorized("The notification timestamp is outside the 5-minute window".into()));
-    }
-    if !st.store.remember_notification(&expected, (ts + WINDOW_SECS) * 1000 + 1, now).await? {
-        return Err(ApiError::Conflict("This notification was already received (replay)".into()));
-    }
-    let n: Notification =
-        serde_json::from_slice(&body).map_err(|e| ApiError::MalformedBody(format!("Malformed notification: {e}")))?;
-    let kind = match n.kind.as_str() {
-        "delivery" => NotificationKind::Delivery,
-        "bounce" => NotificationKind::Bounce,
-        "complaint" => NotificationKind::Complaint,
-        other => {
-            return Err(ApiError::field(
-                "type",
-                "invalid_enum_value",
-                "type is delivery, bounce or complaint",
-                other.into(),
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ts_header: Option<String> = req.header("x-herald-timestamp");
+        let sig_header: Option<String> = req.header("x-herald-signature");
+        let (Some(ts), Some(sig)) = (ts_header, sig_header) else {
+            return Err(ApiError::Unauthorized(
+                "Notifications must carry X-Herald-Timestamp and X-Herald-Signature".into(),
             ));
+        };
+        let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
+            Ok(b) => b.clone(),
+            Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
+        };
+        let ts: i64 =
+            ts.trim().parse().map_err(|_| ApiError::Unauthorized("X-Herald-Timestamp must be unix seconds".into()))?;
+        let expected = sign(&st.notifications_key, ts, &body);
+        let ok = sig.trim().len() == expected.len()
+            && sig.trim().bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        if !ok {
+            return Err(ApiError::Unauthorized("The notification signature does not match".into()));
         }
-    };
-    let id = apply(
-        &st,
-        &PluginNotification {
-            kind,
-            message_id: Some(n.message_id.clone()),
-            provider_message_id: None,
-            permanent: n.permanent.unwrap_or(true),
-            reason: n.reason.clone(),
-        },
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id)))?;
-    Reply::ok(&NotificationOut { success: true, email: id })
+        let now = st.clock.now_ms();
+        if (now / 1000 - ts).abs() > WINDOW_SECS {
+            return Err(ApiError::Unauthorized("The notification timestamp is outside the 5-minute window".into()));
+        }
+        if !st.store.remember_notification(&expected, (ts + WINDOW_SECS) * 1000 + 1, now).await? {
+            return Err(ApiError::Conflict("This notification was already received (replay)".into()));
+        }
+        let n: Notification = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::MalformedBody(format!("Malformed notification: {e}")))?;
+        let kind = match n.kind.as_str() {
+            "delivery" => NotificationKind::Delivery,
+            "bounce" => NotificationKind::Bounce,
+            "complaint" => NotificationKind::Complaint,
+            other => {
+                return Err(ApiError::field(
+                    "type",
+                    "invalid_enum_value",
+                    "type is delivery, bounce or complaint",
+                    other.into(),
+                ));
+            }
+        };
+        let id = apply(
+            &st,
+            &PluginNotification {
+                kind,
+                message_id: Some(n.message_id.clone()),
+                provider_message_id: None,
+                permanent: n.permanent.unwrap_or(true),
+                reason: n.reason.clone(),
+            },
+        )
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id))
+        })?;
+        Reply::ok(&NotificationOut { success: true, email: id })
+    });
+    body.await
 }
 
 /// Applies one notification (decision 18's precedence, the event, and an unsubscribe for hard bounces and
@@ -204,53 +209,56 @@ pub async fn notify_transport(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let transport = transport.into_inner();
-    if st.plugins.transport(&transport).is_none() {
-        return Err(ApiError::not_found(
-            "TRANSPORT_NOT_FOUND",
-            format!("No loaded transport plugin is called {transport}"),
-        ));
-    }
-    let headers: Vec<(String, String)> = req
-        .headers()
-        .iter()
-        .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_string(), v.to_string())))
-        .collect();
-    let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
-        Ok(b) => b.to_vec(),
-        Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
-    };
-    // Plugins keep no state between calls, so the host refuses replays: the same body for the same
-    // transport counts once (a provider's redelivery is answered 200 without applying it again).
-    let digest = {
-        use sha2::Digest;
-        let mut h = Sha256::new();
-        h.update(transport.as_bytes());
-        h.update(b"\0");
-        h.update(&body);
-        format!("{transport}:{}", hex::encode(h.finalize()))
-    };
-    let now = st.clock.now_ms();
-    let parsed = st
-        .plugins
-        .parse_notifications(&transport, headers, body)
-        .await
-        .map_err(|e| ApiError::PluginUnavailable(e.to_string()))?
-        .map_err(|msg| ApiError::Unauthorized(format!("The {transport} plugin refused the notification: {msg}")))?;
-    if !st.store.remember_notification(&digest, now + 24 * 3_600_000, now).await? {
-        return Reply::ok(&PluginNotificationsOut {
-            success: true,
-            received: parsed.len(),
-            emails: vec![],
-            duplicate: true,
-        });
-    }
-    let mut emails = Vec::new();
-    for n in &parsed {
-        if let Some(id) = apply(&st, n).await? {
-            emails.push(id);
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let transport = transport.into_inner();
+        if st.plugins.transport(&transport).is_none() {
+            return Err(ApiError::not_found(
+                "TRANSPORT_NOT_FOUND",
+                format!("No loaded transport plugin is called {transport}"),
+            ));
         }
-    }
-    Reply::ok(&PluginNotificationsOut { success: true, received: parsed.len(), emails, duplicate: false })
+        let headers: Vec<(String, String)> = req
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_string(), v.to_string())))
+            .collect();
+        let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
+            Ok(b) => b.to_vec(),
+            Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
+        };
+        // Plugins keep no state between calls, so the host refuses replays: the same body for the same
+        // transport counts once (a provider's redelivery is answered 200 without applying it again).
+        let digest = {
+            use sha2::Digest;
+            let mut h = Sha256::new();
+            h.update(transport.as_bytes());
+            h.update(b"\0");
+            h.update(&body);
+            format!("{transport}:{}", hex::encode(h.finalize()))
+        };
+        let now = st.clock.now_ms();
+        let parsed = st
+            .plugins
+            .parse_notifications(&transport, headers, body)
+            .await
+            .map_err(|e| ApiError::PluginUnavailable(e.to_string()))?
+            .map_err(|msg| ApiError::Unauthorized(format!("The {transport} plugin refused the notification: {msg}")))?;
+        if !st.store.remember_notification(&digest, now + 24 * 3_600_000, now).await? {
+            return Reply::ok(&PluginNotificationsOut {
+                success: true,
+                received: parsed.len(),
+                emails: vec![],
+                duplicate: true,
+            });
+        }
+        let mut emails = Vec::new();
+        for n in &parsed {
+            if let Some(id) = apply(&st, n).await? {
+                emails.push(id);
+            }
+        }
+        Reply::ok(&PluginNotificationsOut { success: true, received: parsed.len(), emails, duplicate: false })
+    });
+    body.await
 }

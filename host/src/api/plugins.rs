@@ -49,33 +49,36 @@ pub fn router() -> Router {
 /// Lists the plugins of this server.
 #[endpoint(tags("plugins"), security(("session" = []), ("bearer" = [])), responses((status_code = 200, body = PluginsOut)))]
 pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    if req.headers().contains_key(salvo::http::header::AUTHORIZATION) {
-        authenticate(req, &st, KeyRule::AnyKey).await?;
-    } else {
-        session_user(req, &st).await?;
-    }
-    let plugins = st
-        .plugins
-        .list()
-        .into_iter()
-        .map(|p| PluginOut {
-            name: p.name,
-            version: p.version,
-            kind: p.kind,
-            abi_version: p.abi_version,
-            description: p.description,
-            provides: p.provides,
-            status: p.status,
-            error: p.error,
-            loaded_at: p.loaded_at,
-            load_ms: p.load_ms,
-            calls: p.calls,
-            failures: p.failures,
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        if req.headers().contains_key(salvo::http::header::AUTHORIZATION) {
+            authenticate(req, &st, KeyRule::AnyKey).await?;
+        } else {
+            session_user(req, &st).await?;
+        }
+        let plugins = st
+            .plugins
+            .list()
+            .into_iter()
+            .map(|p| PluginOut {
+                name: p.name,
+                version: p.version,
+                kind: p.kind,
+                abi_version: p.abi_version,
+                description: p.description,
+                provides: p.provides,
+                status: p.status,
+                error: p.error,
+                loaded_at: p.loaded_at,
+                load_ms: p.load_ms,
+                calls: p.calls,
+                failures: p.failures,
+            })
+            .collect();
+        Reply::ok(&PluginsOut {
+            supported_abi: crate::plugins::SUPPORTED_ABI.iter().map(|s| s.to_string()).collect(),
+            plugins,
         })
-        .collect();
-    Reply::ok(&PluginsOut {
-        supported_abi: crate::plugins::SUPPORTED_ABI.iter().map(|s| s.to_string()).collect(),
-        plugins,
-    })
+    });
+    body.await
 }

@@ -186,10 +186,13 @@ fn write_of(
 /// Every segment of the project, newest first (a bare array).
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = Vec<SegmentOut>)))]
 pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let list = st.store.list_segments(&ctx.project_id).await?;
-    Reply::ok(&list.iter().map(SegmentOut::from).collect::<Vec<_>>())
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let list = st.store.list_segments(&ctx.project_id).await?;
+        Reply::ok(&list.iter().map(SegmentOut::from).collect::<Vec<_>>())
+    });
+    body.await
 }
 
 /// Creates a segment (201). A DYNAMIC segment needs an object condition (else a bare 400); a STATIC
@@ -201,130 +204,146 @@ pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
     responses((status_code = 201, body = SegmentOut))
 )]
 pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let name = f.text("name", true, 100);
-    let description = f.string("description", false, 0, 500);
-    let kind = f.one_of("type", false, &["DYNAMIC", "STATIC"]).unwrap_or_else(|| "DYNAMIC".into());
-    let track = f.boolean("trackMembership").unwrap_or(false);
-    let dynamic = kind == "DYNAMIC";
-    if dynamic && !matches!(body.get("condition"), Some(Value::Object(_))) && f.errors.is_empty() {
-        return Err(ApiError::BareBadRequest("A dynamic segment needs a condition object".into()));
-    }
-    f.finish()?;
-    let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
-    let condition = if dynamic {
-        let v = body.get("condition").cloned().unwrap_or(Value::Null);
-        let tree = st.segments.check(&ctx.project_id, &v, None).await?;
-        Some((v, tree))
-    } else {
-        None
-    };
-    let id = uuid::Uuid::now_v7().to_string();
-    let now = st.clock.now_ms();
-    st.store.create_segment(&ctx.project_id, &id, &write_of(name, description, &kind, condition, track), now).await?;
-    let s = load(&st, &ctx.project_id, &id).await?;
-    let n = st.segments.refresh(&s, now).await?;
-    let s = Segment { member_count: n, ..s };
-    Reply::created(&SegmentOut::from(&s))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let name = f.text("name", true, 100);
+        let description = f.string("description", false, 0, 500);
+        let kind = f.one_of("type", false, &["DYNAMIC", "STATIC"]).unwrap_or_else(|| "DYNAMIC".into());
+        let track = f.boolean("trackMembership").unwrap_or(false);
+        let dynamic = kind == "DYNAMIC";
+        if dynamic && !matches!(body.get("condition"), Some(Value::Object(_))) && f.errors.is_empty() {
+            return Err(ApiError::BareBadRequest("A dynamic segment needs a condition object".into()));
+        }
+        f.finish()?;
+        let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+        let condition = if dynamic {
+            let v = body.get("condition").cloned().unwrap_or(Value::Null);
+            let tree = st.segments.check(&ctx.project_id, &v, None).await?;
+            Some((v, tree))
+        } else {
+            None
+        };
+        let id = uuid::Uuid::now_v7().to_string();
+        let now = st.clock.now_ms();
+        st.store
+            .create_segment(&ctx.project_id, &id, &write_of(name, description, &kind, condition, track), now)
+            .await?;
+        let s = load(&st, &ctx.project_id, &id).await?;
+        let n = st.segments.refresh(&s, now).await?;
+        let s = Segment { member_count: n, ..s };
+        Reply::created(&SegmentOut::from(&s))
+    });
+    body.await
 }
 
 /// One segment with its cached `memberCount`.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = SegmentOut)))]
 pub async fn get_segment(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-    Reply::ok(&SegmentOut::from(&s))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        Reply::ok(&SegmentOut::from(&s))
+    });
+    body.await
 }
 
 /// Updates name, description, condition (dynamic segments only) and trackMembership. A condition that
 /// references this segment, directly or through others, is refused.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = SegmentBody, responses((status_code = 200, body = SegmentOut)))]
 pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let s = load(&st, &ctx.project_id, &id).await?;
-    let body = json_object(req).await?;
-    let mut f = Fields::new(&body);
-    let name = f.text("name", false, 100);
-    let description = f.string("description", false, 0, 500);
-    let track = f.boolean("trackMembership");
-    if body.contains_key("type") && body.get("type") != Some(&Value::String(s.kind.clone())) {
-        f.error("type", "invalid_enum_value", "the type of a segment cannot change");
-    }
-    f.finish()?;
-    let name = name.unwrap_or_else(|| s.name.clone());
-    let description = if body.contains_key("description") { description } else { s.description.clone() };
-    let track = track.unwrap_or(s.track);
-    let w = match body.get("condition") {
-        None => SegmentWrite {
-            name,
-            description,
-            kind: s.kind.clone(),
-            condition: s.condition.clone(),
-            track,
-            ref_fields: s.ref_fields.clone(),
-            ref_events: s.ref_events.clone(),
-            ref_segments: s.ref_segments.clone(),
-        },
-        Some(Value::Null) if !s.is_dynamic() => write_of(name, description, &s.kind, None, track),
-        Some(_) if !s.is_dynamic() => {
-            return Err(ApiError::BadRequest("A static segment has no condition; manage its members instead".into()));
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let s = load(&st, &ctx.project_id, &id).await?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let name = f.text("name", false, 100);
+        let description = f.string("description", false, 0, 500);
+        let track = f.boolean("trackMembership");
+        if body.contains_key("type") && body.get("type") != Some(&Value::String(s.kind.clone())) {
+            f.error("type", "invalid_enum_value", "the type of a segment cannot change");
         }
-        Some(v @ Value::Object(_)) => {
-            let tree = st.segments.check(&ctx.project_id, v, Some(&id)).await?;
-            write_of(name, description, &s.kind, Some((v.clone(), tree)), track)
+        f.finish()?;
+        let name = name.unwrap_or_else(|| s.name.clone());
+        let description = if body.contains_key("description") { description } else { s.description.clone() };
+        let track = track.unwrap_or(s.track);
+        let w = match body.get("condition") {
+            None => SegmentWrite {
+                name,
+                description,
+                kind: s.kind.clone(),
+                condition: s.condition.clone(),
+                track,
+                ref_fields: s.ref_fields.clone(),
+                ref_events: s.ref_events.clone(),
+                ref_segments: s.ref_segments.clone(),
+            },
+            Some(Value::Null) if !s.is_dynamic() => write_of(name, description, &s.kind, None, track),
+            Some(_) if !s.is_dynamic() => {
+                return Err(ApiError::BadRequest(
+                    "A static segment has no condition; manage its members instead".into(),
+                ));
+            }
+            Some(v @ Value::Object(_)) => {
+                let tree = st.segments.check(&ctx.project_id, v, Some(&id)).await?;
+                write_of(name, description, &s.kind, Some((v.clone(), tree)), track)
+            }
+            Some(_) => return Err(ApiError::BadRequest("condition must be a condition object".into())),
+        };
+        let changed_condition = body.get("condition").is_some();
+        let now = st.clock.now_ms();
+        if !st.store.update_segment(&ctx.project_id, &id, &w, now).await? {
+            return Err(not_found(&id));
         }
-        Some(_) => return Err(ApiError::BadRequest("condition must be a condition object".into())),
-    };
-    let changed_condition = body.get("condition").is_some();
-    let now = st.clock.now_ms();
-    if !st.store.update_segment(&ctx.project_id, &id, &w, now).await? {
-        return Err(not_found(&id));
-    }
-    let mut s = load(&st, &ctx.project_id, &id).await?;
-    if changed_condition {
-        s.member_count = st.segments.refresh(&s, now).await?;
-    }
-    Reply::ok(&SegmentOut::from(&s))
+        let mut s = load(&st, &ctx.project_id, &id).await?;
+        if changed_condition {
+            s.member_count = st.segments.refresh(&s, now).await?;
+        }
+        Reply::ok(&SegmentOut::from(&s))
+    });
+    body.await
 }
 
 /// Deletes a segment and its memberships (204); 409 while another segment's condition or an active
 /// (SCHEDULED or SENDING) campaign's audience references it.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    load(&st, &ctx.project_id, &id).await?;
-    let users = st.store.segments_referencing_segment(&ctx.project_id, &id).await?;
-    if !users.is_empty() {
-        let names: Vec<String> = users.iter().map(|s| format!("{} ({})", s.name, s.id)).collect();
-        return Err(ApiError::Conflict(format!("Segment {id} is referenced by segment {}", names.join(", "))));
-    }
-    let campaigns: Vec<String> = st
-        .store
-        .active_campaigns(&ctx.project_id)
-        .await?
-        .iter()
-        .filter(|c| c.uses_segment(&id))
-        .map(|c| format!("{} ({})", c.name, c.id))
-        .collect();
-    if !campaigns.is_empty() {
-        return Err(ApiError::Conflict(format!(
-            "Segment {id} is the audience of active campaign {}",
-            campaigns.join(", ")
-        )));
-    }
-    if !st.store.delete_segment(&ctx.project_id, &id).await? {
-        return Err(not_found(&id));
-    }
-    res.status_code(StatusCode::NO_CONTENT);
-    Ok(())
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        load(&st, &ctx.project_id, &id).await?;
+        let users = st.store.segments_referencing_segment(&ctx.project_id, &id).await?;
+        if !users.is_empty() {
+            let names: Vec<String> = users.iter().map(|s| format!("{} ({})", s.name, s.id)).collect();
+            return Err(ApiError::Conflict(format!("Segment {id} is referenced by segment {}", names.join(", "))));
+        }
+        let campaigns: Vec<String> = st
+            .store
+            .active_campaigns(&ctx.project_id)
+            .await?
+            .iter()
+            .filter(|c| c.uses_segment(&id))
+            .map(|c| format!("{} ({})", c.name, c.id))
+            .collect();
+        if !campaigns.is_empty() {
+            return Err(ApiError::Conflict(format!(
+                "Segment {id} is the audience of active campaign {}",
+                campaigns.join(", ")
+            )));
+        }
+        if !st.store.delete_segment(&ctx.project_id, &id).await? {
+            return Err(not_found(&id));
+        }
+        res.status_code(StatusCode::NO_CONTENT);
+        Ok(())
+    });
+    body.await
 }
 
 fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> {
@@ -348,21 +367,24 @@ fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> 
     responses((status_code = 200, body = SegmentContactsOut))
 )]
 pub async fn segment_contacts(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-    let page = page_param(req, "page", 1)?.max(1) as usize;
-    let page_size = page_param(req, "pageSize", 20)?.clamp(1, 100) as usize;
-    let (rows, total) =
-        st.segments.contacts(&s, (page - 1).saturating_mul(page_size), page_size, st.clock.now_ms()).await?;
-    let total_pages = (total + page_size as i64 - 1) / page_size as i64;
-    Reply::ok(&SegmentContactsOut {
-        data: rows.iter().map(ContactOut::from).collect(),
-        total,
-        page,
-        page_size,
-        total_pages,
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        let page = page_param(req, "page", 1)?.max(1) as usize;
+        let page_size = page_param(req, "pageSize", 20)?.clamp(1, 100) as usize;
+        let (rows, total) =
+            st.segments.contacts(&s, (page - 1).saturating_mul(page_size), page_size, st.clock.now_ms()).await?;
+        let total_pages = (total + page_size as i64 - 1) / page_size as i64;
+        Reply::ok(&SegmentContactsOut {
+            data: rows.iter().map(ContactOut::from).collect(),
+            total,
+            page,
+            page_size,
+            total_pages,
+        })
+    });
+    body.await
 }
 
 /// The `emails` of a members body, checked and normalised (in order, without repeats).
@@ -428,116 +450,128 @@ fn member_event(s: &Segment, entry: bool) -> Option<(String, Value)> {
 /// `subscribed`, default true), otherwise they are reported in `notFound`.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
 pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-    static_only(&s)?;
-    let body = json_object(req).await?;
-    let emails = emails_of(&body)?;
-    let mut f = Fields::new(&body);
-    let create_missing = f.boolean("createMissing").unwrap_or(false);
-    let subscribed = f.boolean("subscribed");
-    f.finish()?;
-    let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
-    let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
-    let mut ids = Vec::new();
-    let (mut not_found, mut created) = (Vec::new(), Vec::new());
-    for (orig, norm) in &emails {
-        if let Some(c) = found.iter().find(|c| &c.email == norm) {
-            ids.push((orig.clone(), c.id.clone()));
-        } else if create_missing {
-            let up = upsert(
-                &st.store,
-                &st.clock,
-                &ctx.project_id,
-                &Upsert {
-                    email: norm.clone(),
-                    subscribed,
-                    default_subscribed: true,
-                    patch: DataPatch::default(),
-                    event: None,
-                },
-            )
-            .await?;
-            created.push(orig.clone());
-            ids.push((orig.clone(), up.contact.id));
-        } else {
-            not_found.push(orig.clone());
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        static_only(&s)?;
+        let body = json_object(req).await?;
+        let emails = emails_of(&body)?;
+        let mut f = Fields::new(&body);
+        let create_missing = f.boolean("createMissing").unwrap_or(false);
+        let subscribed = f.boolean("subscribed");
+        f.finish()?;
+        let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
+        let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
+        let mut ids = Vec::new();
+        let (mut not_found, mut created) = (Vec::new(), Vec::new());
+        for (orig, norm) in &emails {
+            if let Some(c) = found.iter().find(|c| &c.email == norm) {
+                ids.push((orig.clone(), c.id.clone()));
+            } else if create_missing {
+                let up = upsert(
+                    &st.store,
+                    &st.clock,
+                    &ctx.project_id,
+                    &Upsert {
+                        email: norm.clone(),
+                        subscribed,
+                        default_subscribed: true,
+                        patch: DataPatch::default(),
+                        event: None,
+                    },
+                )
+                .await?;
+                created.push(orig.clone());
+                ids.push((orig.clone(), up.contact.id));
+            } else {
+                not_found.push(orig.clone());
+            }
         }
-    }
-    let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
-    let ev = member_event(&s, true);
-    let now = st.clock.now_ms();
-    let added = st
-        .store
-        .add_members(&ctx.project_id, &s.id, &contact_ids, ev.as_ref().map(|(n, d)| (n.as_str(), d)), now)
-        .await?;
-    let unchanged = ids.iter().filter(|(_, c)| !added.contains(c)).map(|(o, _)| o.clone()).collect();
-    let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
-    Reply::ok(&MembersOut { changed: added.len(), unchanged, not_found, created, member_count })
+        let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
+        let ev = member_event(&s, true);
+        let now = st.clock.now_ms();
+        let added = st
+            .store
+            .add_members(&ctx.project_id, &s.id, &contact_ids, ev.as_ref().map(|(n, d)| (n.as_str(), d)), now)
+            .await?;
+        let unchanged = ids.iter().filter(|(_, c)| !added.contains(c)).map(|(o, _)| o.clone()).collect();
+        let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
+        Reply::ok(&MembersOut { changed: added.len(), unchanged, not_found, created, member_count })
+    });
+    body.await
 }
 
 /// Removes contacts from a static segment by email.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
 pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-    static_only(&s)?;
-    let body = json_object(req).await?;
-    let emails = emails_of(&body)?;
-    let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
-    let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
-    let mut ids = Vec::new();
-    let mut not_found = Vec::new();
-    for (orig, norm) in &emails {
-        match found.iter().find(|c| &c.email == norm) {
-            Some(c) => ids.push((orig.clone(), c.id.clone())),
-            None => not_found.push(orig.clone()),
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        static_only(&s)?;
+        let body = json_object(req).await?;
+        let emails = emails_of(&body)?;
+        let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
+        let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
+        let mut ids = Vec::new();
+        let mut not_found = Vec::new();
+        for (orig, norm) in &emails {
+            match found.iter().find(|c| &c.email == norm) {
+                Some(c) => ids.push((orig.clone(), c.id.clone())),
+                None => not_found.push(orig.clone()),
+            }
         }
-    }
-    let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
-    let ev = member_event(&s, false);
-    let removed = st
-        .store
-        .remove_members(
-            &ctx.project_id,
-            &s.id,
-            &contact_ids,
-            ev.as_ref().map(|(n, d)| (n.as_str(), d)),
-            st.clock.now_ms(),
-        )
-        .await?;
-    let unchanged = ids.iter().filter(|(_, c)| !removed.contains(c)).map(|(o, _)| o.clone()).collect();
-    let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
-    Reply::ok(&MembersOut { changed: removed.len(), unchanged, not_found, created: vec![], member_count })
+        let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
+        let ev = member_event(&s, false);
+        let removed = st
+            .store
+            .remove_members(
+                &ctx.project_id,
+                &s.id,
+                &contact_ids,
+                ev.as_ref().map(|(n, d)| (n.as_str(), d)),
+                st.clock.now_ms(),
+            )
+            .await?;
+        let unchanged = ids.iter().filter(|(_, c)| !removed.contains(c)).map(|(o, _)| o.clone()).collect();
+        let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
+        Reply::ok(&MembersOut { changed: removed.len(), unchanged, not_found, created: vec![], member_count })
+    });
+    body.await
 }
 
 /// Recomputes a tracked dynamic segment's membership and emits `segment.<slug>.entry` / `.exit` for each
 /// change (exactly once); other segments are only recounted.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = ComputeOut)))]
 pub async fn compute(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-    let now = st.clock.now_ms();
-    let d = st.segments.compute(&s, now).await?;
-    Reply::ok(&ComputeOut {
-        id: s.id,
-        member_count: d.count,
-        entered: d.entered,
-        exited: d.exited,
-        computed_at: rfc3339(now),
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        let now = st.clock.now_ms();
+        let d = st.segments.compute(&s, now).await?;
+        Reply::ok(&ComputeOut {
+            id: s.id,
+            member_count: d.count,
+            entered: d.entered,
+            exited: d.exited,
+            computed_at: rfc3339(now),
+        })
+    });
+    body.await
 }
 
 /// Recounts `memberCount` only: no events, no membership writes.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = RefreshOut)))]
 pub async fn refresh(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-    let now = st.clock.now_ms();
-    let n = st.segments.refresh(&s, now).await?;
-    Reply::ok(&RefreshOut { id: s.id, member_count: n, refreshed_at: rfc3339(now) })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        let now = st.clock.now_ms();
+        let n = st.segments.refresh(&s, now).await?;
+        Reply::ok(&RefreshOut { id: s.id, member_count: n, refreshed_at: rfc3339(now) })
+    });
+    body.await
 }

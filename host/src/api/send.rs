@@ -313,165 +313,171 @@ fn attachments(errors: &mut Vec<FieldError>, v: Option<&Value>) -> (Vec<StoredAt
     responses((status_code = 200, body = SendOut))
 )]
 pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let key = idempotency::key(req)?;
-    let body = json_object(req).await?;
-    idempotency::run(&st, &ctx.project_id, key, "POST /v1/send", || async {
-        let mut errors: Vec<FieldError> = Vec::new();
-        // Recipients.
-        let mut recipients = Vec::new();
-        match body.get("to") {
-            None | Some(Value::Null) => errors.push(FieldError::new("to", "required", "to is required", Value::Null)),
-            Some(Value::Array(a)) if a.is_empty() => {
-                errors.push(FieldError::new("to", "too_small", "at least one recipient", json!([])))
-            }
-            Some(Value::Array(a)) if a.len() > MAX_RECIPIENTS => errors.push(FieldError::new(
-                "to",
-                "too_big",
-                format!("at most {MAX_RECIPIENTS} recipients per call"),
-                json!(a.len()),
-            )),
-            Some(Value::Array(a)) => {
-                for (i, v) in a.iter().enumerate() {
-                    if let Some(r) = address(&mut errors, &format!("to.{i}"), v) {
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let key = idempotency::key(req)?;
+        let body = json_object(req).await?;
+        idempotency::run(&st, &ctx.project_id, key, "POST /v1/send", || async {
+            let mut errors: Vec<FieldError> = Vec::new();
+            // Recipients.
+            let mut recipients = Vec::new();
+            match body.get("to") {
+                None | Some(Value::Null) => {
+                    errors.push(FieldError::new("to", "required", "to is required", Value::Null))
+                }
+                Some(Value::Array(a)) if a.is_empty() => {
+                    errors.push(FieldError::new("to", "too_small", "at least one recipient", json!([])))
+                }
+                Some(Value::Array(a)) if a.len() > MAX_RECIPIENTS => errors.push(FieldError::new(
+                    "to",
+                    "too_big",
+                    format!("at most {MAX_RECIPIENTS} recipients per call"),
+                    json!(a.len()),
+                )),
+                Some(Value::Array(a)) => {
+                    for (i, v) in a.iter().enumerate() {
+                        if let Some(r) = address(&mut errors, &format!("to.{i}"), v) {
+                            recipients.push(r);
+                        }
+                    }
+                }
+                Some(v) => {
+                    if let Some(r) = address(&mut errors, "to", v) {
                         recipients.push(r);
                     }
                 }
             }
-            Some(v) => {
-                if let Some(r) = address(&mut errors, "to", v) {
-                    recipients.push(r);
+            let from = match body.get("from") {
+                None | Some(Value::Null) => None,
+                Some(v) => address(&mut errors, "from", v),
+            };
+            let hdrs = headers(&mut errors, body.get("headers"));
+            let (atts, att_bytes) = attachments(&mut errors, body.get("attachments"));
+            let mut f = Fields::new(&body);
+            let template_id = f.string("template", false, 1, 100);
+            let subject = f.string("subject", false, 1, 998);
+            if subject.as_deref().is_some_and(|s| s.contains(['\r', '\n'])) {
+                f.error("subject", "invalid_string", "subject must not contain line breaks");
+            }
+            let html = f.string("body", false, 1, MAX_MESSAGE_BYTES);
+            let legacy_name = f.string("name", false, 0, 200);
+            let reply = f.email("reply", false);
+            let subscribed = f.boolean("subscribed");
+            let patch = data_patch(&mut f, &body, true);
+            if template_id.is_none() {
+                if subject.is_none() && body.get("subject").is_none() {
+                    f.error("subject", "required", "subject is required without a template");
+                }
+                if html.is_none() && body.get("body").is_none() {
+                    f.error("body", "required", "body is required without a template");
                 }
             }
-        }
-        let from = match body.get("from") {
-            None | Some(Value::Null) => None,
-            Some(v) => address(&mut errors, "from", v),
-        };
-        let hdrs = headers(&mut errors, body.get("headers"));
-        let (atts, att_bytes) = attachments(&mut errors, body.get("attachments"));
-        let mut f = Fields::new(&body);
-        let template_id = f.string("template", false, 1, 100);
-        let subject = f.string("subject", false, 1, 998);
-        if subject.as_deref().is_some_and(|s| s.contains(['\r', '\n'])) {
-            f.error("subject", "invalid_string", "subject must not contain line breaks");
-        }
-        let html = f.string("body", false, 1, MAX_MESSAGE_BYTES);
-        let legacy_name = f.string("name", false, 0, 200);
-        let reply = f.email("reply", false);
-        let subscribed = f.boolean("subscribed");
-        let patch = data_patch(&mut f, &body, true);
-        if template_id.is_none() {
-            if subject.is_none() && body.get("subject").is_none() {
-                f.error("subject", "required", "subject is required without a template");
+            errors.extend(f.errors);
+            if !errors.is_empty() {
+                return Err(ApiError::Validation(errors));
             }
-            if html.is_none() && body.get("body").is_none() {
-                f.error("body", "required", "body is required without a template");
-            }
-        }
-        errors.extend(f.errors);
-        if !errors.is_empty() {
-            return Err(ApiError::Validation(errors));
-        }
-        let template = match &template_id {
-            Some(id) => Some(
-                st.store
-                    .template(&ctx.project_id, id)
-                    .await?
-                    .ok_or_else(|| ApiError::not_found("TEMPLATE_NOT_FOUND", format!("Template {id} not found")))?,
-            ),
-            None => None,
-        };
-        let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
-        let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
-        for (field, src) in [("subject", &subject_src), ("body", &html_src)] {
-            if let Err(issue) = st.templates.check(src) {
-                return Err(ApiError::field(
-                    field,
-                    "invalid_template",
-                    &format!("{field} is not a valid template: {issue}"),
-                    Value::Null,
-                ));
-            }
-        }
-        if subject_src.len() + html_src.len() + att_bytes > MAX_MESSAGE_BYTES {
-            return Err(ApiError::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
-        }
-        let (from_email, from_name) = match (&from, &template) {
-            (Some((e, n)), _) => (e.clone(), n.clone()),
-            (None, Some(t)) => (t.from.clone(), None),
-            (None, None) => {
-                return Err(ApiError::field(
-                    "from",
-                    "required",
-                    "from is required without a template that has one",
-                    Value::Null,
-                ));
-            }
-        };
-        let project_row = st.store.project_cached(&ctx.project_id).await?;
-        let tracking_mode = project_row.as_ref().and_then(|p| p.tracking.clone());
-        let from_name = from_name
-            .or(legacy_name.filter(|n| !n.trim().is_empty()))
-            .or_else(|| template.as_ref().and_then(|t| t.from_name.clone()))
-            .or_else(|| project_row.as_ref().map(|p| p.name.clone()));
-        let reply_to = reply.or_else(|| template.as_ref().and_then(|t| t.reply_to.clone()));
-        let kind = template.as_ref().map(|t| t.kind.clone()).unwrap_or_else(|| "TRANSACTIONAL".into());
-        super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
-
-        // Marketing mail never goes to an unsubscribed contact (decision 17): check all before any write.
-        if kind == "MARKETING" {
-            for (email, _) in &recipients {
-                let current = st.store.contact_by_email(&ctx.project_id, email).await?.map(|c| c.subscribed);
-                let effective = subscribed.or(current).unwrap_or(false);
-                if !effective {
-                    return Err(ApiError::BadRequest(format!(
-                        "{email} is not subscribed: marketing email is only sent to subscribed contacts"
-                    )));
+            let template =
+                match &template_id {
+                    Some(id) => Some(st.store.template(&ctx.project_id, id).await?.ok_or_else(|| {
+                        ApiError::not_found("TEMPLATE_NOT_FOUND", format!("Template {id} not found"))
+                    })?),
+                    None => None,
+                };
+            let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
+            let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
+            for (field, src) in [("subject", &subject_src), ("body", &html_src)] {
+                if let Err(issue) = st.templates.check(src) {
+                    return Err(ApiError::field(
+                        field,
+                        "invalid_template",
+                        &format!("{field} is not a valid template: {issue}"),
+                        Value::Null,
+                    ));
                 }
             }
-        }
+            if subject_src.len() + html_src.len() + att_bytes > MAX_MESSAGE_BYTES {
+                return Err(ApiError::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
+            }
+            let (from_email, from_name) = match (&from, &template) {
+                (Some((e, n)), _) => (e.clone(), n.clone()),
+                (None, Some(t)) => (t.from.clone(), None),
+                (None, None) => {
+                    return Err(ApiError::field(
+                        "from",
+                        "required",
+                        "from is required without a template that has one",
+                        Value::Null,
+                    ));
+                }
+            };
+            let project_row = st.store.project_cached(&ctx.project_id).await?;
+            let tracking_mode = project_row.as_ref().and_then(|p| p.tracking.clone());
+            let from_name = from_name
+                .or(legacy_name.filter(|n| !n.trim().is_empty()))
+                .or_else(|| template.as_ref().and_then(|t| t.from_name.clone()))
+                .or_else(|| project_row.as_ref().map(|p| p.name.clone()));
+            let reply_to = reply.or_else(|| template.as_ref().and_then(|t| t.reply_to.clone()));
+            let kind = template.as_ref().map(|t| t.kind.clone()).unwrap_or_else(|| "TRANSACTIONAL".into());
+            super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
 
-        let now = st.clock.now_ms();
-        let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
-        let prepare = |src: &str, mode: Mode| {
-            st.composer
-                .templates
-                .prepare(src, mode)
-                .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
-        };
-        let request = SendRequest {
-            project: ctx.project_id.clone(),
-            recipients,
-            subscribed,
-            request_vars: patch.request_values().into_iter().collect(),
-            patch,
-            from: from_email,
-            from_name,
-            reply_to,
-            subject: prepare(&subject_src, Mode::Text)?,
-            html: prepare(&html_src, Mode::Html)?,
-            track: tracked(tracking_mode.as_deref(), &kind),
-            priority: if kind == "MARKETING" { 10 } else { 100 },
-            kind,
-            template: template.as_ref().map(|t| t.id.clone()),
-            headers: hdrs,
-            attachments: atts_json,
-        };
-        let out: Vec<SentEmail> = st
-            .accepter
-            .submit(request)
-            .await
-            .map_err(|e| match e {
-                AcceptError::Render(issue) => ApiError::BadRequest(format!("cannot render the template: {issue}")),
-                AcceptError::Store(e) => e.into(),
-            })?
-            .into_iter()
-            .map(|a| SentEmail { contact: SentContact { id: a.contact_id, email: a.contact_email }, email: a.email })
-            .collect();
-        st.job_wake.notify_one();
-        Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
-    })
-    .await
+            // Marketing mail never goes to an unsubscribed contact (decision 17): check all before any write.
+            if kind == "MARKETING" {
+                for (email, _) in &recipients {
+                    let current = st.store.contact_by_email(&ctx.project_id, email).await?.map(|c| c.subscribed);
+                    let effective = subscribed.or(current).unwrap_or(false);
+                    if !effective {
+                        return Err(ApiError::BadRequest(format!(
+                            "{email} is not subscribed: marketing email is only sent to subscribed contacts"
+                        )));
+                    }
+                }
+            }
+
+            let now = st.clock.now_ms();
+            let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
+            let prepare = |src: &str, mode: Mode| {
+                st.composer
+                    .templates
+                    .prepare(src, mode)
+                    .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
+            };
+            let request = SendRequest {
+                project: ctx.project_id.clone(),
+                recipients,
+                subscribed,
+                request_vars: patch.request_values().into_iter().collect(),
+                patch,
+                from: from_email,
+                from_name,
+                reply_to,
+                subject: prepare(&subject_src, Mode::Text)?,
+                html: prepare(&html_src, Mode::Html)?,
+                track: tracked(tracking_mode.as_deref(), &kind),
+                priority: if kind == "MARKETING" { 10 } else { 100 },
+                kind,
+                template: template.as_ref().map(|t| t.id.clone()),
+                headers: hdrs,
+                attachments: atts_json,
+            };
+            let out: Vec<SentEmail> = st
+                .accepter
+                .submit(request)
+                .await
+                .map_err(|e| match e {
+                    AcceptError::Render(issue) => ApiError::BadRequest(format!("cannot render the template: {issue}")),
+                    AcceptError::Store(e) => e.into(),
+                })?
+                .into_iter()
+                .map(|a| SentEmail {
+                    contact: SentContact { id: a.contact_id, email: a.contact_email },
+                    email: a.email,
+                })
+                .collect();
+            st.job_wake.notify_one();
+            Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
+        })
+        .await
+    });
+    body.await
 }

@@ -47,44 +47,53 @@ pub fn router() -> Router {
 /// Liveness and database reachability: 200 when the database answers, 503 otherwise.
 #[endpoint(tags("system"), responses((status_code = 200, body = HealthOut), (status_code = 503, body = HealthOut)))]
 pub async fn health(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let db_ok = st.store.health().await.is_ok();
-    let out = HealthOut {
-        status: if db_ok { "ok" } else { "unavailable" }.into(),
-        database: if db_ok { "reachable" } else { "unreachable" }.into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-    };
-    Reply::with(if db_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, &out)
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let db_ok = st.store.health().await.is_ok();
+        let out = HealthOut {
+            status: if db_ok { "ok" } else { "unavailable" }.into(),
+            database: if db_ok { "reachable" } else { "unreachable" }.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        };
+        Reply::with(if db_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, &out)
+    });
+    body.await
 }
 
 /// Public configuration: version and feature flags of the integrations that are on.
 #[endpoint(tags("system"), responses((status_code = 200, body = ConfigOut)))]
 pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    Reply::ok(&ConfigOut {
-        version: env!("CARGO_PKG_VERSION").into(),
-        features: Features {
-            signups: !st.config.disable_signups,
-            rate_limit: st.limiter.enabled(),
-            billing: false,
-            plugins: true,
-            smtp: st.config.smtp_url.is_some(),
-        },
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        Reply::ok(&ConfigOut {
+            version: env!("CARGO_PKG_VERSION").into(),
+            features: Features {
+                signups: !st.config.disable_signups,
+                rate_limit: st.limiter.enabled(),
+                billing: false,
+                plugins: true,
+                smtp: st.config.smtp_url.is_some(),
+            },
+        })
+    });
+    body.await
 }
 
 /// Prometheus metrics: requests by route and status, latency histogram, jobs by state (counted at most
 /// every two seconds).
 #[endpoint(tags("system"), responses((status_code = 200, description = "Prometheus text format")))]
 pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    let counts = st.store.job_counts_cached().await.unwrap_or_default();
-    res.headers_mut().insert(
-        salvo::http::header::CONTENT_TYPE,
-        salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
-    let mut body = crate::metrics::render(&counts);
-    body.push_str(&st.plugins.render_metrics());
-    res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(())
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let counts = st.store.job_counts_cached().await.unwrap_or_default();
+        res.headers_mut().insert(
+            salvo::http::header::CONTENT_TYPE,
+            salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        let mut body = crate::metrics::render(&counts);
+        body.push_str(&st.plugins.render_metrics());
+        res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(())
+    });
+    body.await
 }

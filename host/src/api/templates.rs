@@ -169,32 +169,35 @@ fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow
 /// Creates a template. Missing `from`: the bare 400 of spec §7; an unverified sender domain: 403.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut)))]
 pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let body = json_object(req).await?;
-    if body.get("from").is_none_or(Value::is_null) {
-        return Err(ApiError::BareBadRequest("from is required".into()));
-    }
-    let now = st.clock.now_ms();
-    let mut t = TemplateRow {
-        id: uuid::Uuid::now_v7().to_string(),
-        name: String::new(),
-        description: None,
-        subject: String::new(),
-        body: String::new(),
-        from: String::new(),
-        from_name: None,
-        reply_to: None,
-        kind: "MARKETING".into(),
-        created_at: now,
-        updated_at: now,
-    };
-    let mut f = Fields::new(&body);
-    read_fields(&mut f, &body, &mut t, true, &st.templates);
-    f.finish()?;
-    super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
-    st.store.save_template(&ctx.project_id, &t).await?;
-    Reply::created(&TemplateOut::new(&t, &ctx.project_id))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let body = json_object(req).await?;
+        if body.get("from").is_none_or(Value::is_null) {
+            return Err(ApiError::BareBadRequest("from is required".into()));
+        }
+        let now = st.clock.now_ms();
+        let mut t = TemplateRow {
+            id: uuid::Uuid::now_v7().to_string(),
+            name: String::new(),
+            description: None,
+            subject: String::new(),
+            body: String::new(),
+            from: String::new(),
+            from_name: None,
+            reply_to: None,
+            kind: "MARKETING".into(),
+            created_at: now,
+            updated_at: now,
+        };
+        let mut f = Fields::new(&body);
+        read_fields(&mut f, &body, &mut t, true, &st.templates);
+        f.finish()?;
+        super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
+        st.store.save_template(&ctx.project_id, &t).await?;
+        Reply::created(&TemplateOut::new(&t, &ctx.project_id))
+    });
+    body.await
 }
 
 /// Lists templates: `page`, `pageSize` (1 to 100), `type`, `search` (name, description, subject),
@@ -213,101 +216,119 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = TemplatePage))
 )]
 pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let paging = OffsetPage::from(req)?;
-    let kind = query_str(req, "type");
-    if let Some(k) = &kind
-        && !TYPES.contains(&k.as_str())
-    {
-        return Err(ApiError::BadRequest(format!("type must be one of {}, got {k:?}", TYPES.join(", "))));
-    }
-    let (sort, ascending) = sort_and_dir(req);
-    let q = TemplateQuery {
-        kind,
-        search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
-        sort,
-        ascending,
-        offset: paging.offset(),
-        limit: paging.page_size,
-    };
-    let (rows, total) = st.store.list_templates(&ctx.project_id, &q).await?;
-    let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
-    Reply::ok(&TemplatePage {
-        data: rows.iter().map(|t| TemplateOut::new(t, &ctx.project_id)).collect(),
-        total,
-        page,
-        page_size,
-        total_pages,
-    })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let paging = OffsetPage::from(req)?;
+        let kind = query_str(req, "type");
+        if let Some(k) = &kind
+            && !TYPES.contains(&k.as_str())
+        {
+            return Err(ApiError::BadRequest(format!("type must be one of {}, got {k:?}", TYPES.join(", "))));
+        }
+        let (sort, ascending) = sort_and_dir(req);
+        let q = TemplateQuery {
+            kind,
+            search: query_str(req, "search").map(|s| s.trim().to_lowercase()).filter(|s| !s.is_empty()),
+            sort,
+            ascending,
+            offset: paging.offset(),
+            limit: paging.page_size,
+        };
+        let (rows, total) = st.store.list_templates(&ctx.project_id, &q).await?;
+        let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
+        Reply::ok(&TemplatePage {
+            data: rows.iter().map(|t| TemplateOut::new(t, &ctx.project_id)).collect(),
+            total,
+            page,
+            page_size,
+            total_pages,
+        })
+    });
+    body.await
 }
 
 /// One template.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = TemplateOut)))]
 pub async fn get_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-    Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
+    });
+    body.await
 }
 
 /// Updates a template; the same checks as on create apply to the fields given.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 200, body = TemplateOut)))]
 pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let body = json_object(req).await?;
-    let mut t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-    let before_from = t.from.clone();
-    let mut f = Fields::new(&body);
-    read_fields(&mut f, &body, &mut t, false, &st.templates);
-    f.finish()?;
-    if t.from != before_from {
-        super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
-    }
-    t.updated_at = st.clock.now_ms();
-    st.store.save_template(&ctx.project_id, &t).await?;
-    Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let body = json_object(req).await?;
+        let mut t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        let before_from = t.from.clone();
+        let mut f = Fields::new(&body);
+        read_fields(&mut f, &body, &mut t, false, &st.templates);
+        f.finish()?;
+        if t.from != before_from {
+            super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
+        }
+        t.updated_at = st.clock.now_ms();
+        st.store.save_template(&ctx.project_id, &t).await?;
+        Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
+    });
+    body.await
 }
 
 /// Deletes a template: 204.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_template(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    if !st.store.delete_template(&ctx.project_id, &id).await? {
-        return Err(not_found(&id));
-    }
-    res.status_code(StatusCode::NO_CONTENT);
-    Ok(())
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        if !st.store.delete_template(&ctx.project_id, &id).await? {
+            return Err(not_found(&id));
+        }
+        res.status_code(StatusCode::NO_CONTENT);
+        Ok(())
+    });
+    body.await
 }
 
 /// Copies a template as `<name> (Copy)` and answers the new template.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 201, body = TemplateOut)))]
 pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-    let now = st.clock.now_ms();
-    let mut name = format!("{} (Copy)", t.name);
-    if name.chars().count() > 200 {
-        name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
-    }
-    let copy = TemplateRow { id: uuid::Uuid::now_v7().to_string(), name, created_at: now, updated_at: now, ..t };
-    st.store.save_template(&ctx.project_id, &copy).await?;
-    Reply::created(&TemplateOut::new(&copy, &ctx.project_id))
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        let now = st.clock.now_ms();
+        let mut name = format!("{} (Copy)", t.name);
+        if name.chars().count() > 200 {
+            name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
+        }
+        let copy = TemplateRow { id: uuid::Uuid::now_v7().to_string(), name, created_at: now, updated_at: now, ..t };
+        st.store.save_template(&ctx.project_id, &copy).await?;
+        Reply::created(&TemplateOut::new(&copy, &ctx.project_id))
+    });
+    body.await
 }
 
 /// Campaigns and workflow steps that use the template (none until those exist).
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = UsageOut)))]
 pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let ctx = project(depot)?;
-    let id = id.into_inner();
-    st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-    Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![] })
+    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![] })
+    });
+    body.await
 }

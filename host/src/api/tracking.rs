@@ -57,30 +57,36 @@ fn claim(st: &AppState, token: &str) -> Option<Claim> {
 /// The tracking pixel: always the GIF; an open is recorded for a valid token.
 #[handler]
 pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    if let Some(c) = claim(&st, &token.into_inner()) {
-        record(&st, &c, false).await?;
-    }
-    res.headers_mut().insert(salvo::http::header::CONTENT_TYPE, salvo::http::HeaderValue::from_static("image/gif"));
-    res.headers_mut().insert(salvo::http::header::CACHE_CONTROL, salvo::http::HeaderValue::from_static("no-store"));
-    res.write_body(GIF.to_vec()).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok(())
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        if let Some(c) = claim(&st, &token.into_inner()) {
+            record(&st, &c, false).await?;
+        }
+        res.headers_mut().insert(salvo::http::header::CONTENT_TYPE, salvo::http::HeaderValue::from_static("image/gif"));
+        res.headers_mut().insert(salvo::http::header::CACHE_CONTROL, salvo::http::HeaderValue::from_static("no-store"));
+        res.write_body(GIF.to_vec()).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(())
+    });
+    body.await
 }
 
 /// A tracked link: records the click and redirects to the signed link; an invalid token is 404.
 #[handler]
 pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let st = state(depot)?;
-    let Some(c) = claim(&st, &token.into_inner()) else {
-        return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
-    };
-    let Some(url) = c.u.clone().filter(|u| u.starts_with("http://") || u.starts_with("https://")) else {
-        return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
-    };
-    record(&st, &c, true).await?;
-    res.status_code(StatusCode::FOUND);
-    let loc = salvo::http::HeaderValue::from_str(&url)
-        .map_err(|_| ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"))?;
-    res.headers_mut().insert(salvo::http::header::LOCATION, loc);
-    Ok(())
+    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let Some(c) = claim(&st, &token.into_inner()) else {
+            return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
+        };
+        let Some(url) = c.u.clone().filter(|u| u.starts_with("http://") || u.starts_with("https://")) else {
+            return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
+        };
+        record(&st, &c, true).await?;
+        res.status_code(StatusCode::FOUND);
+        let loc = salvo::http::HeaderValue::from_str(&url)
+            .map_err(|_| ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"))?;
+        res.headers_mut().insert(salvo::http::header::LOCATION, loc);
+        Ok(())
+    });
+    body.await
 }
