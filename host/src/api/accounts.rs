@@ -142,28 +142,28 @@ pub fn router() -> Router {
 /// The logged-in user.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UserOut)))]
 pub async fn me(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
         Box::pin(async move { Reply::ok(&UserOut::from(&user(depot)?)) });
-    body.await
+    fut.await
 }
 
 /// Projects the user belongs to, newest membership first, with the user's role.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = Vec<ProjectOut>)))]
 pub async fn list_projects(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let list = st.store.projects_of_user(&u.id).await?;
         let out: Vec<ProjectOut> = list.iter().map(|p| ProjectOut::new(&p.project, Some(p.role), None)).collect();
         Reply::ok(&out)
     });
-    body.await
+    fut.await
 }
 
 /// Creates a project with the user as OWNER; the answer carries the new key pair, shown only now.
 #[endpoint(tags("account"), security(("session" = [])), request_body = ProjectBody, responses((status_code = 201, body = ProjectOut)))]
 pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let body = json_object(req).await?;
@@ -174,7 +174,7 @@ pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let (project, keys) = new_project(&st, &name, Some(&u.id)).await?;
         Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
     });
-    body.await
+    fut.await
 }
 
 /// Creates a project and its keys (used by the API and by `herald project create`).
@@ -213,7 +213,7 @@ fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
 /// Changes a project's name, tracking mode or delivery transport (OWNER or ADMIN).
 #[endpoint(tags("account"), security(("session" = [])), request_body = ProjectPatchBody, responses((status_code = 200, body = ProjectOut)))]
 pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -258,7 +258,7 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
         .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
         Reply::ok(&ProjectOut::new(&project, Some(role), None))
     });
-    body.await
+    fut.await
 }
 
 /// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
@@ -275,7 +275,7 @@ fn available_transports(st: &crate::state::AppState) -> Vec<String> {
 /// Deletes a project and its data (OWNER only). Its keys stop working at once.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = DeletedOut)))]
 pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -285,13 +285,13 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
         st.store.bump_keys_epoch().await?;
         Reply::ok(&DeletedOut { success: true })
     });
-    body.await
+    fut.await
 }
 
 /// Replaces both keys (OWNER or ADMIN). The old pair stops working immediately, with no grace period.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = ProjectOut)))]
 pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -313,13 +313,13 @@ pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result
             project.ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
         Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
     });
-    body.await
+    fut.await
 }
 
 /// Members of a project (any member may list them).
 #[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = Vec<MemberOut>)))]
 pub async fn list_members(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -327,7 +327,7 @@ pub async fn list_members(id: PathParam<String>, depot: &mut Depot) -> Result<Re
         let members = st.store.members(&id).await?;
         Reply::ok(&members.iter().map(MemberOut::from).collect::<Vec<_>>())
     });
-    body.await
+    fut.await
 }
 
 fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
@@ -337,7 +337,7 @@ fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
 /// Adds an existing Herald user to the project (OWNER or ADMIN; only an OWNER grants OWNER).
 #[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 201, body = MemberOut)))]
 pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -374,7 +374,7 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         };
         Reply::created(&MemberOut::from(&m))
     });
-    body.await
+    fut.await
 }
 
 /// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last
@@ -386,7 +386,7 @@ pub async fn update_member(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
@@ -410,7 +410,7 @@ pub async fn update_member(
         })?;
         Reply::ok(&MemberOut::from(m))
     });
-    body.await
+    fut.await
 }
 
 /// Removes a member. Anyone may leave; OWNER or ADMIN remove others (only an OWNER removes an OWNER);
@@ -421,7 +421,7 @@ pub async fn remove_member(
     user_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
@@ -438,5 +438,5 @@ pub async fn remove_member(
         st.store.remove_member(&id, &target).await?;
         Reply::ok(&DeletedOut { success: true })
     });
-    body.await
+    fut.await
 }

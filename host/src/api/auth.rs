@@ -85,7 +85,7 @@ fn session_cookie(st: &AppState, user_id: &str) -> Cookie<'static> {
 /// Create a user account (and log it in). Refused with 403 when the deployment disabled sign-ups.
 #[endpoint(tags("auth"), request_body = SignupBody, responses((status_code = 201, body = UserOut)))]
 pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         if st.config.disable_signups {
             return Err(ApiError::Forbidden("Sign-ups are disabled on this Herald server".into()));
@@ -103,7 +103,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         res.add_cookie(session_cookie(&st, &user.id));
         Reply::created(&UserOut::from(&user))
     });
-    body.await
+    fut.await
 }
 
 /// Creates a user with a hashed password; 409 when the email is taken.
@@ -126,7 +126,7 @@ pub async fn create_user(st: &AppState, email: &str, password: &str, name: Optio
 /// Log in with email and password; sets the session cookie.
 #[endpoint(tags("auth"), request_body = LoginBody, responses((status_code = 200, body = UserOut)))]
 pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
@@ -150,7 +150,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
             _ => Err(ApiError::Unauthorized("Invalid email or password".into())),
         }
     });
-    body.await
+    fut.await
 }
 
 /// A real hash of a random password: login against an unknown email costs the same as a wrong password.
@@ -160,12 +160,12 @@ static DUMMY_HASH: std::sync::LazyLock<String> =
 /// Log out: clears the session cookie.
 #[endpoint(tags("auth"), responses((status_code = 200, body = OkOut)))]
 pub async fn logout(res: &mut Response) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
         res.add_cookie(expired);
         Reply::ok(&OkOut { success: true })
     });
-    body.await
+    fut.await
 }
 
 /// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one.
@@ -205,7 +205,7 @@ pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<
 /// Rate limit for unauthenticated account endpoints, per client address.
 #[handler]
 async fn rate_limit_by_ip(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
         let Ok(st) = state(depot) else { return };
         let key = format!("ip:{}", req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip).unwrap_or(""));
         if let Err(e) = apply_rate_limit(&st, &key, res) {
@@ -213,7 +213,7 @@ async fn rate_limit_by_ip(req: &mut Request, depot: &mut Depot, res: &mut Respon
             ctrl.skip_rest();
         }
     });
-    body.await
+    fut.await
 }
 
 /// The project a request acts on, once authenticated.
@@ -331,7 +331,7 @@ pub fn project(depot: &Depot) -> Result<ProjectCtx, ApiError> {
 /// Middleware: requires a dashboard session and applies the rate limit per user.
 #[handler]
 pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
         let result = async {
             let st = state(depot)?;
             let user = session_user(req, &st).await?;
@@ -349,7 +349,7 @@ pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Res
             }
         }
     });
-    body.await
+    fut.await
 }
 
 /// The logged-in user of this request (set by [`require_session`]).

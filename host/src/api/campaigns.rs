@@ -293,7 +293,7 @@ async fn read_campaign(
 /// sender domain.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 201, body = Wrapped)))]
 pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -303,7 +303,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
         st.store.create_campaign(&c).await?;
         Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
     });
-    body.await
+    fut.await
 }
 
 /// Lists campaigns: `page`, `pageSize` (1 to 100), `status` (400 when unknown), `search` (name, subject,
@@ -322,7 +322,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = CampaignPage))
 )]
 pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -351,13 +351,13 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
             total_pages,
         })
     });
-    body.await
+    fut.await
 }
 
 /// One campaign, its counters recounted from its email records.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -367,13 +367,13 @@ pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Re
         }
         Reply::ok(&CampaignOut::from(&c))
     });
-    body.await
+    fut.await
 }
 
 /// Replaces a DRAFT or SCHEDULED campaign's fields (the same checks as create); 409 otherwise.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 200, body = CampaignOut)))]
 pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -389,13 +389,13 @@ pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &
         }
         Reply::ok(&CampaignOut::from(&c))
     });
-    body.await
+    fut.await
 }
 
 /// Deletes a campaign (204); 409 while it is SCHEDULED or SENDING.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_campaign(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -415,13 +415,13 @@ pub async fn delete_campaign(id: PathParam<String>, depot: &mut Depot, res: &mut
             }
         }
     });
-    body.await
+    fut.await
 }
 
 /// Copies a campaign as a DRAFT named `<name> (Copy)`, with no schedule and zero counters (201).
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 201, body = CampaignOut)))]
 pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -449,14 +449,14 @@ pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Res
         st.store.create_campaign(&copy).await?;
         Reply::created(&CampaignOut::from(&copy))
     });
-    body.await
+    fut.await
 }
 
 /// Sends a DRAFT campaign now (SENDING) or at `scheduledFor` (SCHEDULED; any date form the parser
 /// accepts, 400 when none does). 409 when not DRAFT, 403 when the sender domain is not verified.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = SendOut)))]
 pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -486,27 +486,27 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
             message,
         })
     });
-    body.await
+    fut.await
 }
 
 /// Cancels a SCHEDULED or SENDING campaign (decision 23): back to DRAFT when no email reached a
 /// transport, else CANCELLED with every email not yet handed over cancelled. 409 in other states.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let c = st.campaigns.cancel(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
         Reply::ok(&CampaignOut::from(&c))
     });
-    body.await
+    fut.await
 }
 
 /// Sends the campaign once to `email`, an address of a member of the project (decision 24): subject
 /// prefixed `[TEST] `, header `X-Herald-Test: true`, no tracking, not counted.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = TestOut)))]
 pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -524,14 +524,14 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
             message: format!("Test sent to {to}"),
         })
     });
-    body.await
+    fut.await
 }
 
 /// Counts of the campaign's emails by outcome, recounted from the records, with rates as percentages of
 /// the sent count.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = StatsOut)))]
 pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -556,5 +556,5 @@ pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<
             bounce_rate: rate(n.bounced, n.sent),
         })
     });
-    body.await
+    fut.await
 }

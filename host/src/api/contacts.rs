@@ -194,7 +194,7 @@ pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> D
     responses((status_code = 200, body = ContactPage))
 )]
 pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let limit = limit(req, 20, 100)?;
@@ -222,7 +222,7 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
         };
         Reply::ok(&ContactPage { data: rows.iter().map(ContactOut::from).collect(), cursor: next, has_more, total })
     });
-    body.await
+    fut.await
 }
 
 /// Creates or updates a contact by email: 201 for a new contact, 200 for an update, both with `_meta`.
@@ -233,7 +233,7 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
     responses((status_code = 201, body = ContactOut), (status_code = 200, body = ContactOut))
 )]
 pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -257,27 +257,27 @@ pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Repl
         out.meta = Some(MetaOut { is_new: up.is_new, is_update: !up.is_new });
         Reply::with(if up.is_new { StatusCode::CREATED } else { StatusCode::OK }, &out)
     });
-    body.await
+    fut.await
 }
 
 /// One contact.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactOut)))]
 pub async fn get_contact(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
         Reply::ok(&ContactOut::from(&c))
     });
-    body.await
+    fut.await
 }
 
 /// Updates a contact: email (409 when another contact has it), subscribed (a flip emits its event),
 /// data (null deletes a key, "" is ignored, reserved keys are dropped).
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = ContactBody, responses((status_code = 200, body = ContactOut)))]
 pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -332,13 +332,13 @@ pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut
         }
         Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
     });
-    body.await
+    fut.await
 }
 
 /// Deletes a contact and its events: 204 with an empty body.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_contact(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -348,13 +348,13 @@ pub async fn delete_contact(id: PathParam<String>, depot: &mut Depot, res: &mut 
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
-    body.await
+    fut.await
 }
 
 /// Bulk existence check of up to 500 emails; echoes the caller's strings.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = LookupBody, responses((status_code = 200, body = LookupOut)))]
 pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -398,7 +398,7 @@ pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         }
         Reply::ok(&LookupOut { found, not_found })
     });
-    body.await
+    fut.await
 }
 
 fn type_of(v: &Value) -> &'static str {
@@ -415,7 +415,7 @@ fn type_of(v: &Value) -> &'static str {
 /// Standard fields, then every `data.<key>` with its inferred type and coverage in percent.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldsOut)))]
 pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let all = st.store.all_contact_data(&ctx.project_id).await?;
@@ -446,7 +446,7 @@ pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
         let count = fields.len();
         Reply::ok(&FieldsOut { fields, count })
     });
-    body.await
+    fut.await
 }
 
 /// `plan` and `data.plan` both name the custom field `plan`.
@@ -469,7 +469,7 @@ fn custom_field(raw: &str) -> Result<String, ApiError> {
     responses((status_code = 200, body = FieldValuesOut))
 )]
 pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
@@ -488,20 +488,20 @@ pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &m
         }
         Reply::ok(&FieldValuesOut { field: format!("data.{name}"), count: values.len(), values, limit })
     });
-    body.await
+    fut.await
 }
 
 /// Where a custom field is used, how many contacts have it, and whether it can be deleted.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldUsageOut)))]
 pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
         let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
         Reply::ok(&usage)
     });
-    body.await
+    fut.await
 }
 
 async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
@@ -529,7 +529,7 @@ async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<F
 /// Deletes a custom field on every contact of the project; 409 while something uses it.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldDeletedOut)))]
 pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
@@ -540,5 +540,5 @@ pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result
         let n = st.store.remove_data_field(&ctx.project_id, &name, st.clock.now_ms()).await?;
         Reply::ok(&FieldDeletedOut { field: format!("data.{name}"), contacts_updated: n })
     });
-    body.await
+    fut.await
 }

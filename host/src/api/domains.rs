@@ -167,7 +167,7 @@ fn domain_error(e: DomainError) -> ApiError {
     responses((status_code = 201, body = DomainOut))
 )]
 pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let body = json_object(req).await?;
         let wanted = body.get("projectId").and_then(Value::as_str).map(str::to_string);
@@ -179,7 +179,7 @@ pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response
         let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
         Reply::created(&DomainOut::from(&d))
     });
-    body.await
+    fut.await
 }
 
 /// The project's domains, verified and pending, newest first.
@@ -190,14 +190,14 @@ pub async fn list_domains(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let wanted = project_id.into_inner();
         let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
         let list = st.store.domains_of_project(&project_id).await?;
         Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
     });
-    body.await
+    fut.await
 }
 
 async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainRow, ApiError> {
@@ -210,21 +210,21 @@ async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainR
 /// Checks the domain's DNS records now and answers the domain with each record's status.
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainOut)))]
 pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let d = own_domain(&st, &ctx.project_id, &id.into_inner()).await?;
         let checked = st.domains.check(&st.store, &d, st.clock.now_ms()).await.map_err(domain_error)?;
         Reply::ok(&DomainOut::from(&checked))
     });
-    body.await
+    fut.await
 }
 
 /// Removes a domain; 409 while a template or an active (SCHEDULED or SENDING) campaign sends from it
 /// (decision 22).
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainDeletedOut)))]
 pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -252,7 +252,7 @@ pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
         }
         Reply::ok(&DomainDeletedOut { id, deleted: true })
     });
-    body.await
+    fut.await
 }
 
 /// The sender check of every sending path, as an API error (decision 5): 403 with code
@@ -275,7 +275,7 @@ pub async fn require_sender(st: &AppState, project_id: &str, from: &str) -> Resu
 /// Verifies an email address: syntax, disposable, alias, typo, and DNS (NS, A/AAAA, MX).
 #[endpoint(tags("verify"), security(("bearer" = [])), request_body = VerifyBody, responses((status_code = 200, body = VerifyOut)))]
 pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
@@ -293,5 +293,5 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply,
         let v = crate::verify::verify(&st.domains.dns, &email).await;
         Reply::ok(&serde_json::json!({ "success": true, "data": v }))
     });
-    body.await
+    fut.await
 }

@@ -164,17 +164,17 @@ pub fn router() -> Router {
     responses((status_code = 200, body = TrackOut))
 )]
 pub async fn track(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
         Box::pin(async move { track_request(req, depot).await });
-    body.await
+    fut.await
 }
 
 /// Dashboard alias of `POST /v1/track`.
 #[endpoint(tags("events"), security(("bearer" = []), ("session" = [])), request_body = TrackBody, responses((status_code = 200, body = TrackOut)))]
 pub async fn track_alias(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
         Box::pin(async move { track_request(req, depot).await });
-    body.await
+    fut.await
 }
 
 async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -255,11 +255,11 @@ async fn page(
     responses((status_code = 200, body = EventPage))
 )]
 pub async fn list_events(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let name = query_str(req, "name");
         page(depot, req, name, None).await
     });
-    body.await
+    fut.await
 }
 
 /// Every event of one contact, newest first, cursor-paginated.
@@ -277,7 +277,7 @@ pub async fn contact_events(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = contact_id.into_inner();
@@ -286,7 +286,7 @@ pub async fn contact_events(
         }
         page(depot, req, None, Some(id)).await
     });
-    body.await
+    fut.await
 }
 
 const DAY_MS: i64 = 86_400_000;
@@ -304,7 +304,7 @@ const DAY_MS: i64 = 86_400_000;
     responses((status_code = 200, body = StatsOut))
 )]
 pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let now = st.clock.now_ms();
@@ -352,13 +352,13 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
             .collect();
         Reply::ok(&StatsOut { from: rfc3339(from), to: rfc3339(to), total: rows.len() as i64, by_name, by_day })
     });
-    body.await
+    fut.await
 }
 
 /// Distinct event names with their count and last time, most frequent first.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = NamesOut)))]
 pub async fn event_names(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let mut rows = st.store.event_names(&ctx.project_id).await?;
@@ -370,13 +370,13 @@ pub async fn event_names(depot: &mut Depot) -> Result<Reply, ApiError> {
         let count = names.len();
         Reply::ok(&NamesOut { names, count })
     });
-    body.await
+    fut.await
 }
 
 /// Where an event name is referenced: segment filters, workflow triggers and conditions.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = EventUsageOut)))]
 pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
@@ -397,18 +397,18 @@ pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<R
             event_count,
         })
     });
-    body.await
+    fut.await
 }
 
 /// Deletes every event with this name in the project.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = EventsDeletedOut)))]
 pub async fn delete_named(event_name: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
         let deleted = st.store.delete_events_named(&ctx.project_id, &name).await?;
         Reply::ok(&EventsDeletedOut { event: name, deleted })
     });
-    body.await
+    fut.await
 }

@@ -64,7 +64,7 @@ pub fn state(depot: &Depot) -> Result<Arc<AppState>, ApiError> {
 /// Request id, `X-Request-ID` header, one log line and metrics per request.
 #[handler]
 async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
         let started = Instant::now();
         let incoming: Option<String> = req.header("x-request-id");
         let id = incoming
@@ -91,14 +91,14 @@ async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Respons
             "request"
         );
     });
-    body.await
+    fut.await
 }
 
 /// Gives every error response without a body the envelope: unknown routes (404), wrong methods (405),
 /// panics (500).
 #[handler]
 async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) {
-    let body: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
         let status = res.status_code.unwrap_or(StatusCode::NOT_FOUND);
         let err = match status {
             StatusCode::NOT_FOUND => {
@@ -121,7 +121,7 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
         res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { err.status() });
         res.render(Json(json));
     });
-    body.await
+    fut.await
 }
 
 /// All API routes (the ones that appear in the OpenAPI document).

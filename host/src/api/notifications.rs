@@ -82,7 +82,7 @@ fn below(status: &str) -> Vec<&'static str> {
     responses((status_code = 200, body = NotificationOut))
 )]
 pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ts_header: Option<String> = req.header("x-herald-timestamp");
         let sig_header: Option<String> = req.header("x-herald-signature");
@@ -141,7 +141,7 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         })?;
         Reply::ok(&NotificationOut { success: true, email: id })
     });
-    body.await
+    fut.await
 }
 
 /// Applies one notification (decision 18's precedence, the event, and an unsubscribe for hard bounces and
@@ -209,7 +209,7 @@ pub async fn notify_transport(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let transport = transport.into_inner();
         if st.plugins.transport(&transport).is_none() {
@@ -260,5 +260,5 @@ pub async fn notify_transport(
         }
         Reply::ok(&PluginNotificationsOut { success: true, received: parsed.len(), emails, duplicate: false })
     });
-    body.await
+    fut.await
 }

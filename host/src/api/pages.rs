@@ -101,39 +101,39 @@ async fn act(depot: &mut Depot, res: &mut Response, token: &str, subscribe: bool
 /// Unsubscribe page (a button; GET changes nothing).
 #[handler]
 pub async fn unsubscribe_page(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
         Box::pin(async move { show(depot, res, &token.into_inner(), "unsubscribe").await });
-    body.await
+    fut.await
 }
 
 /// Unsubscribes: the page's button and the RFC 8058 one-click POST.
 #[handler]
 pub async fn unsubscribe_now(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
         Box::pin(async move { act(depot, res, &token.into_inner(), false).await });
-    body.await
+    fut.await
 }
 
 /// Subscribe page.
 #[handler]
 pub async fn subscribe_page(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
         Box::pin(async move { show(depot, res, &token.into_inner(), "subscribe").await });
-    body.await
+    fut.await
 }
 
 /// Subscribes again.
 #[handler]
 pub async fn subscribe_now(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
         Box::pin(async move { act(depot, res, &token.into_inner(), true).await });
-    body.await
+    fut.await
 }
 
 /// The preferences page.
 #[handler]
 pub async fn manage_page(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
         Box::pin(async move { show(depot, res, &token.into_inner(), "manage").await });
-    body.await
+    fut.await
 }

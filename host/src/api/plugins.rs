@@ -49,7 +49,7 @@ pub fn router() -> Router {
 /// Lists the plugins of this server.
 #[endpoint(tags("plugins"), security(("session" = []), ("bearer" = [])), responses((status_code = 200, body = PluginsOut)))]
 pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         if req.headers().contains_key(salvo::http::header::AUTHORIZATION) {
             authenticate(req, &st, KeyRule::AnyKey).await?;
@@ -80,5 +80,5 @@ pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply,
             plugins,
         })
     });
-    body.await
+    fut.await
 }

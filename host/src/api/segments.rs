@@ -186,13 +186,13 @@ fn write_of(
 /// Every segment of the project, newest first (a bare array).
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = Vec<SegmentOut>)))]
 pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let list = st.store.list_segments(&ctx.project_id).await?;
         Reply::ok(&list.iter().map(SegmentOut::from).collect::<Vec<_>>())
     });
-    body.await
+    fut.await
 }
 
 /// Creates a segment (201). A DYNAMIC segment needs an object condition (else a bare 400); a STATIC
@@ -204,7 +204,7 @@ pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
     responses((status_code = 201, body = SegmentOut))
 )]
 pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -236,26 +236,26 @@ pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let s = Segment { member_count: n, ..s };
         Reply::created(&SegmentOut::from(&s))
     });
-    body.await
+    fut.await
 }
 
 /// One segment with its cached `memberCount`.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = SegmentOut)))]
 pub async fn get_segment(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
         Reply::ok(&SegmentOut::from(&s))
     });
-    body.await
+    fut.await
 }
 
 /// Updates name, description, condition (dynamic segments only) and trackMembership. A condition that
 /// references this segment, directly or through others, is refused.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = SegmentBody, responses((status_code = 200, body = SegmentOut)))]
 pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -306,14 +306,14 @@ pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut
         }
         Reply::ok(&SegmentOut::from(&s))
     });
-    body.await
+    fut.await
 }
 
 /// Deletes a segment and its memberships (204); 409 while another segment's condition or an active
 /// (SCHEDULED or SENDING) campaign's audience references it.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -343,7 +343,7 @@ pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut 
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
-    body.await
+    fut.await
 }
 
 fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> {
@@ -367,7 +367,7 @@ fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> 
     responses((status_code = 200, body = SegmentContactsOut))
 )]
 pub async fn segment_contacts(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -384,7 +384,7 @@ pub async fn segment_contacts(id: PathParam<String>, req: &mut Request, depot: &
             total_pages,
         })
     });
-    body.await
+    fut.await
 }
 
 /// The `emails` of a members body, checked and normalised (in order, without repeats).
@@ -450,7 +450,7 @@ fn member_event(s: &Segment, entry: bool) -> Option<(String, Value)> {
 /// `subscribed`, default true), otherwise they are reported in `notFound`.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
 pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -499,13 +499,13 @@ pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut D
         let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
         Reply::ok(&MembersOut { changed: added.len(), unchanged, not_found, created, member_count })
     });
-    body.await
+    fut.await
 }
 
 /// Removes contacts from a static segment by email.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
 pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -538,14 +538,14 @@ pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mu
         let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
         Reply::ok(&MembersOut { changed: removed.len(), unchanged, not_found, created: vec![], member_count })
     });
-    body.await
+    fut.await
 }
 
 /// Recomputes a tracked dynamic segment's membership and emits `segment.<slug>.entry` / `.exit` for each
 /// change (exactly once); other segments are only recounted.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = ComputeOut)))]
 pub async fn compute(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -559,13 +559,13 @@ pub async fn compute(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, 
             computed_at: rfc3339(now),
         })
     });
-    body.await
+    fut.await
 }
 
 /// Recounts `memberCount` only: no events, no membership writes.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = RefreshOut)))]
 pub async fn refresh(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -573,5 +573,5 @@ pub async fn refresh(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, 
         let n = st.segments.refresh(&s, now).await?;
         Reply::ok(&RefreshOut { id: s.id, member_count: n, refreshed_at: rfc3339(now) })
     });
-    body.await
+    fut.await
 }

@@ -313,7 +313,7 @@ fn attachments(errors: &mut Vec<FieldError>, v: Option<&Value>) -> (Vec<StoredAt
     responses((status_code = 200, body = SendOut))
 )]
 pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let key = idempotency::key(req)?;
@@ -479,5 +479,5 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
         })
         .await
     });
-    body.await
+    fut.await
 }

@@ -47,7 +47,7 @@ pub fn router() -> Router {
 /// Liveness and database reachability: 200 when the database answers, 503 otherwise.
 #[endpoint(tags("system"), responses((status_code = 200, body = HealthOut), (status_code = 503, body = HealthOut)))]
 pub async fn health(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let db_ok = st.store.health().await.is_ok();
         let out = HealthOut {
@@ -57,13 +57,13 @@ pub async fn health(depot: &mut Depot) -> Result<Reply, ApiError> {
         };
         Reply::with(if db_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, &out)
     });
-    body.await
+    fut.await
 }
 
 /// Public configuration: version and feature flags of the integrations that are on.
 #[endpoint(tags("system"), responses((status_code = 200, body = ConfigOut)))]
 pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         Reply::ok(&ConfigOut {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -76,14 +76,14 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
             },
         })
     });
-    body.await
+    fut.await
 }
 
 /// Prometheus metrics: requests by route and status, latency histogram, jobs by state (counted at most
 /// every two seconds).
 #[endpoint(tags("system"), responses((status_code = 200, description = "Prometheus text format")))]
 pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let counts = st.store.job_counts_cached().await.unwrap_or_default();
         res.headers_mut().insert(
@@ -95,5 +95,5 @@ pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiErr
         res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(())
     });
-    body.await
+    fut.await
 }

@@ -169,7 +169,7 @@ fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow
 /// Creates a template. Missing `from`: the bare 400 of spec §7; an unverified sender domain: 403.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut)))]
 pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -197,7 +197,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
         st.store.save_template(&ctx.project_id, &t).await?;
         Reply::created(&TemplateOut::new(&t, &ctx.project_id))
     });
-    body.await
+    fut.await
 }
 
 /// Lists templates: `page`, `pageSize` (1 to 100), `type`, `search` (name, description, subject),
@@ -216,7 +216,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = TemplatePage))
 )]
 pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -245,26 +245,26 @@ pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Repl
             total_pages,
         })
     });
-    body.await
+    fut.await
 }
 
 /// One template.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = TemplateOut)))]
 pub async fn get_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
         Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
     });
-    body.await
+    fut.await
 }
 
 /// Updates a template; the same checks as on create apply to the fields given.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 200, body = TemplateOut)))]
 pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -281,13 +281,13 @@ pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mu
         st.store.save_template(&ctx.project_id, &t).await?;
         Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
     });
-    body.await
+    fut.await
 }
 
 /// Deletes a template: 204.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_template(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -297,13 +297,13 @@ pub async fn delete_template(id: PathParam<String>, depot: &mut Depot, res: &mut
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
-    body.await
+    fut.await
 }
 
 /// Copies a template as `<name> (Copy)` and answers the new template.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 201, body = TemplateOut)))]
 pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -317,18 +317,18 @@ pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Res
         st.store.save_template(&ctx.project_id, &copy).await?;
         Reply::created(&TemplateOut::new(&copy, &ctx.project_id))
     });
-    body.await
+    fut.await
 }
 
 /// Campaigns and workflow steps that use the template (none until those exist).
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = UsageOut)))]
 pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
         Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![] })
     });
-    body.await
+    fut.await
 }

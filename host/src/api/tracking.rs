@@ -57,7 +57,7 @@ fn claim(st: &AppState, token: &str) -> Option<Claim> {
 /// The tracking pixel: always the GIF; an open is recorded for a valid token.
 #[handler]
 pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         if let Some(c) = claim(&st, &token.into_inner()) {
             record(&st, &c, false).await?;
@@ -67,13 +67,13 @@ pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut R
         res.write_body(GIF.to_vec()).map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(())
     });
-    body.await
+    fut.await
 }
 
 /// A tracked link: records the click and redirects to the signed link; an invalid token is 404.
 #[handler]
 pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let body: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let Some(c) = claim(&st, &token.into_inner()) else {
             return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
@@ -88,5 +88,5 @@ pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut 
         res.headers_mut().insert(salvo::http::header::LOCATION, loc);
         Ok(())
     });
-    body.await
+    fut.await
 }
