@@ -39,8 +39,8 @@ use crate::state::AppState;
 ///
 /// Salvo wraps each handler in an `#[async_trait]` method, whose lifetime where-clauses make rustc prove
 /// `Send` for the whole future tree (the handler and everything it awaits, down to the store) without its
-/// global cache, again for every handler: a check of this crate spent most of its half hour there. Proved
-/// here, in a function without where-clauses, each part is proved once and the wrapper sees only a box.
+/// global cache, again for every handler: a `cargo check` of this crate ran over 26 CPU minutes, mostly
+/// there (9.5 with the boxes). Proved here, in a function without where-clauses, the wrapper sees a box.
 pub(crate) type HandlerFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// Depot key of the request id.
