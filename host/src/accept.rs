@@ -244,7 +244,12 @@ async fn process(batch: Vec<Pending>, deps: &Deps) {
     }
     for (project, items) in by_project {
         if items.len() > 1 {
-            match grouped(deps, &project, &items).await {
+            // A failed batch forgets its contacts, so the second attempt reads them (see `crate::ingest`).
+            let mut outcome = grouped(deps, &project, &items).await;
+            if matches!(outcome, Err(StoreError::Busy(_) | StoreError::Conflict(_))) {
+                outcome = grouped(deps, &project, &items).await;
+            }
+            match outcome {
                 Ok(results) => {
                     for (p, r) in items.into_iter().zip(results) {
                         let _ = p.reply.send(r);
@@ -272,8 +277,8 @@ async fn grouped(
     let mut emails: Vec<String> = items.iter().flat_map(|p| p.req.recipients.iter().map(|r| r.0.clone())).collect();
     emails.sort();
     emails.dedup();
-    let read = deps.store.contacts_by_emails(project, &emails).await?;
-    let original: HashMap<String, Contact> = read.into_iter().map(|c| (c.email.clone(), c)).collect();
+    let read = deps.store.group_contacts(project, &emails).await?;
+    let original: HashMap<String, Contact> = read.contacts.iter().map(|c| (c.email.clone(), c.clone())).collect();
     let mut current: HashMap<String, Contact> = original.clone();
     let now = deps.clock.now_ms();
     let mut events: Vec<Event> = Vec::new();
@@ -333,6 +338,9 @@ async fn grouped(
             Some(_) => {}
         }
     }
-    deps.store.write_send_batch(project, &created, &updated, &events, &rows, DELIVER_JOB, DELIVER_ATTEMPTS).await?;
+    let unchanged = read.unchanged_remembered(&updated);
+    deps.store
+        .write_send_batch(project, &created, &updated, &unchanged, &events, &rows, DELIVER_JOB, DELIVER_ATTEMPTS)
+        .await?;
     Ok(results)
 }

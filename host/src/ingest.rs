@@ -7,8 +7,10 @@
 //! email always maps to the same lane); a lane takes everything waiting, reads all the contacts in one
 //! query, applies the requests in arrival order, and writes the lot in one transaction. Under load a
 //! batch holds many requests, so the per-statement cost is shared; with no load a batch holds one
-//! request and adds no wait. If the batch transaction fails (a contact changed through another path),
-//! the lane falls back to [`upsert`] for each request of that batch, so nothing is lost or applied twice.
+//! request and adds no wait. Contacts the store remembers from earlier batches are not read again; the
+//! batch's transaction writes or checks each at its version. If the transaction fails (a contact changed
+//! through another path), the batch runs once more on fresh reads, then falls back to [`upsert`] for
+//! each of its requests, so nothing is lost or applied twice.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -269,7 +271,13 @@ async fn process(batch: Vec<Pending>, store: &Store, clock: &SharedClock) {
             crate::metrics::ingest_batch(size, false, started.elapsed());
             continue;
         }
-        match grouped(store, clock, &project, &items).await {
+        // A failed batch forgets its contacts (see `Store::write_contact_batch`), so a second attempt reads
+        // them: a contact changed by another path or process costs one retry, not a request at a time.
+        let mut outcome = grouped(store, clock, &project, &items).await;
+        if matches!(outcome, Err(StoreError::Busy(_) | StoreError::Conflict(_))) {
+            outcome = grouped(store, clock, &project, &items).await;
+        }
+        match outcome {
             Ok(results) => {
                 crate::metrics::ingest_batch(size, false, started.elapsed());
                 for (p, r) in items.into_iter().zip(results) {
@@ -298,8 +306,8 @@ async fn grouped(
     let mut emails: Vec<String> = items.iter().map(|p| p.upsert.email.clone()).collect();
     emails.sort();
     emails.dedup();
-    let read = store.contacts_by_emails(project, &emails).await?;
-    let original: HashMap<String, Contact> = read.into_iter().map(|c| (c.email.clone(), c)).collect();
+    let read = store.group_contacts(project, &emails).await?;
+    let original: HashMap<String, Contact> = read.contacts.iter().map(|c| (c.email.clone(), c.clone())).collect();
     let mut current: HashMap<String, Contact> = original.clone();
     let now = clock.now_ms();
     let mut events = Vec::new();
@@ -327,7 +335,8 @@ async fn grouped(
             Some(_) => {}
         }
     }
-    store.write_contact_batch(project, &created, &updated, &events).await?;
+    let unchanged = read.unchanged_remembered(&updated);
+    store.write_contact_batch(project, &created, &updated, &unchanged, &events).await?;
     for r in &mut results {
         if let Some(o) = original.get(&r.contact.email)
             && changed(o, &r.contact)

@@ -71,7 +71,7 @@ async fn seed(e: &Env, people: &[(&str, bool, Value)]) -> Vec<String> {
         })
         .collect();
     for chunk in rows.chunks(500) {
-        e.s.state.store.write_contact_batch(&e.p.id, chunk, &[], &[]).await.unwrap();
+        e.s.state.store.write_contact_batch(&e.p.id, chunk, &[], &[], &[]).await.unwrap();
     }
     rows.into_iter().map(|c| c.id).collect()
 }

@@ -149,6 +149,10 @@ impl Store {
         if matches!(write, ContactWrite::None) && events.is_empty() {
             return Ok(WriteResult::Done); // nothing changes: no transaction
         }
+        if let ContactWrite::Create { email, .. } | ContactWrite::Update { email, .. } = write {
+            // Group commit would find this row stale anyway; forgetting it spares that batch a retry.
+            self.cache.known_contacts.forget(project, std::iter::once(email.as_str()));
+        }
         let events: Vec<Value> = events.iter().map(Event::doc).collect();
         let (sql_contact, mut v) = match write {
             ContactWrite::Create { id, email, subscribed, data, now } => (
@@ -203,6 +207,11 @@ impl Store {
     ) -> Result<WriteResult, StoreError> {
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         let mut v = vars! { "p": project };
+        for w in writes {
+            if let ContactWrite::Create { email, .. } | ContactWrite::Update { email, .. } = w {
+                self.cache.known_contacts.forget(project, std::iter::once(email.as_str()));
+            }
+        }
         for (i, w) in writes.iter().enumerate() {
             match w {
                 ContactWrite::Create { id, email, subscribed, data, now } => {
@@ -337,6 +346,7 @@ impl Store {
 
     /// Removes `data.<field>` from every contact of the project; returns how many had it.
     pub async fn remove_data_field(&self, project: &str, field: &str, now: i64) -> Result<i64, StoreError> {
+        self.cache.known_contacts.clear(); // every contact with the field moves to a new version
         let v = self
             .write(|| async {
                 self.query(

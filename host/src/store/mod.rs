@@ -102,8 +102,8 @@ struct ReadCache {
     domains: CacheMap<Option<domains::DomainRow>>,
     /// Job counts by state for `/metrics` (a count reads every job row).
     job_counts: CacheMap<Vec<(String, i64)>>,
-    /// Which contact id an email had when last seen (see `ingest::ContactIds`).
-    contact_ids: ingest::ContactIds,
+    /// The contacts group commit last read or wrote (see `ingest::KnownContacts`).
+    known_contacts: ingest::KnownContacts,
 }
 
 struct CacheMap<T> {
