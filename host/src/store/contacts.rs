@@ -139,6 +139,16 @@ impl Store {
         .first(0)
     }
 
+    /// Group commit would find the rows these writes change stale anyway; forgetting them spares that
+    /// batch a retry.
+    fn forget_written(&self, project: &str, writes: &[ContactWrite]) {
+        let emails = writes.iter().filter_map(|w| match w {
+            ContactWrite::Create { email, .. } | ContactWrite::Update { email, .. } => Some(email.as_str()),
+            ContactWrite::None => None,
+        });
+        self.cache.known_contacts.forget(project, emails);
+    }
+
     /// Writes a contact change and its events in one transaction.
     pub async fn write_contact(
         &self,
@@ -149,10 +159,7 @@ impl Store {
         if matches!(write, ContactWrite::None) && events.is_empty() {
             return Ok(WriteResult::Done); // nothing changes: no transaction
         }
-        if let ContactWrite::Create { email, .. } | ContactWrite::Update { email, .. } = write {
-            // Group commit would find this row stale anyway; forgetting it spares that batch a retry.
-            self.cache.known_contacts.forget(project, std::iter::once(email.as_str()));
-        }
+        self.forget_written(project, std::slice::from_ref(write));
         let events: Vec<Value> = events.iter().map(Event::doc).collect();
         let (sql_contact, mut v) = match write {
             ContactWrite::Create { id, email, subscribed, data, now } => (
@@ -207,11 +214,7 @@ impl Store {
     ) -> Result<WriteResult, StoreError> {
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         let mut v = vars! { "p": project };
-        for w in writes {
-            if let ContactWrite::Create { email, .. } | ContactWrite::Update { email, .. } = w {
-                self.cache.known_contacts.forget(project, std::iter::once(email.as_str()));
-            }
-        }
+        self.forget_written(project, writes);
         for (i, w) in writes.iter().enumerate() {
             match w {
                 ContactWrite::Create { id, email, subscribed, data, now } => {

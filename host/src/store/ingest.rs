@@ -147,12 +147,11 @@ impl Store {
     /// others read as [`Store::contacts_by_emails`] does. The batch's write must be given the remembered
     /// ones it does not change (`BatchContacts::unchanged_remembered`).
     pub async fn group_contacts(&self, project: &str, emails: &[String]) -> Result<BatchContacts, StoreError> {
-        let (mut contacts, _) = self.cache.known_contacts.get(project, emails);
+        let (mut contacts, hinted) = self.cache.known_contacts.get(project, emails);
         let remembered: HashSet<String> = contacts.iter().map(|c| c.id.clone()).collect();
         let known: HashSet<&str> = contacts.iter().map(|c| c.email.as_str()).collect();
         let rest: Vec<String> = emails.iter().filter(|e| !known.contains(e.as_str())).cloned().collect();
         if !rest.is_empty() {
-            let (_, hinted) = self.cache.known_contacts.get(project, &rest);
             contacts.extend(self.read_contacts(project, &rest, hinted).await?);
         }
         Ok(BatchContacts { contacts, remembered })
