@@ -9,7 +9,8 @@
 //!    the same event rows through batched `INSERT`s: the ceiling Herald works under.
 //!
 //! Run: `cargo bench -p herald-host --bench track` (env: BENCH_CLIENTS, BENCH_SECONDS, BENCH_LANES, and for
-//! the ceiling BENCH_RAW_BATCH rows per INSERT and BENCH_RAW_WRITERS, default 64 and 4).
+//! the ceiling BENCH_RAW_BATCH rows per INSERT and BENCH_RAW_WRITERS, default 64 and 4, and
+//! BENCH_RAW_SECONDS, default BENCH_SECONDS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -159,7 +160,8 @@ async fn main() {
     let store = herald_host::store::Store::connect(&config).await.expect("open the bench database");
     let batch = env_or("BENCH_RAW_BATCH", 64) as usize;
     let writers = env_or("BENCH_RAW_WRITERS", 4);
-    let raw_secs = seconds.min(5);
+    // Over the same window as Herald's run, so both pay the same memtable flushes and compactions.
+    let raw_secs = env_or("BENCH_RAW_SECONDS", seconds);
     // (a) event rows only; (b) the rows a track writes: one event and one contact per track.
     for with_contacts in [false, true] {
         let raw_deadline = Instant::now() + Duration::from_secs(raw_secs);
