@@ -104,6 +104,9 @@ struct ReadCache {
     job_counts: CacheMap<Vec<(String, i64)>>,
     /// The contacts group commit last read or wrote (see `ingest::KnownContacts`).
     known_contacts: ingest::KnownContacts,
+    /// Rows of the contact table, for the segment engine's choice between scanning and reading by id
+    /// (see `segments::CONTACT_ROWS_FRESH`).
+    contact_rows: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 struct CacheMap<T> {
