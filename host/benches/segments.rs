@@ -19,7 +19,7 @@
 //!
 //! Run: `cargo bench -p herald-host --bench segments` (env: BENCH_CONTACTS, default 1,000,000;
 //! BENCH_TRACKED, default 100,000; BENCH_WRITERS, default 2; BENCH_BATCH contacts per transaction,
-//! default 2,000).
+//! default 2,000; BENCH_KEEP_DB keeps the seeded database and prints how to measure it again).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -206,7 +206,15 @@ async fn main() {
     if !status.success() {
         eprintln!("the measuring process failed: {status}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("BENCH_KEEP_DB").is_some() {
+        println!(
+            "  kept the database: rerun the measured phase with {MEASURE_DB}={} {MEASURE_NOW}={now} {}",
+            dir.display(),
+            std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// Set in the measuring process: the seeded database's directory, and the seeding time.
