@@ -436,8 +436,9 @@ pub struct Candidate {
     pub v: Vec<Value>,
 }
 
-/// Sets larger than this do not drive a query: reading that many contacts by id costs about as much as
-/// scanning a project several times larger (~10 µs per read against ~3 µs per scanned row).
+/// Sets larger than this never drive a query, a page's included (reading them by id would cost more
+/// than the scans of far larger tables); below it, counts and full walks also weigh the table's size
+/// (`scan_is_cheaper`).
 pub const DRIVE_MAX: usize = 250_000;
 /// What reading one contact by id costs in scanned rows. Measured on 1,000,000 contacts (SurrealDB 3.3.5,
 /// release build): 25-28 µs a read against about 1 µs a scanned row, 2.5 µs when the predicate makes
@@ -451,6 +452,7 @@ const CONTACT_ROWS_FRESH: std::time::Duration = std::time::Duration::from_secs(6
 fn scan_is_cheaper(set_len: usize, table_rows: u64) -> bool {
     (set_len as u64).saturating_mul(DRIVE_COST_IN_ROWS) > table_rows
 }
+
 /// Membership changes per write transaction.
 pub const WRITE_BATCH: usize = 1000;
 /// Candidates per plugin call.
