@@ -444,8 +444,6 @@ pub const DRIVE_MAX: usize = 250_000;
 /// release build): 25-28 µs a read against about 1 µs a scanned row, 2.5 µs when the predicate makes
 /// SurrealDB decode every row; 20 leans towards reading by id.
 const DRIVE_COST_IN_ROWS: u64 = 20;
-/// How long the contact table's row count is used before it is counted again (0.36 s for 1,000,000).
-const CONTACT_ROWS_FRESH: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Whether scanning the contact table (`WITH NOINDEX` reads every project's rows) is cheaper than reading
 /// a set's contacts by id.
@@ -884,7 +882,7 @@ impl Store {
         // A page stops after its first matches, so its driver always drives (the windows of a scan can
         // reach far back first); a walk over every match drives only when that beats one scan.
         let drive = match p.driver {
-            Some(i) if !newest => !scan_is_cheaper(p.sets[&i].len(), self.contact_rows().await?),
+            Some(i) if !newest => !scan_is_cheaper(p.sets[&i].len(), self.contact_rows_cached().await?),
             Some(_) => true,
             None => false,
         };
@@ -911,16 +909,10 @@ impl Store {
         Ok(())
     }
 
-    /// Rows of the contact table (every project), counted at most every [`CONTACT_ROWS_FRESH`].
-    async fn contact_rows(&self) -> Result<u64, StoreError> {
-        let cached = *self.cache.contact_rows.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((n, _)) = cached.filter(|(_, at)| at.elapsed() < CONTACT_ROWS_FRESH) {
-            return Ok(n);
-        }
+    /// Rows of the contact table, every project's (SurrealDB counts a whole table without reading it).
+    pub(super) async fn contact_rows(&self) -> Result<u64, StoreError> {
         let v = self.query("SELECT count() AS n FROM contact GROUP ALL", json!({})).await?.value(0)?;
-        let n = v.get(0).and_then(|r| r.get("n")).and_then(Value::as_u64).unwrap_or(0);
-        *self.cache.contact_rows.lock().unwrap_or_else(|p| p.into_inner()) = Some((n, std::time::Instant::now()));
-        Ok(n)
+        Ok(v.get(0).and_then(|r| r.get("n")).and_then(Value::as_u64).unwrap_or(0))
     }
 
     /// How many contacts match a compiled condition.
