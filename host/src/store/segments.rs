@@ -844,6 +844,11 @@ impl Store {
         Prepared { host, row_leaves, ..Default::default() }
     }
 
+    /// Every set leaf of a condition.
+    fn set_leaves(c: &Compiled) -> Vec<usize> {
+        (0..c.leaves.len()).filter(|&i| matches!(c.leaves[i], Leaf::Set(_))).collect()
+    }
+
     /// The set leaves ANDed at the top of a plan (those that may drive it).
     fn top_sets(c: &Compiled, p: &Prepared) -> Vec<usize> {
         p.host
@@ -935,7 +940,7 @@ impl Store {
     /// ANDed at the top drives.
     pub async fn prepare(&self, project: &str, c: &Compiled, probe: Option<usize>) -> Result<Prepared, StoreError> {
         let mut p = Self::plan(c);
-        let all: Vec<usize> = (0..c.leaves.len()).filter(|&i| matches!(c.leaves[i], Leaf::Set(_))).collect();
+        let all = Self::set_leaves(c);
         for (i, ids) in self.list_sets(project, c, &all, probe).await? {
             match ids {
                 Some(ids) => {
@@ -966,7 +971,7 @@ impl Store {
         use futures_util::future::{Either, select, try_join};
         let mut p = Self::plan(c);
         let tops = Self::top_sets(c, &p);
-        let all: Vec<usize> = (0..c.leaves.len()).filter(|&i| matches!(c.leaves[i], Leaf::Set(_))).collect();
+        let all = Self::set_leaves(c);
         let listing = try_join(self.list_sets(project, c, &all, None), async {
             if tops.is_empty() { Ok(0) } else { self.contact_rows_cached().await }
         });
@@ -975,9 +980,7 @@ impl Store {
         let batch = match select(Box::pin(listing), Box::pin(scan)).await {
             Either::Left((listed, scan)) => {
                 let (listed, rows) = listed?;
-                for (i, ids) in listed {
-                    p.sets.insert(i, ids.unwrap_or_default());
-                }
+                p.sets.extend(listed.into_iter().map(|(i, ids)| (i, ids.unwrap_or_default())));
                 p.driver = tops
                     .iter()
                     .copied()
@@ -993,9 +996,7 @@ impl Store {
             Either::Right((batch, listing)) => {
                 let batch = batch?;
                 let (listed, _) = listing.await?;
-                for (i, ids) in listed {
-                    p.sets.insert(i, ids.unwrap_or_default());
-                }
+                p.sets.extend(listed.into_iter().map(|(i, ids)| (i, ids.unwrap_or_default())));
                 batch
             }
         };
