@@ -276,3 +276,35 @@ async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() 
         "{names:?}"
     );
 }
+
+#[tokio::test]
+async fn tracked_memberships_stored_before_segment_track_are_kept() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    use herald_host::store::segments::{Diff, MembershipEvents};
+    let (store, at) = migrated_before("0014_segment_track.surql").await;
+    // Two segments as 0009 stored them: a tracked dynamic one and a static one, two members each.
+    store
+        .query(
+            "FOR $s IN [['d1', 'DYNAMIC', true], ['s1', 'STATIC', false]] {
+                CREATE type::record('segment', $s[0]) CONTENT { project: 'p', name: $s[0], kind: $s[1],
+                    track: $s[2], member_count: 2, ref_fields: [], ref_events: [], ref_segments: [],
+                    created_at: 1, updated_at: 1 };
+                FOR $c IN ['a', 'b'] {
+                    CREATE type::record('segment_member', [$s[0], $c]) CONTENT { project: 'p', segment: $s[0],
+                        contact: $c, created_at: 1 };
+                };
+             };",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0014_segment_track.surql"]);
+    assert_eq!(store.count_members("p", "s1").await.unwrap(), 2, "static members stay");
+    assert_eq!(store.count_members("p", "d1").await.unwrap(), 0, "tracked memberships moved");
+    let ev = MembershipEvents { entry: "e".into(), exit: "x".into(), data: json!({}) };
+    let same = ["a".to_string(), "b".to_string()];
+    let d = store.apply_membership("p", "d1", &same, &ev, 2).await.unwrap();
+    assert_eq!(d, Diff { entered: 0, exited: 0, count: 2 }, "the moved rows are the stored membership");
+    let d = store.apply_membership("p", "d1", &same[..1], &ev, 2).await.unwrap();
+    assert_eq!(d, Diff { entered: 0, exited: 1, count: 1 });
+}

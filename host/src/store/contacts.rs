@@ -264,7 +264,7 @@ impl Store {
         }
     }
 
-    /// Deletes a contact and its events. False when it does not exist in the project.
+    /// Deletes a contact, its events and its segment memberships. False when it does not exist in the project.
     pub async fn delete_contact(&self, project: &str, id: &str) -> Result<bool, StoreError> {
         let v = self
             .write(|| async {
@@ -274,6 +274,8 @@ impl Store {
                      IF array::len($gone) > 0 {
                         DELETE event WHERE project = $p AND contact = $id;
                         DELETE segment_member WHERE project = $p AND contact = $id;
+                        LET $tracked = (SELECT VALUE record::id(id) FROM segment WHERE project = $p AND kind = 'DYNAMIC');
+                        DELETE array::map($tracked, |$s| type::record('segment_track', [$p, $s, $id])) RETURN NONE;
                      };
                      RETURN array::len($gone) > 0;
                      COMMIT TRANSACTION;",

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0011_campaigns.surql", include_str!("../../../migrations/0011_campaigns.surql")),
     ("0012_email_bodies.surql", include_str!("../../../migrations/0012_email_bodies.surql")),
     ("0013_email_lookups.surql", include_str!("../../../migrations/0013_email_lookups.surql")),
+    ("0014_segment_track.surql", include_str!("../../../migrations/0014_segment_track.surql")),
 ];
 
 #[derive(serde::Deserialize)]
