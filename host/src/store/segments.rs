@@ -1440,40 +1440,51 @@ impl Store {
         events: &MembershipEvents,
         now: i64,
     ) -> Result<i64, StoreError> {
-        let (sql, ev) = if add {
-            (
-                "BEGIN TRANSACTION;
-                 LET $rows = array::map($ids, |$c| {id: [$p, $s, $c], created_at: $now});
-                 LET $new = (INSERT IGNORE INTO segment_track $rows RETURN VALUE id);
-                 LET $changed = array::map($new, |$r| record::id($r)[2]);",
-                &events.entry,
-            )
-        } else {
-            (
-                "BEGIN TRANSACTION;
-                 LET $rows = array::map($ids, |$c| type::record('segment_track', [$p, $s, $c]));
-                 LET $changed = (DELETE $rows RETURN VALUE record::id($before.id)[2]);",
-                &events.exit,
-            )
-        };
-        let sql = format!(
-            "{sql}
-             IF array::len($changed) > 0 {{
-                LET $evs = array::map($changed, |$c| {{id: <string> rand::uuid::v7(), project: $p,
-                    contact: $c, name: $ev, data: $data, source: 'system', created_at: $now, dispatched: false}});
-                INSERT INTO event $evs RETURN NONE;
-             }};
-             RETURN array::len($changed);
+        // The rows are built here, not by `array::map` in the query: 2,000 closure calls per batch cost
+        // SurrealDB 3.3.5 about 13 ms of a batch's 80.
+        let ev = if add { &events.entry } else { &events.exit };
+        let evs: Vec<Value> = ids
+            .iter()
+            .map(|c| {
+                json!({
+                    "id": uuid::Uuid::now_v7().to_string(), "project": project, "contact": c, "name": ev,
+                    "data": &events.data, "source": "system", "created_at": now, "dispatched": false,
+                })
+            })
+            .collect();
+        // Every row changes unless another compute got there first: then only the events of the rows
+        // that changed are written.
+        let sql = if add {
+            "BEGIN TRANSACTION;
+             LET $new = (INSERT IGNORE INTO segment_track $rows RETURN VALUE id);
+             IF array::len($new) = array::len($rows) { INSERT INTO event $evs RETURN NONE; }
+             ELSE IF array::len($new) > 0 {
+                LET $in = array::map($new, |$r| record::id($r)[2]);
+                INSERT INTO event array::filter($evs, |$e| $e.contact IN $in) RETURN NONE;
+             };
+             RETURN array::len($new);
              COMMIT TRANSACTION;"
-        );
+        } else {
+            "BEGIN TRANSACTION;
+             LET $gone = (DELETE array::map($ids, |$c| type::record('segment_track', [$p, $s, $c]))
+                RETURN VALUE record::id($before.id)[2]);
+             IF array::len($gone) = array::len($ids) { INSERT INTO event $evs RETURN NONE; }
+             ELSE IF array::len($gone) > 0 {
+                INSERT INTO event array::filter($evs, |$e| $e.contact IN $gone) RETURN NONE;
+             };
+             RETURN array::len($gone);
+             COMMIT TRANSACTION;"
+        };
+        let rows: Vec<Value> = if add {
+            ids.iter().map(|c| json!({ "id": [project, segment, c], "created_at": now })).collect()
+        } else {
+            Vec::new()
+        };
         let v = self
             .write(|| async {
-                self.query(
-                    &sql,
-                    vars! { "p": project, "s": segment, "ids": ids, "ev": ev, "data": &events.data, "now": now },
-                )
-                .await?
-                .value_last()
+                self.query(sql, vars! { "p": project, "s": segment, "ids": ids, "rows": &rows, "evs": &evs })
+                    .await?
+                    .value_last()
             })
             .await?;
         Ok(v.as_i64().unwrap_or(0))
