@@ -95,7 +95,7 @@ fn rows(from: u64, to: u64, now: i64) -> (Vec<Value>, Vec<Value>) {
         let mut event = |name: &str, at: i64| {
             events.push(json!({
                 "id": uuid::Uuid::now_v7().to_string(), "project": PROJECT, "contact": id, "name": name,
-                "data": {}, "source": "api", "created_at": at, "dispatched": true,
+                "data": {}, "source": "api", "created_at": at,
             }));
         };
         // 40% purchased: a third of them within 30 days; one in four of those twice.

@@ -182,7 +182,7 @@ async fn main() {
                         let cid = uuid::Uuid::now_v7().to_string();
                         events.push(json!({
                             "id": uuid::Uuid::now_v7().to_string(), "project": "raw", "contact": cid,
-                            "name": b["event"], "data": b["data"], "source": "api", "created_at": now, "dispatched": true,
+                            "name": b["event"], "data": b["data"], "source": "api", "created_at": now,
                         }));
                         contacts.push(json!({
                             "id": cid, "project": "raw", "email": format!("{cid}@raw.example"), "subscribed": true,

@@ -1,7 +1,8 @@
 //! The in-process event stream. Every stored event, tracked or emitted, is handed to each subscriber
 //! (segments and workflows subscribe) by a recurring job on the durable queue that reads the outbox
-//! (events not yet dispatched). A subscriber that fails makes the job retry, and a crash between storing
-//! and dispatching only delays delivery: at-least-once, and subscribers de-duplicate by event id.
+//! (`outbox`: one row per transaction that stored events, listing them, deleted once dispatched). A
+//! subscriber that fails makes the job retry, and a crash between storing and dispatching only delays
+//! delivery: at-least-once, and subscribers de-duplicate by event id.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -37,9 +38,10 @@ impl EventBus {
         self.subscribers.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Dispatches undispatched events in batches until none is left or a subscriber fails. While no
-    /// subscriber is registered the outbox is left as it is (marking events dispatched would rewrite
-    /// every event row for nobody), so the first subscriber still gets every event.
+    /// Dispatches the outbox (one row per transaction that stored events, oldest first) in batches until
+    /// it is empty or a subscriber fails; a row is deleted once every subscriber has had its events, and
+    /// a failure leaves in it only the events not yet handed out. While no subscriber is registered the
+    /// outbox is left as it is, so the first subscriber still gets every event.
     pub async fn dispatch(&self, ctx: &JobContext) -> Result<usize, String> {
         let mut total = 0;
         loop {
@@ -47,27 +49,36 @@ impl EventBus {
             if subs.is_empty() {
                 return Ok(total);
             }
-            let batch = ctx.store.undispatched_events(BATCH).await.map_err(|e| e.to_string())?;
+            let batch = ctx.store.outbox(BATCH).await.map_err(|e| e.to_string())?;
             if batch.is_empty() {
                 return Ok(total);
             }
-            let mut done = Vec::with_capacity(batch.len());
-            let mut failure = None;
-            'events: for event in &batch {
-                for s in &subs {
-                    if let Err(e) = s.handle(event).await {
-                        failure = Some(format!("subscriber {} failed on event {}: {e}", s.name(), event.id));
-                        break 'events;
+            for entry in &batch {
+                let mut failure = None;
+                let mut done = 0;
+                'events: for event in &entry.events {
+                    for s in &subs {
+                        if let Err(e) = s.handle(event).await {
+                            failure = Some(format!("subscriber {} failed on event {}: {e}", s.name(), event.id));
+                            break 'events;
+                        }
                     }
+                    done += 1;
                 }
-                done.push(event.id.clone());
-            }
-            if !done.is_empty() {
-                ctx.store.mark_dispatched(&done).await.map_err(|e| e.to_string())?;
-            }
-            total += done.len();
-            if let Some(f) = failure {
-                return Err(f);
+                total += done;
+                // The ids not handed out: from the failed event on (events deleted since are skipped).
+                let left: Vec<String> = match failure {
+                    None => Vec::new(),
+                    Some(_) => {
+                        let from = entry.events.get(done).map(|e| e.id.as_str());
+                        let at = from.and_then(|f| entry.ids.iter().position(|i| i == f)).unwrap_or(0);
+                        entry.ids[at..].to_vec()
+                    }
+                };
+                ctx.store.outbox_progress(&entry.id, &left).await.map_err(|e| e.to_string())?;
+                if let Some(f) = failure {
+                    return Err(f);
+                }
             }
         }
     }

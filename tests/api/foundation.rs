@@ -245,7 +245,7 @@ async fn emails_written_before_bodies_moved_out_keep_their_message() {
 #[tokio::test]
 async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() {
     use herald_host::store::migrate::{MIGRATIONS, apply_list};
-    let (store, _) = migrated_before("0013_email_lookups.surql").await;
+    let (store, at) = migrated_before("0013_email_lookups.surql").await;
     for (id, pid) in [("e1", "NONE"), ("e2", "'prov-9'")] {
         store
             .query(
@@ -260,7 +260,7 @@ async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() 
             .await
             .unwrap();
     }
-    assert_eq!(apply_list(&store, MIGRATIONS).await.unwrap(), vec!["0013_email_lookups.surql"]);
+    assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0013_email_lookups.surql"]);
     let key = |id: &str| Some(("p1".to_string(), id.to_string(), format!("c-{id}")));
     assert_eq!(store.email_by_provider_message_id("prov-9").await.unwrap(), key("e2"));
     assert_eq!(store.email_by_provider_message_id("prov-1").await.unwrap(), None);
@@ -307,4 +307,31 @@ async fn tracked_memberships_stored_before_segment_track_are_kept() {
     assert_eq!(d, Diff { entered: 0, exited: 0, count: 2 }, "the moved rows are the stored membership");
     let d = store.apply_membership("p", "d1", &same[..1], &ev, 2).await.unwrap();
     assert_eq!(d, Diff { entered: 0, exited: 1, count: 1 });
+}
+
+#[tokio::test]
+async fn events_waiting_for_dispatch_before_the_outbox_table_stay_waiting_in_order() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    let (store, at) = migrated_before("0015_outbox.surql").await;
+    // Events as 0002 stored them: two waiting (written out of order), one already dispatched.
+    store
+        .query(
+            "FOR $e IN [['e2', 20, false], ['e1', 10, false], ['e0', 5, true]] {
+                CREATE type::record('event', $e[0]) CONTENT { project: 'p', contact: 'c', name: $e[0], data: {},
+                    source: 'api', created_at: $e[1], dispatched: $e[2] };
+             };",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0015_outbox.surql"]);
+    let waiting = store.undispatched_events(10).await.unwrap();
+    assert_eq!(waiting.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["e1", "e2"]);
+    let rows = store.outbox(10).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    store.outbox_progress(&rows[0].id, &rows[0].ids[1..]).await.unwrap();
+    let waiting = store.undispatched_events(10).await.unwrap();
+    assert_eq!(waiting.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["e2"]);
+    store.outbox_progress(&rows[0].id, &[]).await.unwrap();
+    assert!(store.undispatched_events(10).await.unwrap().is_empty());
 }

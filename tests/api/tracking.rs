@@ -370,15 +370,20 @@ async fn event_endpoints_list_stats_names_usage_and_delete() {
     s.stop().await;
 }
 
-/// Records what it sees; fails the first `fail` calls.
+/// Records what it sees; fails the first `fail` calls, and the first call for an event named `fail_on`.
 pub(crate) struct Recorder {
     seen: Mutex<Vec<Event>>,
     fail: Mutex<usize>,
+    fail_on: Mutex<Option<String>>,
 }
 
 impl Recorder {
     pub(crate) fn new(fail: usize) -> Arc<Recorder> {
-        Arc::new(Recorder { seen: Mutex::new(vec![]), fail: Mutex::new(fail) })
+        Arc::new(Recorder { seen: Mutex::new(vec![]), fail: Mutex::new(fail), fail_on: Mutex::new(None) })
+    }
+
+    pub(crate) fn failing_once_on(name: &str) -> Arc<Recorder> {
+        Arc::new(Recorder { seen: Mutex::new(vec![]), fail: Mutex::new(0), fail_on: Mutex::new(Some(name.into())) })
     }
 
     /// The names of the events seen, in order.
@@ -397,6 +402,11 @@ impl Subscriber for Recorder {
             if *f > 0 {
                 *f -= 1;
                 return Err("not now".into());
+            }
+            let mut on = self.fail_on.lock().unwrap();
+            if on.as_deref() == Some(event.name.as_str()) {
+                *on = None;
+                return Err("not this one now".into());
             }
             self.seen.lock().unwrap().push(event.clone());
             Ok(())
@@ -438,6 +448,26 @@ async fn every_stored_event_reaches_subscribers_at_least_once_even_after_failure
     s.clock().advance(10_000);
     s.worker.run_once(10).await.unwrap();
     assert_eq!(rec.seen.lock().unwrap().len(), 3);
+    s.stop().await;
+}
+
+/// A subscriber that fails in the middle of one transaction's events gets the rest of them on the retry,
+/// and not the ones it already had.
+#[tokio::test]
+async fn a_failure_mid_transaction_resumes_at_the_failed_event() {
+    let s = Server::start_stepped().await;
+    let rec = Recorder::failing_once_on("two");
+    s.state.bus.subscribe(rec.clone());
+    let p = proj(&s, "o@example.com").await;
+    p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "one", "subscribed": false })).await;
+    // One transaction stores the emitted `contact.subscribed` and `two`.
+    p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "two", "subscribed": true })).await;
+    s.worker.run_once(10).await.unwrap();
+    assert_eq!(rec.names(), vec!["one", "contact.subscribed"]);
+    s.clock().advance(10_000);
+    s.worker.run_once(10).await.unwrap();
+    assert_eq!(rec.names(), vec!["one", "contact.subscribed", "two"]);
+    assert!(s.state.store.undispatched_events(10).await.unwrap().is_empty());
     s.stop().await;
 }
 

@@ -2,6 +2,8 @@
 //! are one transaction; a contact carries a `version` so read-modify-write updates detect concurrent
 //! changes (optimistic concurrency) and are retried by the caller.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -49,7 +51,7 @@ impl Event {
     pub(crate) fn row(&self) -> Value {
         vars! {
             "id": self.id, "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
-            "source": self.source, "created_at": self.created_at, "dispatched": false,
+            "source": self.source, "created_at": self.created_at,
         }
     }
 
@@ -57,10 +59,30 @@ impl Event {
         vars! {
             "id": self.id, "doc": {
                 "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
-                "source": self.source, "created_at": self.created_at, "dispatched": false,
+                "source": self.source, "created_at": self.created_at,
             }
         }
     }
+}
+
+/// Records a transaction's events in the event-stream outbox: one `outbox` row listing their ids,
+/// bound as `$outbox` ([`outbox_row`]). Rows are keyed by UUIDv7, so the table reads oldest first.
+pub(crate) const OUTBOX_INSERT: &str =
+    "CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;\n";
+
+/// The `$outbox` binding of [`OUTBOX_INSERT`] for events with these ids.
+pub(crate) fn outbox_row<'a>(ids: impl IntoIterator<Item = &'a str>) -> Value {
+    vars! { "id": uuid::Uuid::now_v7().to_string(), "events": ids.into_iter().collect::<Vec<_>>() }
+}
+
+/// One outbox row: the events a transaction stored, in order, that some subscriber has not seen yet.
+#[derive(Debug, Clone)]
+pub struct OutboxEntry {
+    pub id: String,
+    /// The ids the row lists.
+    pub ids: Vec<String>,
+    /// Those events, in the same order (an event deleted since, with its contact, is left out).
+    pub events: Vec<Event>,
 }
 
 /// A contact write: create, or update at an expected version.
@@ -120,6 +142,9 @@ pub(crate) const CONTACT_FIELDS: &str =
     "record::id(id) AS id, email, subscribed, data, version, created_at, updated_at";
 const EVENT_FIELDS: &str = "record::id(id) AS id, project, contact, name, data, source, created_at";
 
+/// Outbox rows read per dispatch batch at most.
+const OUTBOX_ROWS: usize = 100;
+
 impl Store {
     pub async fn contact(&self, project: &str, id: &str) -> Result<Option<Contact>, StoreError> {
         self.query(
@@ -160,6 +185,7 @@ impl Store {
             return Ok(WriteResult::Done); // nothing changes: no transaction
         }
         self.forget_written(project, std::slice::from_ref(write));
+        let event_rows = events;
         let events: Vec<Value> = events.iter().map(Event::doc).collect();
         let (sql_contact, mut v) = match write {
             ContactWrite::Create { id, email, subscribed, data, now } => (
@@ -179,10 +205,13 @@ impl Store {
         };
         v["p"] = Value::String(project.to_string());
         v["events"] = Value::Array(events);
+        v["outbox"] = outbox_row(event_rows.iter().map(|e| e.id.as_str()));
+        let outbox = if event_rows.is_empty() { "" } else { OUTBOX_INSERT };
         let sql = format!(
             "BEGIN TRANSACTION;
              {sql_contact}
              FOR $e IN $events {{ CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; }};
+             {outbox}
              COMMIT TRANSACTION;"
         );
         match self.query(&sql, v).await {
@@ -248,6 +277,10 @@ impl Store {
             }
         }
         sql.push_str("FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };\n");
+        if !events.is_empty() {
+            sql.push_str(OUTBOX_INSERT);
+            v["outbox"] = outbox_row(events.iter().map(|e| e.id.as_str()));
+        }
         sql.push_str(super::emails::EmailDocs::INSERTS);
         sql.push_str("COMMIT TRANSACTION;");
         let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
@@ -460,23 +493,70 @@ impl Store {
 
     // ---- the event-stream outbox (system-wide, not project-scoped) ----
 
-    /// The oldest events not yet handed to every subscriber.
-    pub async fn undispatched_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
-        self.query(
-            &format!("SELECT {EVENT_FIELDS} FROM event WHERE dispatched = false ORDER BY created_at ASC LIMIT $limit"),
-            vars! { "limit": limit },
-        )
-        .await?
-        .all(0)
-    }
-
-    pub async fn mark_dispatched(&self, ids: &[String]) -> Result<(), StoreError> {
-        self.write(|| async {
-            self.query(
-                "UPDATE array::map($ids, |$i| type::record('event', $i)) SET dispatched = true RETURN NONE",
+    /// The oldest outbox rows, up to `limit` events in all (at least one row), with their events.
+    pub async fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+        #[derive(Deserialize)]
+        struct Row {
+            id: String,
+            events: Vec<String>,
+        }
+        // A row lists one transaction's events: a few for a request, up to a thousand for a compute.
+        let rows: Vec<Row> = self
+            .query(
+                "SELECT record::id(id) AS id, events FROM outbox LIMIT $rows",
+                vars! { "rows": limit.clamp(1, OUTBOX_ROWS) },
+            )
+            .await?
+            .all(0)?;
+        let mut taken = Vec::new();
+        let mut n = 0;
+        for r in rows {
+            if n >= limit && !taken.is_empty() {
+                break;
+            }
+            n += r.events.len();
+            taken.push(r);
+        }
+        let ids: Vec<&str> = taken.iter().flat_map(|r| r.events.iter().map(String::as_str)).collect();
+        let found: Vec<Event> = self
+            .query(
+                &format!(
+                    "LET $r = array::map($ids, |$i| type::record('event', $i));
+                     SELECT {EVENT_FIELDS} FROM $r;"
+                ),
                 vars! { "ids": ids },
             )
-            .await
+            .await?
+            .all(1)?;
+        let mut by_id: HashMap<String, Event> = found.into_iter().map(|e| (e.id.clone(), e)).collect();
+        Ok(taken
+            .into_iter()
+            .map(|r| OutboxEntry {
+                events: r.events.iter().filter_map(|i| by_id.remove(i)).collect(),
+                id: r.id,
+                ids: r.events,
+            })
+            .collect())
+    }
+
+    /// The events no subscriber has been handed yet, oldest first (up to about `limit`).
+    pub async fn undispatched_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
+        Ok(self.outbox(limit).await?.into_iter().flat_map(|e| e.events).collect())
+    }
+
+    /// Records how far the subscribers got through an outbox row: `left` are the ids still to hand
+    /// out; none left deletes the row.
+    pub async fn outbox_progress(&self, id: &str, left: &[String]) -> Result<(), StoreError> {
+        self.write(|| async {
+            if left.is_empty() {
+                self.query("DELETE type::record('outbox', $id) RETURN NONE", vars! { "id": id }).await
+            } else {
+                self.query(
+                    "UPDATE type::record('outbox', $id) SET events = $left RETURN NONE",
+                    vars! { "id": id, "left": left },
+                )
+                .await
+            }
         })
         .await
         .map(|_| ())

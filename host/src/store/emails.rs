@@ -252,7 +252,6 @@ impl Store {
             .filter(|o| o.status != "SENT")
             .map(|o| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error }))
             .collect();
-        let events: Vec<Value> = events.iter().map(|e| e.row()).collect();
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         if !sent.is_empty() {
             sql.push_str(
@@ -271,11 +270,16 @@ impl Store {
                     updated_at = $now RETURN NONE; };\n",
             );
         }
+        let outbox = super::contacts::outbox_row(events.iter().map(|e| e.id.as_str()));
+        let events: Vec<Value> = events.iter().map(|e| e.row()).collect();
         if !events.is_empty() {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
+            sql.push_str(super::contacts::OUTBOX_INSERT);
         }
         sql.push_str("COMMIT TRANSACTION;");
-        let v = vars! { "sent": sent, "sent_pid": sent_pid, "other": other, "events": events, "now": now };
+        let v = vars! {
+            "sent": sent, "sent_pid": sent_pid, "other": other, "events": events, "outbox": outbox, "now": now,
+        };
         self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
     }
 

@@ -272,6 +272,7 @@ impl Store {
         }
         if !events.is_empty() {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
+            sql.push_str(super::contacts::OUTBOX_INSERT);
         }
         if !emails.rows.is_empty() {
             sql.push_str(super::emails::EmailDocs::INSERTS);
@@ -296,20 +297,13 @@ impl Store {
                 (u.id.clone(), vars! { "version": u.version, "row": row })
             })
             .collect();
-        let events: Vec<Value> = events
-            .iter()
-            .map(|e| {
-                vars! {
-                    "id": e.id, "project": e.project, "contact": e.contact, "name": e.name, "data": e.data,
-                    "source": e.source, "created_at": e.created_at, "dispatched": false,
-                }
-            })
-            .collect();
+        let outbox = super::contacts::outbox_row(events.iter().map(|e| e.id.as_str()));
+        let events: Vec<Value> = events.iter().map(Event::row).collect();
         let unchanged_rows: Map<String, Value> =
             unchanged.iter().map(|c| (c.id.clone(), vars! { "version": c.version, "email": c.email })).collect();
         let v = vars! {
             "p": project, "created": created_rows, "updated": updated_rows, "unchanged": unchanged_rows,
-            "events": events, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs,
+            "events": events, "outbox": outbox, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs,
         };
         let known = &self.cache.known_contacts;
         match self.query(&sql, v).await {

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0012_email_bodies.surql", include_str!("../../../migrations/0012_email_bodies.surql")),
     ("0013_email_lookups.surql", include_str!("../../../migrations/0013_email_lookups.surql")),
     ("0014_segment_track.surql", include_str!("../../../migrations/0014_segment_track.surql")),
+    ("0015_outbox.surql", include_str!("../../../migrations/0015_outbox.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -1330,11 +1330,13 @@ impl Store {
              LET $changed = {pick};
              FOR $c IN $changed {{
                 {change}
-                IF $ev != NULL {{
-                    CREATE type::record('event', <string> rand::uuid::v7()) CONTENT {{
-                        project: $p, contact: $c, name: $ev, data: $data, source: 'system', created_at: $now,
-                        dispatched: false }} RETURN NONE;
-                }};
+             }};
+             IF $ev != NULL AND array::len($changed) > 0 {{
+                LET $evs = array::map($changed, |$c| {{ id: <string> rand::uuid::v7(), project: $p, contact: $c,
+                    name: $ev, data: $data, source: 'system', created_at: $now }});
+                INSERT INTO event $evs RETURN NONE;
+                CREATE type::record('outbox', <string> rand::uuid::v7()) CONTENT {{
+                    events: array::map($evs, |$e| $e.id) }} RETURN NONE;
              }};
              UPDATE type::record('segment', $s) SET member_count =
                 (SELECT count() AS n FROM segment_member WHERE project = $p AND segment = $s GROUP ALL)[0].n ?? 0,
@@ -1448,19 +1450,25 @@ impl Store {
             .map(|c| {
                 json!({
                     "id": uuid::Uuid::now_v7().to_string(), "project": project, "contact": c, "name": ev,
-                    "data": &events.data, "source": "system", "created_at": now, "dispatched": false,
+                    "data": &events.data, "source": "system", "created_at": now,
                 })
             })
             .collect();
+        let outbox = super::contacts::outbox_row(evs.iter().filter_map(|e| e["id"].as_str()));
         // Every row changes unless another compute got there first: then only the events of the rows
         // that changed are written.
         let sql = if add {
             "BEGIN TRANSACTION;
              LET $new = (INSERT IGNORE INTO segment_track $rows RETURN VALUE id);
-             IF array::len($new) = array::len($rows) { INSERT INTO event $evs RETURN NONE; }
-             ELSE IF array::len($new) > 0 {
+             IF array::len($new) = array::len($rows) {
+                INSERT INTO event $evs RETURN NONE;
+                CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;
+             } ELSE IF array::len($new) > 0 {
                 LET $in = array::map($new, |$r| record::id($r)[2]);
-                INSERT INTO event array::filter($evs, |$e| $e.contact IN $in) RETURN NONE;
+                LET $some = array::filter($evs, |$e| $e.contact IN $in);
+                INSERT INTO event $some RETURN NONE;
+                CREATE type::record('outbox', $outbox.id) CONTENT { events: array::map($some, |$e| $e.id) }
+                    RETURN NONE;
              };
              RETURN array::len($new);
              COMMIT TRANSACTION;"
@@ -1468,9 +1476,14 @@ impl Store {
             "BEGIN TRANSACTION;
              LET $gone = (DELETE array::map($ids, |$c| type::record('segment_track', [$p, $s, $c]))
                 RETURN VALUE record::id($before.id)[2]);
-             IF array::len($gone) = array::len($ids) { INSERT INTO event $evs RETURN NONE; }
-             ELSE IF array::len($gone) > 0 {
-                INSERT INTO event array::filter($evs, |$e| $e.contact IN $gone) RETURN NONE;
+             IF array::len($gone) = array::len($ids) {
+                INSERT INTO event $evs RETURN NONE;
+                CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;
+             } ELSE IF array::len($gone) > 0 {
+                LET $some = array::filter($evs, |$e| $e.contact IN $gone);
+                INSERT INTO event $some RETURN NONE;
+                CREATE type::record('outbox', $outbox.id) CONTENT { events: array::map($some, |$e| $e.id) }
+                    RETURN NONE;
              };
              RETURN array::len($gone);
              COMMIT TRANSACTION;"
@@ -1482,9 +1495,12 @@ impl Store {
         };
         let v = self
             .write(|| async {
-                self.query(sql, vars! { "p": project, "s": segment, "ids": ids, "rows": &rows, "evs": &evs })
-                    .await?
-                    .value_last()
+                self.query(
+                    sql,
+                    vars! { "p": project, "s": segment, "ids": ids, "rows": &rows, "evs": &evs, "outbox": &outbox },
+                )
+                .await?
+                .value_last()
             })
             .await?;
         Ok(v.as_i64().unwrap_or(0))
