@@ -23,6 +23,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0013_email_lookups.surql", include_str!("../../../migrations/0013_email_lookups.surql")),
     ("0014_segment_track.surql", include_str!("../../../migrations/0014_segment_track.surql")),
     ("0015_outbox.surql", include_str!("../../../migrations/0015_outbox.surql")),
+    ("0016_contact_count.surql", include_str!("../../../migrations/0016_contact_count.surql")),
 ];
 
 #[derive(serde::Deserialize)]
