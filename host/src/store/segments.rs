@@ -1947,32 +1947,21 @@ mod tests {
         }
     }
 
-    async fn tracked(store: &Store, project: &str, segment: &str) -> Vec<String> {
-        let mut ids: Vec<String> = store
-            .query(
-                "SELECT VALUE id[2] FROM segment_track:[$p, $s, NONE]..[$p, $s, {}]",
-                json!({ "p": project, "s": segment }),
-            )
-            .await
-            .unwrap()
-            .all(0)
-            .unwrap();
+    /// The sorted strings a query returns.
+    async fn sorted(store: &Store, sql: &str, vars: Value) -> Vec<String> {
+        let mut ids: Vec<String> = store.query(sql, vars).await.unwrap().all(0).unwrap();
         ids.sort();
         ids
     }
 
+    async fn tracked(store: &Store, project: &str, segment: &str) -> Vec<String> {
+        let sql = "SELECT VALUE id[2] FROM segment_track:[$p, $s, NONE]..[$p, $s, {}]";
+        sorted(store, sql, json!({ "p": project, "s": segment })).await
+    }
+
     async fn events_named(store: &Store, project: &str, name: &str) -> Vec<String> {
-        let mut ids: Vec<String> = store
-            .query(
-                "SELECT VALUE contact FROM event WHERE project = $p AND name = $n",
-                json!({ "p": project, "n": name }),
-            )
-            .await
-            .unwrap()
-            .all(0)
-            .unwrap();
-        ids.sort();
-        ids
+        let sql = "SELECT VALUE contact FROM event WHERE project = $p AND name = $n";
+        sorted(store, sql, json!({ "p": project, "n": name })).await
     }
 
     /// A batch written from a stale view of the membership (another compute wrote first) changes only
