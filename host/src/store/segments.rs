@@ -32,6 +32,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::contacts::OUTBOX_INSERT;
 use super::{Store, StoreError, key_of};
 use crate::domain::conditions::{Field, Filter, Logic, Node, Op, Operand, Tree};
 use crate::vars;
@@ -1456,39 +1457,32 @@ impl Store {
             })
             .collect();
         let outbox = super::contacts::outbox_row(evs.iter().filter_map(|e| e["id"].as_str()));
-        // Every row changes unless another compute got there first: then only the events of the rows
-        // that changed are written.
-        let sql = if add {
-            "BEGIN TRANSACTION;
-             LET $new = (INSERT IGNORE INTO segment_track $rows RETURN VALUE id);
-             IF array::len($new) = array::len($rows) {
-                INSERT INTO event $evs RETURN NONE;
-                CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;
-             } ELSE IF array::len($new) > 0 {
-                LET $in = array::map($new, |$r| record::id($r)[2]);
-                LET $some = array::filter($evs, |$e| $e.contact IN $in);
-                INSERT INTO event $some RETURN NONE;
-                CREATE type::record('outbox', $outbox.id) CONTENT { events: array::map($some, |$e| $e.id) }
-                    RETURN NONE;
-             };
-             RETURN array::len($new);
-             COMMIT TRANSACTION;"
+        // `$changed`: the contacts whose row really changed, `$n` how many. Every row changes unless
+        // another compute got there first: then only the events of the rows that changed are written.
+        let changed = if add {
+            "LET $new = (INSERT IGNORE INTO segment_track $rows RETURN VALUE id);
+             LET $n = array::len($new);
+             LET $changed = IF $n = array::len($ids) { $ids } ELSE { array::map($new, |$r| record::id($r)[2]) };"
         } else {
-            "BEGIN TRANSACTION;
-             LET $gone = (DELETE array::map($ids, |$c| type::record('segment_track', [$p, $s, $c]))
+            "LET $changed = (DELETE array::map($ids, |$c| type::record('segment_track', [$p, $s, $c]))
                 RETURN VALUE record::id($before.id)[2]);
-             IF array::len($gone) = array::len($ids) {
-                INSERT INTO event $evs RETURN NONE;
-                CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;
-             } ELSE IF array::len($gone) > 0 {
-                LET $some = array::filter($evs, |$e| $e.contact IN $gone);
-                INSERT INTO event $some RETURN NONE;
-                CREATE type::record('outbox', $outbox.id) CONTENT { events: array::map($some, |$e| $e.id) }
-                    RETURN NONE;
-             };
-             RETURN array::len($gone);
-             COMMIT TRANSACTION;"
+             LET $n = array::len($changed);"
         };
+        let sql = format!(
+            "BEGIN TRANSACTION;
+             {changed}
+             IF $n = array::len($ids) {{
+                INSERT INTO event $evs RETURN NONE;
+                {OUTBOX_INSERT}
+             }} ELSE IF $n > 0 {{
+                LET $some = array::filter($evs, |$e| $e.contact IN $changed);
+                INSERT INTO event $some RETURN NONE;
+                CREATE type::record('outbox', $outbox.id) CONTENT {{ events: array::map($some, |$e| $e.id) }}
+                    RETURN NONE;
+             }};
+             RETURN $n;
+             COMMIT TRANSACTION;"
+        );
         let rows: Vec<Value> = if add {
             ids.iter().map(|c| json!({ "id": [project, segment, c], "created_at": now })).collect()
         } else {
@@ -1497,7 +1491,7 @@ impl Store {
         let v = self
             .write(|| async {
                 self.query(
-                    sql,
+                    &sql,
                     vars! { "p": project, "s": segment, "ids": ids, "rows": &rows, "evs": &evs, "outbox": &outbox },
                 )
                 .await?
