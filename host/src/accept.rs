@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::SharedClock;
-use crate::compose::{Composer, Message, Recipient};
+use crate::compose::{Composer, MAX_REQUEST_RENDER_BYTES, Message, Recipient};
 use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB};
 use crate::domain::contacts::DataPatch;
 use crate::domain::templating::Prepared;
@@ -123,6 +123,7 @@ pub async fn accept_one(
         let mut writes = Vec::new();
         let mut events = Vec::new();
         let mut planned: HashMap<String, Contact> = HashMap::new();
+        let mut budget = MAX_REQUEST_RENDER_BYTES;
         for (email, name) in &req.recipients {
             let contact = match planned.get(email) {
                 Some(c) => c.clone(),
@@ -136,7 +137,9 @@ pub async fn accept_one(
             };
             let id = uuid::Uuid::now_v7().to_string();
             let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
-            let row = composer.compose(&message, &r, &id, now).map_err(|i| AcceptError::Render(i.to_string()))?;
+            let row = composer
+                .compose_within(&message, &r, &id, now, &mut budget)
+                .map_err(|i| AcceptError::Render(i.to_string()))?;
             rows.push(row);
             out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
         }
@@ -293,6 +296,7 @@ async fn grouped(
         let mut own_rows = Vec::new();
         let mut out = Vec::new();
         let mut failed = None;
+        let mut budget = MAX_REQUEST_RENDER_BYTES;
         for (email, name) in &req.recipients {
             if !touched.contains_key(email) {
                 let a = crate::ingest::apply(project, current.get(email), &req.upsert(email), now);
@@ -302,7 +306,7 @@ async fn grouped(
             let Some(contact) = touched.get(email) else { continue };
             let id = uuid::Uuid::now_v7().to_string();
             let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
-            match deps.composer.compose(&message, &r, &id, now) {
+            match deps.composer.compose_within(&message, &r, &id, now, &mut budget) {
                 Ok(row) => own_rows.push((req.priority, row)),
                 Err(issue) => {
                     failed = Some(AcceptError::Render(issue.to_string()));

@@ -17,6 +17,11 @@ use crate::store::emails::EmailRow;
 /// Largest rendered subject or body.
 pub const MAX_RENDER_BYTES: usize = 20 * 1024 * 1024;
 
+/// Rendered bytes (subjects, HTML and text parts, over all recipients) one request may produce: spec 8's
+/// 40 MB for a whole message holds for the request, not per recipient, so a small request with a
+/// template that multiplies its data cannot make the server store gigabytes.
+pub const MAX_REQUEST_RENDER_BYTES: usize = 40 * 1024 * 1024;
+
 /// The three links of a contact.
 pub struct Links {
     pub unsubscribe: String,
@@ -104,6 +109,25 @@ impl Composer {
 
     /// The email record `id` of `m` for `r`, PENDING, created at `now`.
     pub fn compose(&self, m: &Message<'_>, r: &Recipient<'_>, id: &str, now: i64) -> Result<EmailRow, TemplateIssue> {
+        let mut budget = MAX_REQUEST_RENDER_BYTES;
+        self.compose_within(m, r, id, now, &mut budget)
+    }
+
+    /// [`Composer::compose`] within what is left of a request's rendering budget (`budget` bytes),
+    /// which it lowers by what it rendered; rendering stops early once the budget is spent.
+    pub fn compose_within(
+        &self,
+        m: &Message<'_>,
+        r: &Recipient<'_>,
+        id: &str,
+        now: i64,
+        budget: &mut usize,
+    ) -> Result<EmailRow, TemplateIssue> {
+        let over = || TemplateIssue {
+            line: None,
+            column: None,
+            message: format!("the rendered messages of one request exceed {} MB", MAX_REQUEST_RENDER_BYTES >> 20),
+        };
         let mut vars = Value::Object(r.data.clone());
         for (k, v) in m.request_vars {
             vars[k] = v.clone();
@@ -120,9 +144,16 @@ impl Composer {
             headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
             headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
         }
-        let subject = self.templates.render_prepared(m.subject, &vars, MAX_RENDER_BYTES)?;
-        let html = self.templates.render_prepared(m.html, &vars, MAX_RENDER_BYTES)?;
+        let room = |left: usize| left.min(MAX_RENDER_BYTES);
+        let subject = self.templates.render_prepared(m.subject, &vars, room(*budget))?;
+        *budget = budget.checked_sub(subject.len()).ok_or_else(over)?;
+        let html = self
+            .templates
+            .render_prepared(m.html, &vars, room(*budget))
+            .map_err(|e| if e.message.contains("exceeds") && *budget < MAX_RENDER_BYTES { over() } else { e })?;
+        *budget = budget.checked_sub(html.len()).ok_or_else(over)?;
         let text = html_to_text(&html);
+        *budget = budget.checked_sub(text.len()).ok_or_else(over)?;
         let html = if m.track {
             instrument(
                 &html,

@@ -14,6 +14,7 @@ mod campaigns;
 mod contacts;
 mod domains;
 mod foundation;
+mod hardening;
 mod jobs;
 mod plugins;
 mod segments;

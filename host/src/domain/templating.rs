@@ -77,21 +77,276 @@ fn split_fallback(inner: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// Refuses partials and decorators, which could recurse without end.
-fn refuse_recursion(src: &str) -> Result<(), TemplateIssue> {
-    for (n, line) in src.lines().enumerate() {
-        let compact: String = line.chars().filter(|c| !c.is_whitespace()).collect();
-        for bad in ["{{>", "{{#>", "{{~>", "{{#*", "{{*", "{{{>"] {
-            if let Some(col) = compact.find(bad) {
-                return Err(TemplateIssue {
-                    line: Some(n + 1),
-                    column: Some(col + 1),
-                    message: "partials and decorators are not allowed in templates".into(),
-                });
-            }
+/// Deepest nesting a template may have: blocks inside blocks, and sub-expressions or literals inside
+/// one tag. The parser and the renderer recurse once per level, so this bounds their stack.
+pub const MAX_NESTING: usize = 32;
+
+/// Elements one render may evaluate: every pass of an `{{#each}}` costs the elements of its block (and
+/// copying a computed item costs about one step per 64 bytes), so nested loops over large arrays stop
+/// with an error instead of working for minutes.
+pub const MAX_RENDER_STEPS: u64 = 2_000_000;
+
+fn issue_at(src: &str, byte: usize, message: impl Into<String>) -> TemplateIssue {
+    let before = &src[..byte.min(src.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    TemplateIssue { line: Some(line), column: Some(column), message: message.into() }
+}
+
+/// Refuses a template nested deeper than [`MAX_NESTING`] before the parser sees it. A conservative
+/// scan of the source: it may count a level the parser would not (a `{{#` inside a comment or a raw
+/// block), never one less.
+fn check_nesting(src: &str) -> Result<(), TemplateIssue> {
+    let b = src.as_bytes();
+    let mut blocks = 0usize;
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if !(b[i] == b'{' && b[i + 1] == b'{') {
+            i += 1;
+            continue;
         }
+        let tag = i;
+        let mut j = i + 2;
+        // Comments: the parser takes `{{!-- ... --}}` when it is closed, else `{{! ... }}`.
+        if let Some(end) = b[j..].starts_with(b"!--").then(|| find_from(b, j, b"--}}")).flatten() {
+            i = end + 4;
+            continue;
+        }
+        if b.get(j) == Some(&b'!') {
+            i = find_from(b, j, b"}}").map_or(b.len(), |e| e + 2);
+            continue;
+        }
+        while j < b.len() && (b[j] == b'{' || b[j] == b'~' || b[j].is_ascii_whitespace()) {
+            j += 1;
+        }
+        match b.get(j) {
+            Some(b'#') => {
+                blocks += 1;
+                if blocks > MAX_NESTING {
+                    return Err(issue_at(src, tag, format!("blocks are nested deeper than {MAX_NESTING} levels")));
+                }
+            }
+            Some(b'/') => blocks = blocks.saturating_sub(1),
+            _ => {}
+        }
+        // The rest of the tag, up to a `}}` outside brackets and strings.
+        let mut depth = 0usize;
+        let mut quote: Option<u8> = None;
+        while j < b.len() {
+            let c = b[j];
+            match quote {
+                Some(_) if c == b'\\' => j += 1,
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => match c {
+                    b'"' | b'\'' => quote = Some(c),
+                    b'}' if depth == 0 && b.get(j + 1) == Some(&b'}') => break,
+                    b'(' | b'[' | b'{' => {
+                        depth += 1;
+                        if depth > MAX_NESTING {
+                            return Err(issue_at(
+                                src,
+                                tag,
+                                format!("expressions are nested deeper than {MAX_NESTING} levels"),
+                            ));
+                        }
+                    }
+                    b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            j += 1;
+        }
+        i = j + 2;
     }
     Ok(())
+}
+
+fn find_from(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    hay.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|p| p + from)
+}
+
+/// Refuses partials, inline partials, partial blocks and decorators, in whatever spelling the parser
+/// accepted (whitespace control, newlines, dynamic names): a template could recurse through them
+/// without end. Decided on the compiled template, not on its text.
+fn refuse_partials(t: &Template) -> Result<(), TemplateIssue> {
+    use handlebars::template::{Parameter, TemplateElement as E};
+    fn params(h: &handlebars::template::HelperTemplate) -> Result<(), TemplateIssue> {
+        for p in h.params.iter().chain(h.hash.values()).chain(std::iter::once(&h.name)) {
+            if let Parameter::Subexpression(s) = p {
+                element(&s.element, None)?;
+            }
+        }
+        for t in [&h.template, &h.inverse].into_iter().flatten() {
+            refuse_partials(t)?;
+        }
+        Ok(())
+    }
+    fn element(e: &E, pos: Option<(usize, usize)>) -> Result<(), TemplateIssue> {
+        match e {
+            E::DecoratorExpression(_) | E::DecoratorBlock(_) | E::PartialExpression(_) | E::PartialBlock(_) => {
+                Err(TemplateIssue {
+                    line: pos.map(|p| p.0),
+                    column: pos.map(|p| p.1),
+                    message: "partials and decorators are not allowed in templates".into(),
+                })
+            }
+            E::HtmlExpression(h) | E::Expression(h) | E::HelperBlock(h) => params(h),
+            E::RawString(_) | E::Comment(_) => Ok(()),
+            // An element kind a later Handlebars adds is refused until it is known to be safe.
+            _ => Err(TemplateIssue {
+                line: pos.map(|p| p.0),
+                column: pos.map(|p| p.1),
+                message: "this template construct is not supported".into(),
+            }),
+        }
+    }
+    for (i, e) in t.elements.iter().enumerate() {
+        element(e, t.mapping.get(i).map(|m| (m.0, m.1)))?;
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Steps left to the render running on this thread (rendering is synchronous: set, render, read).
+    static STEPS_LEFT: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+fn charge(steps: u64) -> Result<(), handlebars::RenderError> {
+    STEPS_LEFT.with(|left| {
+        let now = left.get();
+        if now < steps {
+            left.set(0);
+            return Err(handlebars::RenderErrorReason::Other(format!(
+                "the template does more than {MAX_RENDER_STEPS} steps of work"
+            ))
+            .into());
+        }
+        left.set(now - steps);
+        Ok(())
+    })
+}
+
+/// About one step per 64 bytes of a JSON value, counted up to `cap` steps.
+fn weight(v: &Value, cap: u64) -> u64 {
+    let mut stack = vec![v];
+    let mut bytes = 0u64;
+    while let Some(v) = stack.pop() {
+        bytes += match v {
+            Value::String(s) => s.len() as u64 + 8,
+            Value::Array(a) => {
+                stack.extend(a.iter());
+                8
+            }
+            Value::Object(o) => {
+                stack.extend(o.iter().map(|(k, v)| {
+                    bytes += k.len() as u64;
+                    v
+                }));
+                8
+            }
+            _ => 8,
+        };
+        if bytes / 64 >= cap {
+            break;
+        }
+    }
+    bytes / 64
+}
+
+/// `{{#each}}` as Handlebars has it (`@index`, `@first`, `@last`, `@key`, block parameters, `{{else}}`),
+/// charging every pass against the render's step budget.
+struct BoundedEach;
+
+impl handlebars::HelperDef for BoundedEach {
+    fn call<'reg: 'rc, 'rc>(
+        &self,
+        h: &handlebars::Helper<'rc>,
+        r: &'reg Handlebars<'reg>,
+        ctx: &'rc Context,
+        rc: &mut RenderContext<'reg, 'rc>,
+        out: &mut dyn Output,
+    ) -> handlebars::HelperResult {
+        use handlebars::{BlockContext, BlockParams, RenderErrorReason, to_json};
+        let value = h.param(0).ok_or(RenderErrorReason::ParamNotFoundForIndex("each", 0))?;
+        let Some(t) = h.template() else { return Ok(()) };
+        let per_pass = 1 + t.elements.len() as u64;
+        let items: Vec<(Option<&String>, &Value)> = match value.value() {
+            Value::Array(list) if !list.is_empty() || h.inverse().is_none() => list.iter().map(|v| (None, v)).collect(),
+            Value::Object(obj) if !obj.is_empty() || h.inverse().is_none() => {
+                obj.iter().map(|(k, v)| (Some(k), v)).collect()
+            }
+            _ => {
+                return match h.inverse() {
+                    Some(inverse) => inverse.render(r, ctx, rc, out),
+                    None if r.strict_mode() => Err(handlebars::RenderError::strict_error(value.relative_path())),
+                    None => Ok(()),
+                };
+            }
+        };
+        let base_path = value.context_path();
+        let mut block = BlockContext::new();
+        match base_path {
+            Some(p) => block.base_path_mut().clone_from(p),
+            None => block.set_base_value(value.value().clone()),
+        }
+        rc.push_block(block);
+        let len = items.len();
+        for (i, (key, v)) in items.into_iter().enumerate() {
+            charge(per_pass)?;
+            if let Some(block) = rc.block_mut() {
+                block.set_local_var("first", to_json(i == 0));
+                block.set_local_var("last", to_json(i + 1 == len));
+                block.set_local_var("index", to_json(i));
+                if let Some(k) = key {
+                    block.set_local_var("key", to_json(k));
+                }
+                let segment = key.cloned().unwrap_or_else(|| i.to_string());
+                match base_path {
+                    Some(p) if i == 0 => {
+                        let mut path = p.clone();
+                        path.push(segment);
+                        *block.base_path_mut() = path;
+                    }
+                    Some(_) => {
+                        if let Some(last) = block.base_path_mut().last_mut() {
+                            *last = segment;
+                        }
+                    }
+                    None => {
+                        charge(weight(v, MAX_RENDER_STEPS))?;
+                        block.set_base_value(v.clone());
+                    }
+                }
+                let key_json = key.map_or_else(|| to_json(i), to_json);
+                let mut params = BlockParams::new();
+                let mut any = false;
+                if let Some(name) = h.block_param() {
+                    add_item(&mut params, name, base_path.is_some(), v)?;
+                    any = true;
+                } else if let Some((name, key_name)) = h.block_param_pair() {
+                    add_item(&mut params, name, base_path.is_some(), v)?;
+                    params.add_value(key_name, key_json)?;
+                    any = true;
+                }
+                if any {
+                    block.set_block_params(params);
+                }
+            }
+            t.render(r, ctx, rc, out)?;
+        }
+        rc.pop_block();
+        Ok(())
+    }
+}
+
+fn add_item<'a>(
+    params: &mut handlebars::BlockParams<'a>,
+    name: &'a str,
+    has_path: bool,
+    v: &Value,
+) -> Result<(), handlebars::RenderError> {
+    if has_path { params.add_path(name, Vec::with_capacity(0)) } else { params.add_value(name, v.clone()) }
 }
 
 pub struct Engine {
@@ -133,19 +388,17 @@ impl Engine {
     pub fn new() -> Engine {
         let mut html = Handlebars::new();
         html.register_helper("herald_default", Box::new(fallback));
+        html.register_helper("each", Box::new(BoundedEach));
         let mut text = Handlebars::new();
         text.register_helper("herald_default", Box::new(fallback));
+        text.register_helper("each", Box::new(BoundedEach));
         text.register_escape_fn(handlebars::no_escape);
         Engine { html, text }
     }
 
-    /// Checks a template's syntax.
+    /// Checks a template: its syntax, its nesting, and that it has no partials or decorators.
     pub fn check(&self, src: &str) -> Result<(), TemplateIssue> {
-        refuse_recursion(src)?;
-        Template::compile(&preprocess(src)).map(|_| ()).map_err(|e| {
-            let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
-            TemplateIssue { line, column, message: e.reason().to_string() }
-        })
+        compile(src).map(|_| ())
     }
 
     /// Renders a template with variables, stopping at `max_bytes` of output.
@@ -156,13 +409,7 @@ impl Engine {
 
     /// Checks and compiles a template once, for rendering it many times (a campaign's batch).
     pub fn prepare(&self, src: &str, mode: Mode) -> Result<Prepared, TemplateIssue> {
-        self.check(src)?;
-        let template = Template::compile(&preprocess(src)).map_err(|e| TemplateIssue {
-            line: e.pos().map(|p| p.0),
-            column: e.pos().map(|p| p.1),
-            message: e.reason().to_string(),
-        })?;
-        Ok(Prepared { template, mode })
+        Ok(Prepared { template: compile(src)?, mode })
     }
 
     /// Renders a prepared template, stopping at `max_bytes` of output.
@@ -180,13 +427,28 @@ impl Engine {
         };
         let ctx = Context::wraps(vars).map_err(failed)?;
         let mut rc = RenderContext::new(None);
-        p.template.render(hb, &ctx, &mut rc, &mut out).map_err(failed)?;
+        STEPS_LEFT.with(|left| left.set(MAX_RENDER_STEPS));
+        let rendered = p.template.render(hb, &ctx, &mut rc, &mut out);
+        STEPS_LEFT.with(|left| left.set(u64::MAX));
+        rendered.map_err(failed)?;
         String::from_utf8(out.buf).map_err(|_| TemplateIssue {
             line: None,
             column: None,
             message: "invalid UTF-8 output".into(),
         })
     }
+}
+
+/// Compiles a template after the checks that keep the parser and renderer bounded.
+fn compile(src: &str) -> Result<Template, TemplateIssue> {
+    let source = preprocess(src);
+    check_nesting(&source)?;
+    let template = Template::compile(&source).map_err(|e| {
+        let (line, column) = e.pos().map_or((None, None), |(l, c)| (Some(l), Some(c)));
+        TemplateIssue { line, column, message: e.reason().to_string() }
+    })?;
+    refuse_partials(&template)?;
+    Ok(template)
 }
 
 /// A checked and compiled template.
@@ -229,11 +491,179 @@ mod tests {
         let e = Engine::new();
         let err = e.check("line one\nline two {{#if x}}\nno close").unwrap_err();
         assert!(err.line.is_some(), "{err:?}");
-        let err = e.check("ok\n{{> evil}}").unwrap_err();
-        assert_eq!(err.line, Some(2));
-        assert!(err.message.contains("partials"));
-        assert!(e.check("{{#*inline \"x\"}}{{/inline}}").is_err());
         assert!(e.check("{{#each items}}{{this}}{{/each}}").is_ok());
+    }
+
+    #[test]
+    fn partials_and_decorators_are_refused_in_every_spelling() {
+        let e = Engine::new();
+        let crash = "{{~#*inline \"a\"}}{{\n> b}}{{/inline}}{{~#*inline \"b\"}}{{\n> a}}{{/inline}}{{\n> a}}";
+        let refused = [
+            crash,
+            "{{> a}}",
+            "{{~> a}}",
+            "{{\n>\na}}",
+            "{{ ~ > a ~ }}",
+            "{{#> layout}}x{{/layout}}",
+            "{{~#>\tlayout}}x{{/layout}}",
+            "{{#*inline \"x\"}}{{/inline}}",
+            "{{~ #*inline 'x'}}{{/inline}}",
+            "{{*decorator}}",
+            "{{~*decorator~}}",
+            "{{> (lookup . \"name\")}}",
+            "{{#if x}}{{#each y}}{{\n  > deep}}{{/each}}{{/if}}",
+            "{{#if x}}a{{else}}{{> b}}{{/if}}",
+        ];
+        for src in refused {
+            let err = e.check(src).expect_err(src);
+            assert!(err.message.contains("partials") || err.line.is_some(), "{src}: {err:?}");
+            assert!(e.render(src, &json!({}), Mode::Html, 10_000).is_err(), "{src}");
+        }
+        let err = e.check("ok\n{{> evil}}").unwrap_err();
+        assert_eq!((err.line, err.message.contains("partials")), (Some(2), true), "{err:?}");
+        // Text that merely looks like one stays text.
+        for src in ["a > b", "{{!-- {{> x}} --}}", "\\{{> x}}", "{{{{raw}}}}{{> x}}{{{{/raw}}}}"] {
+            e.check(src).unwrap_or_else(|err| panic!("{src}: {err:?}"));
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded_before_parsing() {
+        let e = Engine::new();
+        let nested = |n: usize| format!("{}x{}", "{{#if a}}".repeat(n), "{{/if}}".repeat(n));
+        assert_eq!(e.render(&nested(MAX_NESTING), &json!({"a": true}), Mode::Html, 100).unwrap(), "x");
+        for n in [MAX_NESTING + 1, 10_000, 200_000] {
+            let err = e.check(&nested(n)).unwrap_err();
+            assert!(err.message.contains("nested deeper"), "{err:?}");
+        }
+        let parens = |n: usize| format!("{{{{lookup {}this \"a\"{}}}}}", "(lookup ".repeat(n), ")".repeat(n));
+        e.check(&parens(3)).unwrap_or_else(|err| panic!("{}: {err:?}", parens(3)));
+        for n in [MAX_NESTING + 1, 100_000] {
+            assert!(e.check(&parens(n)).unwrap_err().message.contains("nested deeper"));
+        }
+        let arrays = format!("{{{{x {}}}}}", "[".repeat(100_000));
+        assert!(e.check(&arrays).is_err());
+        // An unclosed `{{!--` comment is the short form to the parser, so the scan does not skip the rest.
+        assert!(e.check(&format!("{{{{!-- }}}}{}", nested(MAX_NESTING + 1))).is_err());
+    }
+
+    #[test]
+    fn loops_stop_at_the_step_budget() {
+        let e = Engine::new();
+        let vars = json!({ "a": (0..700).collect::<Vec<_>>() });
+        let src = "{{#each a}}{{#each ../a}}{{#each ../../a}}{{/each}}{{/each}}{{/each}}";
+        let err = e.render(src, &vars, Mode::Html, 1_000_000).unwrap_err();
+        assert!(err.message.contains("steps of work"), "{err:?}");
+        // Each keeps what Handlebars gives a loop.
+        let vars = json!({ "xs": ["a", "b"], "o": {"k": 1, "l": 2}, "n": [] });
+        let cases = [
+            ("{{#each xs}}{{@index}}{{this}}{{#if @first}}F{{/if}}{{#if @last}}L{{/if}},{{/each}}", "0aF,1bL,"),
+            ("{{#each o}}{{@key}}={{this}};{{/each}}", "k=1;l=2;"),
+            ("{{#each xs as |x i|}}{{i}}:{{x}} {{/each}}", "0:a 1:b "),
+            ("{{#each n}}x{{else}}empty{{/each}}", "empty"),
+            ("{{#each missing}}x{{else}}none{{/each}}", "none"),
+            ("{{#each xs}}{{../o.k}}{{/each}}", "11"),
+            ("{{#each (lookup this \"xs\")}}[{{this}}]{{/each}}", "[a][b]"),
+        ];
+        for (src, want) in cases {
+            assert_eq!(e.render(src, &vars, Mode::Html, 1_000).unwrap(), want, "{src}");
+        }
+    }
+
+    /// Property: any template built from Handlebars' pieces (blocks, partial syntax, whitespace control,
+    /// comments, raw blocks, brackets) is either refused when checked or renders within the limits.
+    /// Never a crash.
+    #[test]
+    fn generated_templates_are_refused_or_rendered_within_limits() {
+        use rand::{Rng, SeedableRng};
+        const PIECES: &[&str] = &[
+            "{{",
+            "}}",
+            "{{~",
+            "~}}",
+            "{{{",
+            "}}}",
+            "#",
+            "/",
+            ">",
+            "*",
+            "#>",
+            "#*inline \"a\"",
+            "{{/inline}}",
+            "{{> a}}",
+            "{{#> a}}",
+            "{{/a}}",
+            "{{*d}}",
+            "{{#each xs}}",
+            "{{/each}}",
+            "{{#if x}}",
+            "{{/if}}",
+            "{{else}}",
+            "{{#with o}}",
+            "{{/with}}",
+            "{{x}}",
+            "{{{x}}}",
+            "{{x ?? \"d\"}}",
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            "lookup",
+            " ",
+            "\n",
+            "\t",
+            "~",
+            "a",
+            "b",
+            "x",
+            "xs",
+            "@index",
+            "this",
+            "../",
+            "{{!--",
+            "--}}",
+            "{{!",
+            "\\{{",
+            "{{{{raw}}}}",
+            "{{{{/raw}}}}",
+            "\"",
+            "'",
+            "as |v i|",
+            "=",
+        ];
+        let e = Engine::new();
+        let vars = json!({ "x": "<b>", "xs": (0..5).collect::<Vec<_>>(), "o": {"a": 1} });
+        let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+        let (mut refused, mut rendered) = (0, 0);
+        for round in 0..20_000 {
+            let n = rng.random_range(1..40);
+            let mut src: String = (0..n).map(|_| PIECES[rng.random_range(0..PIECES.len())]).collect();
+            if round % 50 == 0 {
+                // Deep nesting, sometimes past the limit, sometimes far past what the parser's stack holds.
+                let depth = if round % 1000 == 0 { 200_000 } else { rng.random_range(1..80) };
+                src = format!("{}{src}{}", "{{#if x}}".repeat(depth), "{{/if}}".repeat(depth));
+            }
+            if round % 100 == 1 {
+                // Partials that call each other, with the generated noise between them.
+                src = format!(
+                    "{{{{~#*inline \"a\"}}}}{{{{\n> b}}}}{{{{/inline}}}}{src}{{{{~#*inline \"b\"}}}}{{{{\n> a}}}}{{{{/inline}}}}{{{{\n> a}}}}"
+                );
+            }
+            match e.check(&src) {
+                Err(_) => refused += 1,
+                Ok(()) => {
+                    for mode in [Mode::Html, Mode::Text] {
+                        if let Ok(out) = e.render(&src, &vars, mode, 100_000) {
+                            assert!(out.len() <= 100_000);
+                        }
+                    }
+                    rendered += 1;
+                }
+            }
+        }
+        assert!(refused > 1_000 && rendered > 1_000, "refused {refused}, rendered {rendered}");
     }
 
     #[test]

@@ -1,0 +1,274 @@
+//! Issue 29: no request may take Herald down or reach past its rights. Each test is a finding of the
+//! attack review, replayed against the real server (the first one against the real binary).
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// Two inline partials calling each other: before the fix, rendering it overflowed the stack and the
+/// process aborted (SIGABRT), for every tenant.
+const MUTUAL_PARTIALS: &str = "{{~#*inline \"a\"}}{{\n> b}}{{/inline}}{{~#*inline \"b\"}}{{\n> a}}{{/inline}}{{\n> a}}";
+
+fn herald(dir: &std::path::Path, port: u16) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_herald"));
+    c.env("HERALD_DB", format!("surrealkv://{}", dir.display()))
+        .env("HERALD_LISTEN", format!("127.0.0.1:{port}"))
+        .env("HERALD_LOG", "warn")
+        .env("HERALD_SECRET", "a test secret of the hardening suite");
+    c
+}
+
+#[tokio::test]
+async fn a_template_of_mutually_recursive_partials_is_refused_and_the_binary_keeps_serving() {
+    let dir = std::env::temp_dir().join(format!("herald-hardening-{}", uuid::Uuid::new_v4()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = herald(&dir, port)
+        .args(["project", "create", "Target", "--owner", "t@example.com", "--password", "password123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let secret = project["secret"].as_str().unwrap().to_string();
+    let out = herald(&dir, port)
+        .args(["domain", "add", "mail.hardening.test", "--project", project["id"].as_str().unwrap(), "--trust"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let mut server = herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut up = false;
+    for _ in 0..200 {
+        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "herald serve answers /health");
+
+    let post = |path: &str, body: Value| http.post(format!("{base}{path}")).bearer_auth(&secret).json(&body).send();
+    let from = "hello@mail.hardening.test";
+    let attempts = [
+        ("/v1/send", json!({"to": "v@example.com", "from": from, "subject": "x", "body": MUTUAL_PARTIALS})),
+        (
+            "/v1/send",
+            json!({"to": "v@example.com", "from": from, "subject": MUTUAL_PARTIALS.replace('\n', " "), "body": "x"}),
+        ),
+        (
+            "/templates",
+            json!({"name": "t", "subject": "s", "body": MUTUAL_PARTIALS, "from": from, "type": "TRANSACTIONAL"}),
+        ),
+        (
+            "/campaigns",
+            json!({"name": "c", "subject": "s", "body": MUTUAL_PARTIALS, "from": from, "audienceType": "ALL"}),
+        ),
+    ];
+    for (path, body) in attempts {
+        let r = post(path, body).await.expect("the server answers instead of dying");
+        assert_eq!(r.status(), 422, "{path} refuses the template");
+        let json: Value = r.json().await.unwrap();
+        assert_eq!(json["error"]["code"], "VALIDATION_ERROR", "{json}");
+        assert!(json.to_string().contains("partials"), "{json}");
+    }
+    // Deep nesting is refused the same way, before the parser recurses.
+    let deep = format!("{}x{}", "{{#if a}}".repeat(100_000), "{{/if}}".repeat(100_000));
+    let r = post("/v1/send", json!({"to": "v@example.com", "from": from, "subject": "x", "body": deep})).await.unwrap();
+    assert_eq!(r.status(), 422);
+
+    assert!(server.try_wait().unwrap().is_none(), "the process is still running");
+    let r = http.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "and still serving");
+    let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while server.try_wait().ok().flatten().is_none() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let _ = server.kill();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_public_key_never_changes_an_existing_contacts_subscription() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let track = |c: &Client, email: &str, subscribed: bool| {
+        let c = c.clone();
+        let email = email.to_string();
+        async move { c.post("/v1/track", json!({"email": email, "event": "visit", "subscribed": subscribed})).await }
+    };
+    let subscribed = |email: &str| {
+        let c = p.secret.clone();
+        let email = email.to_string();
+        async move {
+            let r = c.get(&format!("/contacts?search={email}")).await;
+            let list = r.json["data"].as_array().or(r.json["contacts"].as_array()).cloned().unwrap_or_default();
+            let found = list.iter().find(|c| c["email"] == email.as_str()).cloned();
+            found.and_then(|c| c["subscribed"].as_bool())
+        }
+    };
+    // A new contact takes the public key's state.
+    assert_eq!(track(&p.public, "new@example.com", false).await.status, 200);
+    assert_eq!(subscribed("new@example.com").await, Some(false));
+    // An existing one keeps its state, either way.
+    assert_eq!(track(&p.secret, "jane@example.com", true).await.status, 200);
+    assert_eq!(track(&p.public, "jane@example.com", false).await.status, 200);
+    assert_eq!(subscribed("jane@example.com").await, Some(true), "the public key cannot unsubscribe her");
+    assert_eq!(track(&p.secret, "jane@example.com", false).await.status, 200);
+    assert_eq!(track(&p.public, "jane@example.com", true).await.status, 200);
+    assert_eq!(subscribed("jane@example.com").await, Some(false), "nor re-subscribe her after she opted out");
+    // The secret key can.
+    assert_eq!(track(&p.secret, "jane@example.com", true).await.status, 200);
+    assert_eq!(subscribed("jane@example.com").await, Some(true));
+}
+
+#[tokio::test]
+async fn plugins_need_the_secret_key_or_a_session() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    assert_envelope(&p.public.get("/plugins").await, 401, "INVALID_API_KEY");
+    assert_eq!(p.secret.get("/plugins").await.status, 200);
+    assert_eq!(p.session.get("/plugins").await.status, 200);
+}
+
+#[tokio::test]
+async fn logout_revokes_the_session_token_itself() {
+    let s = Server::start().await;
+    let c = signup(&s, "o@example.com").await;
+    let login = s.client().http.post(format!("{}/auth/login", s.base));
+    let r = login.json(&json!({"email": "o@example.com", "password": "password123"})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let cookie = r
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("herald_token="))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_string();
+    let me = |cookie: String| {
+        let http = reqwest::Client::new();
+        let url = format!("{}/users/@me", s.base);
+        async move { http.get(url).header("cookie", cookie).send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(me(cookie.clone()).await, 200, "the copied cookie works while the session lives");
+    let http = reqwest::Client::new();
+    let r = http.get(format!("{}/auth/logout", s.base)).header("cookie", cookie.clone()).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(me(cookie).await, 401, "a copy of the token dies with the logout");
+    assert_eq!(c.get("/users/@me").await.status, 200, "another session of the same user lives on");
+}
+
+#[tokio::test]
+async fn cookie_authenticated_posts_must_be_json() {
+    let s = Server::start().await;
+    let c = signup(&s, "o@example.com").await;
+    // What a cross-site form or a `text/plain` fetch can send with the cookie.
+    let forged = c
+        .http
+        .post(format!("{}/users/@me/projects", s.base))
+        .header("content-type", "text/plain")
+        .body(r#"{"name": "forged"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    let body: Value = forged.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "FORBIDDEN", "{body}");
+    let list = c.get("/users/@me/projects").await;
+    assert_eq!(list.json.as_array().map(Vec::len).or(list.json["data"].as_array().map(Vec::len)), Some(0));
+    assert_eq!(c.post("/users/@me/projects", json!({"name": "real"})).await.status, 201);
+}
+
+#[tokio::test]
+async fn line_breaks_in_names_that_reach_mail_headers_are_refused_when_saved() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let r = p.session.post("/users/@me/projects", json!({"name": "Shop\r\nBcc: x@evil.test"})).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "name", "{}", r.json);
+    let r = p.session.patch(&format!("/users/@me/projects/{}", p.id), json!({"name": "a\nb"})).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    let template = json!({"name": "t", "subject": "s", "body": "b", "from": "a@shop.test", "type": "TRANSACTIONAL",
+        "fromName": "Shop\nX-Evil: 1"});
+    let r = p.secret.post("/templates", template).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "fromName", "{}", r.json);
+    let campaign = json!({"name": "c", "subject": "s", "body": "b", "from": "a@shop.test", "audienceType": "ALL",
+        "fromName": "Shop\r"});
+    let r = p.secret.post("/campaigns", campaign).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert!(r.json.to_string().contains("fromName"), "{}", r.json);
+    let r = p
+        .secret
+        .post(
+            "/v1/send",
+            json!({"to": "a@example.com", "from": "a@shop.test", "subject": "s", "body": "b",
+            "name": "Shop\nBcc: x@evil.test"}),
+        )
+        .await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "name", "{}", r.json);
+}
+
+#[tokio::test]
+async fn bodies_are_not_read_for_callers_who_are_not_let_in() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let big = vec![b' '; 2 * 1024 * 1024];
+    let anonymous = s.client();
+    let r = anonymous.raw("POST", "/domains", big.clone(), "application/json").await;
+    assert_envelope(&r, 401, "UNAUTHORIZED");
+    let r = p.secret.raw("POST", "/domains", big.clone(), "application/json").await;
+    assert_envelope(&r, 413, "PAYLOAD_TOO_LARGE");
+    let r = anonymous.raw("POST", "/auth/login", big, "application/json").await;
+    assert_envelope(&r, 413, "PAYLOAD_TOO_LARGE");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("16 KB"), "{}", r.json);
+}
+
+#[tokio::test]
+async fn repeated_wrong_passwords_slow_down_the_account() {
+    let s = Server::start().await;
+    signup(&s, "o@example.com").await;
+    let c = s.client();
+    for _ in 0..10 {
+        let r = c.post("/auth/login", json!({"email": "o@example.com", "password": "wrong-password"})).await;
+        assert_envelope(&r, 401, "UNAUTHORIZED");
+    }
+    // Even the right password waits now, and says how long.
+    let r = c.post("/auth/login", json!({"email": "o@example.com", "password": "password123"})).await;
+    assert_envelope(&r, 429, "RATE_LIMIT_EXCEEDED");
+    let wait: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(wait > 0 && wait <= 15 * 60, "{wait}");
+}
+
+#[tokio::test]
+async fn a_small_send_cannot_make_the_server_render_and_store_far_more_than_it_was_sent() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let st = std::sync::Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let to: Vec<String> = (0..20).map(|i| format!("r{i}@example.com")).collect();
+    // ~3 MB per recipient from a request of a few KB: 60 MB for the request, past spec 8's 40 MB.
+    let body = "{{#each a}}{{#each ../b}}<p>amplified amplified amplified amplified</p>{{/each}}{{/each}}";
+    let r = p
+        .secret
+        .post(
+            "/v1/send",
+            json!({"to": to, "from": "a@shop.test", "subject": "s", "body": body,
+                "data": {"a": {"value": (0..700).collect::<Vec<_>>(), "persistent": false},
+                         "b": {"value": (0..100).collect::<Vec<_>>(), "persistent": false}}}),
+        )
+        .await;
+    assert_envelope(&r, 400, "BAD_REQUEST");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("one request exceed"), "{}", r.json);
+    let emails = st.store.query("SELECT count() AS n FROM email GROUP ALL", json!({})).await.unwrap().value(0).unwrap();
+    assert!(emails == json!([]) || emails == json!([{"n": 0}]), "nothing was stored: {emails}");
+}
