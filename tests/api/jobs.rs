@@ -243,3 +243,49 @@ async fn a_batch_kind_runs_many_jobs_in_one_call_and_records_each_outcome() {
     assert_eq!(ran.len(), 1);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_job_whose_attempts_never_finish_is_dead_lettered_instead_of_crash_looping() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let id = store.enqueue(&NewJob::new("kills-the-process", json!({}), T0), T0).await.unwrap();
+    let other = store.enqueue(&NewJob::new("work", json!({"n": 1}), T0), T0).await.unwrap();
+    // Three processes in a row claim it and die while running it (their leases expire).
+    for life in 0..3 {
+        let kinds = vec!["kills-the-process".to_string()];
+        let claimed = store.claim_kinds(&format!("life-{life}"), clock.now_ms(), 30_000, 10, &kinds).await.unwrap();
+        assert_eq!(claimed.len(), 1, "attempt {life} is claimed");
+        assert_eq!(claimed[0].interrupted.unwrap_or(0), life, "interrupted attempts so far");
+        clock.advance(30_000);
+    }
+    // The next claim finds its third expired lease: dead-lettered with the reason, not run again.
+    let counter = Arc::new(Mutex::new(HashMap::new()));
+    let mut registry = counting("work", counter.clone());
+    let ran_fatal = Arc::new(AtomicUsize::new(0));
+    let seen = ran_fatal.clone();
+    registry.register("kills-the-process", move |_| {
+        let seen = seen.clone();
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+    let w = worker(&store, &clock, registry, "survivor");
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran.len(), 1, "only the other job runs: {ran:?}");
+    assert_eq!(ran_fatal.load(Ordering::SeqCst), 0, "the crashing job is not run a fourth time");
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, "dead");
+    assert_eq!(job.interrupted, Some(3));
+    assert!(job.last_error.unwrap_or_default().contains("interrupted 3 times"));
+    assert_eq!(store.job(&other).await.unwrap().unwrap().status, "completed");
+
+    // A job interrupted once that then finishes is not held against later runs.
+    let id = store.enqueue(&NewJob::new("work", json!({"n": 2}), clock.now_ms()), clock.now_ms()).await.unwrap();
+    store.claim_jobs("dies", clock.now_ms(), 30_000, 10).await.unwrap();
+    clock.advance(30_000);
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran.len(), 1);
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert_eq!((job.status.as_str(), job.interrupted), ("completed", Some(1)));
+}

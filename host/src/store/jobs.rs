@@ -26,6 +26,29 @@ pub struct Job {
     pub created_at: i64,
     pub updated_at: i64,
     pub finished_at: Option<i64>,
+    /// Attempts whose lease expired while they ran (the process died or hung).
+    #[serde(default)]
+    pub interrupted: Option<i64>,
+}
+
+/// Attempts that never finished after which a job is dead-lettered instead of claimed again: a handler
+/// that takes the process down must not do it after every restart.
+pub const MAX_INTERRUPTED: i64 = 3;
+
+/// The statements that take the expired leases of the jobs matching `$filter` (a fixed fragment): jobs
+/// interrupted [`MAX_INTERRUPTED`] times are dead-lettered, the rest counted and left in `$stale`.
+fn take_stale(filter: &str) -> String {
+    format!(
+        "LET $expired = (SELECT id, interrupted FROM job WHERE status = 'running' AND lease_expires <= $now {filter}
+            LIMIT $limit);
+         LET $crashed = (SELECT VALUE id FROM $expired WHERE interrupted >= $last_interruption);
+         UPDATE $crashed SET status = 'dead', lease_owner = NONE, lease_expires = NONE, finished_at = $now,
+            updated_at = $now, interrupted = (interrupted ?? 0) + 1,
+            last_error = 'interrupted {MAX_INTERRUPTED} times: the attempts never finished (the process stopped or hung while running it)'
+            RETURN NONE;
+         LET $stale = (SELECT VALUE id FROM $expired WHERE !(interrupted >= $last_interruption));
+         UPDATE $stale SET interrupted = (interrupted ?? 0) + 1 RETURN NONE;"
+    )
 }
 
 /// A failed attempt of a batch job: retried at `retry_at`, or dead-lettered when None.
@@ -66,7 +89,7 @@ impl NewJob {
 }
 
 const JOB_FIELDS: &str = "record::id(id) AS id, kind, payload, status, priority, run_at, attempts, max_attempts, \
-     lease_owner, lease_expires, last_error, unique_key, interval_ms, created_at, updated_at, finished_at";
+     lease_owner, lease_expires, last_error, unique_key, interval_ms, created_at, updated_at, finished_at, interrupted";
 
 impl Store {
     /// Adds a job. With a `unique_key` that another job already holds, nothing is added and the existing
@@ -146,15 +169,16 @@ impl Store {
                     "{{
                         LET $ready = (SELECT VALUE id FROM job WHERE status = 'queued' AND run_at <= $now
                             ORDER BY priority DESC, run_at ASC LIMIT $limit);
-                        LET $stale = (SELECT VALUE id FROM job WHERE status = 'running' AND lease_expires <= $now
-                            LIMIT $limit);
+                        {stale}
                         LET $ids = array::slice(array::concat($stale, $ready), 0, $limit);
                         UPDATE $ids SET status = 'running', lease_owner = $w, lease_expires = $now + $lease,
                             attempts += 1, updated_at = $now RETURN NONE;
                         RETURN (SELECT {JOB_FIELDS} FROM $ids ORDER BY priority DESC, run_at ASC);
-                    }}"
+                    }}",
+                    stale = take_stale("")
                 ),
-                vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit },
+                vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit,
+                "last_interruption": MAX_INTERRUPTED - 1 },
             )
             .await?
             .value(0)
@@ -180,13 +204,9 @@ impl Store {
             return Ok(vec![]);
         }
         // Fixed fragments only; the kinds are bound as $k0, $k1, ...
-        let mut sql = String::from(
-            "{
-                LET $stale = (SELECT VALUE id FROM job WHERE status = 'running' AND lease_expires <= $now
-                    AND kind IN $kinds LIMIT $limit);
-                LET $got = $stale;\n",
-        );
-        let mut vars = vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit, "kinds": kinds };
+        let mut sql = format!("{{\n{}\nLET $got = $stale;\n", take_stale("AND kind IN $kinds"));
+        let mut vars = vars! { "w": worker, "now": now, "lease": lease_ms, "limit": limit, "kinds": kinds,
+        "last_interruption": MAX_INTERRUPTED - 1 };
         for (i, k) in kinds.iter().enumerate() {
             vars[format!("k{i}")] = Value::String(k.clone());
             sql.push_str(&format!(
@@ -283,7 +303,7 @@ impl Store {
                     IF $j.interval_ms != NONE {
                         UPDATE type::record('job', $id) SET status = 'queued', run_at = $now + $j.interval_ms,
                             attempts = 0, lease_owner = NONE, lease_expires = NONE, last_error = NONE,
-                            updated_at = $now RETURN NONE;
+                            interrupted = NONE, updated_at = $now RETURN NONE;
                     } ELSE {
                         UPDATE type::record('job', $id) SET status = 'completed', lease_owner = NONE,
                             lease_expires = NONE, finished_at = $now, updated_at = $now RETURN NONE;

@@ -24,6 +24,8 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0014_segment_track.surql", include_str!("../../../migrations/0014_segment_track.surql")),
     ("0015_outbox.surql", include_str!("../../../migrations/0015_outbox.surql")),
     ("0016_contact_count.surql", include_str!("../../../migrations/0016_contact_count.surql")),
+    ("0017_job_interruptions.surql", include_str!("../../../migrations/0017_job_interruptions.surql")),
+    ("0018_revoked_sessions.surql", include_str!("../../../migrations/0018_revoked_sessions.surql")),
 ];
 
 #[derive(serde::Deserialize)]
