@@ -1,33 +1,33 @@
 //! The plain-text alternative of an HTML body: tags dropped, block ends as line breaks, links as
 //! `text (url)`, common entities decoded, whitespace collapsed.
 
-/// Converts HTML to readable plain text.
+/// Converts HTML to readable plain text, in one pass over the body (the lowercase copy that finds
+/// closing tags is made once; ASCII lowercasing keeps every byte offset).
 pub fn html_to_text(html: &str) -> String {
+    let lower = html.to_ascii_lowercase();
     let mut out = String::with_capacity(html.len());
-    let mut rest = html;
+    let mut pos = 0;
     let mut pending_href: Vec<Option<String>> = Vec::new();
-    while let Some(lt) = rest.find('<') {
-        out.push_str(&rest[..lt]);
-        let Some(gt) = rest[lt..].find('>') else {
-            out.push_str(&rest[lt..]);
-            rest = "";
+    while let Some(lt) = html[pos..].find('<').map(|i| pos + i) {
+        out.push_str(&html[pos..lt]);
+        let Some(gt) = html[lt..].find('>').map(|i| lt + i) else {
+            out.push_str(&html[lt..]);
+            pos = html.len();
             break;
         };
-        let tag = &rest[lt + 1..lt + gt];
-        rest = &rest[lt + gt + 1..];
-        let lower = tag.trim().to_lowercase();
-        let name: String = lower.trim_start_matches('/').chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
-        let closing = lower.starts_with('/');
-        match name.as_str() {
+        let tag = &html[lt + 1..gt];
+        let tag_lower = lower[lt + 1..gt].trim();
+        pos = gt + 1;
+        let closing = tag_lower.starts_with('/');
+        let name = tag_lower.trim_start_matches('/');
+        let name = &name[..name.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(name.len())];
+        match name {
             "script" | "style" | "head" if !closing => {
                 let end = format!("</{name}");
-                match rest.to_lowercase().find(&end) {
-                    Some(i) => {
-                        let after = &rest[i..];
-                        rest = after.find('>').map_or("", |g| &after[g + 1..]);
-                    }
-                    None => rest = "",
-                }
+                pos = match lower[pos..].find(&end) {
+                    Some(i) => html[pos + i..].find('>').map_or(html.len(), |g| pos + i + g + 1),
+                    None => html.len(),
+                };
             }
             "br" => out.push('\n'),
             // Paragraphs and headings end with a blank line; other blocks start on a line of their own.
@@ -47,7 +47,7 @@ pub fn html_to_text(html: &str) -> String {
             _ => {}
         }
     }
-    out.push_str(rest);
+    out.push_str(&html[pos..]);
     let decoded = decode_entities(&out);
     let mut lines: Vec<String> = Vec::new();
     for line in decoded.lines() {
@@ -61,8 +61,7 @@ pub fn html_to_text(html: &str) -> String {
 }
 
 fn href(tag: &str) -> Option<String> {
-    let lower = tag.to_lowercase();
-    let i = lower.find("href=")?;
+    let i = tag.to_ascii_lowercase().find("href=")?;
     let v = &tag[i + 5..];
     let (q, v) = match v.chars().next()? {
         '"' => ('"', &v[1..]),
@@ -98,6 +97,10 @@ mod tests {
             ("<style>p{color:red}</style><p>Hi &amp; bye &lt;3</p>", "Hi & bye <3"),
             ("<ul><li>one</li><li>two</li></ul>", "one\ntwo"),
             ("plain   text", "plain text"),
+            ("<P>Big</P><SCRIPT>x<y</SCRIPT>z", "Big\n\nz"),
+            ("<a İİ href=\"https://x.test/İ\">İ</a>", "İ (https://x.test/İ)"),
+            ("<style>a</style><style>b", ""),
+            ("a <b", "a <b"),
         ];
         for (html, want) in cases {
             assert_eq!(html_to_text(html), want, "{html}");

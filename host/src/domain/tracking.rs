@@ -35,34 +35,41 @@ pub fn tracked(mode: Option<&str>, kind: &str) -> bool {
 }
 
 /// Rewrites every `href="http(s)://..."` through `wrap(url)`, except links to `skip_prefix` (Herald's own
-/// pages), and adds the pixel before `</body>` (or at the end).
+/// pages), and adds the pixel before `</body>` (or at the end). One pass over the body: the lowercase
+/// copy that finds `href=` is made once (ASCII lowercasing keeps every byte offset).
 pub fn instrument(html: &str, skip_prefix: &str, wrap: impl Fn(&str) -> String, pixel_url: &str) -> String {
+    let lower = html.to_ascii_lowercase();
     let mut out = String::with_capacity(html.len() + 256);
-    let mut rest = html;
-    loop {
-        let lower = rest.to_ascii_lowercase();
-        let Some(i) = lower.find("href=") else { break };
-        let after = &rest[i + 5..];
+    let mut pos = 0;
+    while let Some(found) = lower[pos..].find("href=") {
+        let i = pos + found;
+        let after = &html[i + 5..];
         let quote = after.chars().next().filter(|c| *c == '"' || *c == '\'');
-        let (start, body) = match quote {
+        let (start, url) = match quote {
             Some(q) => (i + 6, &after[1..after[1..].find(q).map_or(after.len() - 1, |e| e + 1)]),
             None => (i + 5, &after[..after.find([' ', '>']).unwrap_or(after.len())]),
         };
-        out.push_str(&rest[..start]);
-        let url = body;
-        let l = url.to_ascii_lowercase();
+        out.push_str(&html[pos..start]);
+        let l = &lower[start..start + url.len()];
         if (l.starts_with("http://") || l.starts_with("https://")) && !url.starts_with(skip_prefix) {
             out.push_str(&wrap(&unescape(url)));
         } else {
             out.push_str(url);
         }
-        rest = &rest[start + url.len()..];
+        pos = start + url.len();
     }
-    out.push_str(rest);
+    let body_end = lower[pos..].rfind("</body>").map(|i| pos + i);
     let pixel = format!("<img src=\"{pixel_url}\" width=\"1\" height=\"1\" alt=\"\" style=\"display:none\">");
-    match out.to_ascii_lowercase().rfind("</body>") {
-        Some(i) => out.insert_str(i, &pixel),
-        None => out.push_str(&pixel),
+    match body_end {
+        Some(i) => {
+            out.push_str(&html[pos..i]);
+            out.push_str(&pixel);
+            out.push_str(&html[i..]);
+        }
+        None => {
+            out.push_str(&html[pos..]);
+            out.push_str(&pixel);
+        }
     }
     out
 }
@@ -113,5 +120,9 @@ mod tests {
             "{out}"
         );
         assert!(instrument("<p>x</p>", "h", |u| u.to_string(), "P").ends_with("style=\"display:none\">"));
+        // Non-ASCII text around links keeps its bytes; the pixel goes before the last `</body>`.
+        let out = instrument("<BODY>İ<A HREF=\"HTTPS://x.test/İ\">é</A></Body>", "h", |u| format!("W[{u}]"), "P");
+        assert!(out.starts_with("<BODY>İ<A HREF=\"W[HTTPS://x.test/İ]\">é</A><img src=\"P\""), "{out}");
+        assert!(out.ends_with("</Body>"), "{out}");
     }
 }
