@@ -157,11 +157,36 @@ struct Builder<'a> {
     stack: Vec<String>,
     /// Set leaves already created, by what they hold.
     sets: HashMap<SetQuery, usize>,
+    /// Referenced dynamic segments already translated: each is compiled once and reused.
+    memo: HashMap<String, Node>,
+    /// Nodes of the translation so far, bounded by [`MAX_COMPILED_NODES`].
+    nodes: usize,
+}
+
+/// Largest translated condition, counted in nodes once referenced segments are expanded: a chain of
+/// references that each use the next several times would otherwise grow exponentially.
+pub const MAX_COMPILED_NODES: usize = 20_000;
+
+fn node_size(n: &Node) -> usize {
+    match n {
+        Node::And(v) | Node::Or(v) => 1 + v.iter().map(node_size).sum::<usize>(),
+        Node::Not(n) => 1 + node_size(n),
+        _ => 1,
+    }
 }
 
 /// Translates a tree. `refs` holds every segment the tree references, directly or through inlined trees.
 pub fn compile(tree: &Tree, refs: &HashMap<String, Ref>, now: i64) -> Result<Compiled, CompileError> {
-    let mut b = Builder { refs, now, vars: Map::new(), leaves: Vec::new(), stack: Vec::new(), sets: HashMap::new() };
+    let mut b = Builder {
+        refs,
+        now,
+        vars: Map::new(),
+        leaves: Vec::new(),
+        stack: Vec::new(),
+        sets: HashMap::new(),
+        memo: HashMap::new(),
+        nodes: 0,
+    };
     let node = b.tree(tree)?;
     let predicate = b.sql(&node, true);
     Ok(Compiled { predicate, vars: b.vars, leaves: b.leaves, node, now })
@@ -252,9 +277,24 @@ impl Builder<'_> {
                     if self.stack.iter().any(|s| s == id) {
                         return Err(CompileError(format!("{} ({}): circular segment reference", f.at, f.field_name)));
                     }
-                    self.stack.push(id.clone());
-                    let n = self.tree(t)?;
-                    self.stack.pop();
+                    let n = match self.memo.get(id) {
+                        Some(n) => n.clone(),
+                        None => {
+                            self.stack.push(id.clone());
+                            let n = self.tree(t)?;
+                            self.stack.pop();
+                            self.memo.insert(id.clone(), n.clone());
+                            n
+                        }
+                    };
+                    self.nodes += node_size(&n);
+                    if self.nodes > MAX_COMPILED_NODES {
+                        return Err(CompileError(format!(
+                            "{} ({}): the condition is too large once referenced segments are expanded \
+                             (more than {MAX_COMPILED_NODES} nodes)",
+                            f.at, f.field_name
+                        )));
+                    }
                     n
                 }
             };
@@ -1633,6 +1673,40 @@ mod tests {
         assert_eq!(rows.len(), ids.len().min(3), "page and total of {tree}");
         ids.sort();
         ids
+    }
+
+    /// A chain of segments where each references the next `width` times: compiled, each is translated
+    /// once, and an expansion past the node limit is refused instead of growing exponentially.
+    #[test]
+    fn a_chain_of_references_compiles_each_once_and_stops_at_the_size_limit() {
+        let chain = |depth: usize, width: usize| {
+            let mut refs = HashMap::new();
+            refs.insert(
+                format!("s{depth}"),
+                Ref::Dynamic(
+                    parse(
+                        &json!({"groups": [{"filters": [{"field": "data.plan", "operator": "equals", "value": "pro"}]}]}),
+                        &|_| false,
+                    )
+                    .unwrap(),
+                ),
+            );
+            for level in (0..depth).rev() {
+                let next = format!("segment.s{}", level + 1);
+                let filters: Vec<Value> =
+                    (0..width).map(|_| json!({"field": next, "operator": "memberOfSegment"})).collect();
+                let t = parse(&json!({"logic": "OR", "groups": [{"filters": filters}]}), &|_| false).unwrap();
+                refs.insert(format!("s{level}"), Ref::Dynamic(t));
+            }
+            let top = parse(&f("segment.s0", "memberOfSegment", Value::Null, None), &|_| false).unwrap();
+            (top, refs)
+        };
+        let (top, refs) = chain(3, 10);
+        let c = compile(&top, &refs, NOW).unwrap();
+        assert_eq!(c.vars.len(), 1, "the innermost segment's value is bound once, however often it is used");
+        let (top, refs) = chain(5, 10);
+        let err = compile(&top, &refs, NOW).unwrap_err();
+        assert!(err.0.contains(&format!("more than {MAX_COMPILED_NODES} nodes")), "{err}");
     }
 
     fn f(field: &str, op: &str, value: Value, unit: Option<&str>) -> Value {
