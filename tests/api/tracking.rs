@@ -103,10 +103,12 @@ async fn track_subscription_rules() {
     };
     assert_eq!(names(p.secret.get(&format!("/events/contact/{id}")).await), vec!["visit"; 3]);
     p.public.post("/v1/track", t(Some(true))).await;
-    assert_eq!(get().await.json["subscribed"], true);
+    assert_eq!(get().await.json["subscribed"], false, "the public key never re-subscribes (decision 30)");
+    p.secret.post("/v1/track", t(Some(true))).await;
+    assert_eq!(get().await.json["subscribed"], true, "the secret key does");
     let got = names(p.secret.get(&format!("/events/contact/{id}")).await);
     assert!(got.contains(&"contact.subscribed".to_string()), "{got:?}");
-    assert_eq!(got.len(), 5);
+    assert_eq!(got.len(), 6);
     s.stop().await;
 }
 
@@ -422,7 +424,7 @@ async fn every_stored_event_reaches_subscribers_at_least_once_even_after_failure
     let p = proj(&s, "o@example.com").await;
     let r = p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "one", "subscribed": false })).await;
     let contact = r.json["data"]["contact"].as_str().unwrap().to_string();
-    p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "two", "subscribed": true })).await;
+    p.secret.post("/v1/track", json!({ "email": "a@example.com", "event": "two", "subscribed": true })).await;
     // First dispatch run: the subscriber fails, nothing is lost, the job is retried later.
     let ran = s.worker.run_once(10).await.unwrap();
     assert!(
@@ -461,7 +463,7 @@ async fn a_failure_mid_transaction_resumes_at_the_failed_event() {
     let p = proj(&s, "o@example.com").await;
     p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "one", "subscribed": false })).await;
     // One transaction stores the emitted `contact.subscribed` and `two`.
-    p.public.post("/v1/track", json!({ "email": "a@example.com", "event": "two", "subscribed": true })).await;
+    p.secret.post("/v1/track", json!({ "email": "a@example.com", "event": "two", "subscribed": true })).await;
     s.worker.run_once(10).await.unwrap();
     assert_eq!(rec.names(), vec!["one", "contact.subscribed"]);
     s.clock().advance(10_000);

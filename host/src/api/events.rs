@@ -198,11 +198,15 @@ async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, Ap
             return Err(ApiError::Internal("validated fields missing".into()));
         };
         let values = patch.request_values();
+        // A public key is known to anyone (it sits in browsers): its `subscribed` sets only a new
+        // contact's state and never changes an existing contact's (docs/security.md).
+        let (subscribed, default_subscribed) =
+            if ctx.secret { (subscribed, true) } else { (None, subscribed.unwrap_or(true)) };
         let up = st
             .ingest
             .submit(
                 &ctx.project_id,
-                Upsert { email, subscribed, default_subscribed: true, patch, event: Some((event, values)) },
+                Upsert { email, subscribed, default_subscribed, patch, event: Some((event, values)) },
             )
             .await?;
         Reply::ok(&TrackOut {
