@@ -52,7 +52,7 @@ pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply,
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         if req.headers().contains_key(salvo::http::header::AUTHORIZATION) {
-            authenticate(req, &st, KeyRule::AnyKey).await?;
+            authenticate(req, &st, KeyRule::SecretOnly).await?;
         } else {
             session_user(req, &st).await?;
         }

@@ -61,12 +61,21 @@ pub fn is_public(ip: IpAddr) -> bool {
                 return is_public(IpAddr::V4(v4));
             }
             let s = v6.segments();
+            // IPv4-compatible `::a.b.c.d` (deprecated, still routed by some stacks to the IPv4 address).
+            if s[..6].iter().all(|x| *x == 0) && !v6.is_loopback() && !v6.is_unspecified() {
+                return false;
+            }
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || (s[0] & 0xfe00) == 0xfc00
                 || (s[0] & 0xffc0) == 0xfe80
+                // site-local (deprecated, still private)
+                || (s[0] & 0xffc0) == 0xfec0
                 || (s[0] == 0x2001 && s[1] == 0x0db8)
+                // 6to4 and Teredo embed an IPv4 address and reach it through a relay
+                || s[0] == 0x2002
+                || (s[0] == 0x2001 && s[1] == 0)
                 || (s[0] == 0x64 && s[1] == 0xff9b))
         }
     }
@@ -105,7 +114,10 @@ impl Resolve for FilteringResolver {
 
 impl Outbound {
     pub fn new(hosts: Vec<String>, allow_private: bool, timeout: Duration) -> Result<Outbound, String> {
+        // No proxy from the environment (HTTP_PROXY and the like): a proxy would make the request from
+        // its own network, past the address checks above.
         let client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(FilteringResolver { allow_private }))
             .user_agent(concat!("herald-plugin/", env!("CARGO_PKG_VERSION")))
@@ -258,6 +270,12 @@ mod tests {
             "fe80::1",
             "fd00::1",
             "::ffff:127.0.0.1",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "fec0::1",
+            "2002:7f00:1::1",
+            "2002:a00:1::",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
         ] {
             assert!(!is_public(ip.parse().unwrap()), "{ip}");
         }
