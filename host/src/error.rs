@@ -38,8 +38,8 @@ pub enum ApiError {
     /// Malformed JSON or a body that is not a JSON object.
     #[error("{0}")]
     MalformedBody(String),
-    #[error("The request body is larger than the {limit_mb} MB limit")]
-    PayloadTooLarge { limit_mb: usize },
+    #[error("The request body is larger than the {limit} limit")]
+    PayloadTooLarge { limit: String },
     #[error("Validation failed")]
     Validation(Vec<FieldError>),
     /// The bare `{ "error": "..." }` 400 responses that spec §7 lists.

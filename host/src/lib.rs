@@ -56,6 +56,53 @@ pub enum BuildError {
     Transport(String),
     #[error("plugins: {0}")]
     Plugins(String),
+    #[error("server secret: {0}")]
+    Secret(String),
+}
+
+/// The server secret when `HERALD_SECRET` is not set. On the embedded engine it lives in a file of its
+/// own beside the data directory (`<data dir>.secret`, mode 0600), generated on first start, so a copy of
+/// the database alone (a backup, a leaked directory) cannot open DKIM keys or forge tokens; back the file
+/// up apart from the data. A secret that older versions kept in the database moves into the file (and out
+/// of the database) on start. `mem://` gets a fresh secret per process; a SurrealDB server shared by
+/// several processes needs `HERALD_SECRET`.
+async fn server_secret(db: &str, store: &store::Store) -> Result<String, BuildError> {
+    if db.starts_with("mem://") {
+        return Ok(store.setting("secret").await?.unwrap_or_else(security::generate_secret));
+    }
+    let Some(dir) = db.strip_prefix("surrealkv://") else {
+        return Err(BuildError::Secret(
+            "set HERALD_SECRET: processes sharing a database server must share one secret".into(),
+        ));
+    };
+    let file = std::path::PathBuf::from(format!("{}.secret", dir.trim_end_matches('/')));
+    let stored = store.setting("secret").await?;
+    let secret = match std::fs::read_to_string(&file) {
+        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
+        Ok(_) => return Err(BuildError::Secret(format!("{} is empty", file.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let secret = stored.clone().unwrap_or_else(security::generate_secret);
+            write_private(&file, &secret).map_err(|e| BuildError::Secret(format!("{}: {e}", file.display())))?;
+            secret
+        }
+        Err(e) => return Err(BuildError::Secret(format!("{}: {e}", file.display()))),
+    };
+    if stored.is_some() {
+        store.delete_setting("secret").await?;
+    }
+    Ok(secret)
+}
+
+/// Writes a file only its owner can read (created with mode 0600, never widened).
+fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut f = options.open(path)?;
+    f.write_all(contents.as_bytes())?;
+    f.sync_all()
 }
 
 /// The recurring job that re-checks every sender domain's DNS.
@@ -90,7 +137,7 @@ impl App {
         bus.register(&mut registry);
         let secret = match &config.secret {
             Some(s) => s.clone(),
-            None => store.setting_or_init("secret", security::generate_secret).await?,
+            None => server_secret(&config.db, &store).await?,
         };
         let dns = dns::Dns::new(&config.dns_servers, Duration::from_millis(config.dns_timeout_ms))
             .map_err(BuildError::Dns)?;
@@ -178,6 +225,11 @@ impl App {
             tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
             notifications_key: security::derive_key(&secret, "herald-notifications-v1"),
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
+            login_failures: ratelimit::FailureThrottle::new(
+                api::auth::LOGIN_FAILURES,
+                api::auth::LOGIN_WINDOW_MS,
+                clock.clone(),
+            ),
             keys: KeyCache::default(),
             bus,
             domains,

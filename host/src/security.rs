@@ -68,6 +68,22 @@ pub fn hash_password(password: &str) -> Result<String, String> {
     Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
 
+/// Password hashes computed at once: argon2 takes about 19 MiB and tens of milliseconds of a core each,
+/// so a burst of logins waits its turn instead of taking memory without bound.
+static PASSWORD_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// [`hash_password`] on the blocking pool, at most two at a time.
+pub async fn hash_password_bounded(password: String) -> Result<String, String> {
+    let _slot = PASSWORD_SLOTS.acquire().await.map_err(|e| e.to_string())?;
+    tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())?
+}
+
+/// [`verify_password`] on the blocking pool, at most two at a time.
+pub async fn verify_password_bounded(password: String, hash: String) -> bool {
+    let Ok(_slot) = PASSWORD_SLOTS.acquire().await else { return false };
+    tokio::task::spawn_blocking(move || verify_password(&password, &hash)).await.unwrap_or(false)
+}
+
 pub fn verify_password(password: &str, hash: &str) -> bool {
     PasswordHash::new(hash).is_ok_and(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
 }
@@ -81,6 +97,8 @@ pub struct SessionClaims {
     pub iat: i64,
     /// expires, seconds
     pub exp: i64,
+    /// the session's own random id, which logout revokes
+    pub sid: String,
 }
 
 /// Derives a purpose-specific key from the server secret, so one secret can sign several kinds of token
@@ -194,7 +212,7 @@ mod tests {
     #[test]
     fn session_tokens_check_signature_and_expiry() {
         let key = derive_key("0123456789abcdef", "session");
-        let claims = SessionClaims { sub: "u1".into(), iat: 100, exp: 200 };
+        let claims = SessionClaims { sub: "u1".into(), iat: 100, exp: 200, sid: "s1".into() };
         let t = sign_jwt(&key, &claims);
         assert_eq!(verify_session(&key, &t, 150), Some(claims));
         assert_eq!(verify_session(&key, &t, 200), None, "expired");

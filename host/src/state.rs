@@ -66,6 +66,8 @@ pub struct AppState {
     /// Key that signs delivery notifications (`herald notifications-key` prints it).
     pub notifications_key: Vec<u8>,
     pub limiter: RateLimiter,
+    /// Failed logins per account and per address (`/auth/login` slows down after repeated failures).
+    pub login_failures: crate::ratelimit::FailureThrottle,
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).
     pub bus: Arc<EventBus>,

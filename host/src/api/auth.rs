@@ -7,7 +7,7 @@ use salvo::oapi::ToSchema;
 use salvo::prelude::*;
 use serde::Serialize;
 
-use super::body::{Fields, Reply, json_object};
+use super::body::{Fields, Reply, json_object_max};
 use super::state;
 use crate::error::ApiError;
 use crate::ratelimit::Decision;
@@ -71,7 +71,12 @@ pub fn router() -> Router {
 
 fn session_cookie(st: &AppState, user_id: &str) -> Cookie<'static> {
     let now = st.clock.now_ms() / 1000;
-    let claims = SessionClaims { sub: user_id.to_string(), iat: now, exp: now + SESSION_DAYS * 86_400 };
+    let claims = SessionClaims {
+        sub: user_id.to_string(),
+        iat: now,
+        exp: now + SESSION_DAYS * 86_400,
+        sid: uuid::Uuid::new_v4().to_string(),
+    };
     let token = security::sign_jwt(&st.session_key, &claims);
     Cookie::build((COOKIE, token))
         .http_only(true)
@@ -90,7 +95,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         if st.config.disable_signups {
             return Err(ApiError::Forbidden("Sign-ups are disabled on this Herald server".into()));
         }
-        let body = json_object(req).await?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
         let password = f.string("password", true, 8, 256);
@@ -108,11 +113,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
 
 /// Creates a user with a hashed password; 409 when the email is taken.
 pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, ApiError> {
-    let pw = password.to_string();
-    let hash = tokio::task::spawn_blocking(move || security::hash_password(&pw))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(ApiError::Internal)?;
+    let hash = security::hash_password_bounded(password.to_string()).await.map_err(ApiError::Internal)?;
     let id = uuid::Uuid::now_v7().to_string();
     match st.store.create_user(&id, email, name, &hash, st.clock.now_ms()).await {
         Ok(u) => Ok(u),
@@ -128,7 +129,7 @@ pub async fn create_user(st: &AppState, email: &str, password: &str, name: Optio
 pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
-        let body = json_object(req).await?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
         let password = f.string("password", true, 1, 256);
@@ -136,18 +137,26 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         let (Some(email), Some(password)) = (email, password) else {
             return Err(ApiError::Internal("validated fields missing".into()));
         };
+        // Repeated failures slow down, per account and per address (docs/security.md).
+        let (account, address) = (format!("email:{email}"), format!("ip:{}", client_ip(req)));
+        if let Some(wait) = [&account, &address].into_iter().filter_map(|k| st.login_failures.blocked(k)).max() {
+            return Err(ApiError::RateLimited { limit: LOGIN_FAILURES, retry_after_secs: wait });
+        }
         let user = st.store.user_by_email(&email).await?;
         // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
         let hash = user.as_ref().map(|u| u.password_hash.clone()).unwrap_or_else(|| DUMMY_HASH.clone());
-        let ok = tokio::task::spawn_blocking(move || security::verify_password(&password, &hash))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let ok = security::verify_password_bounded(password, hash).await;
         match user {
             Some(u) if ok => {
+                st.login_failures.succeeded(&account);
                 res.add_cookie(session_cookie(&st, &u.id));
                 Reply::ok(&UserOut::from(&u))
             }
-            _ => Err(ApiError::Unauthorized("Invalid email or password".into())),
+            _ => {
+                st.login_failures.failed(&account);
+                st.login_failures.failed(&address);
+                Err(ApiError::Unauthorized("Invalid email or password".into()))
+            }
         }
     });
     fut.await
@@ -159,8 +168,16 @@ static DUMMY_HASH: std::sync::LazyLock<String> =
 
 /// Log out: clears the session cookie.
 #[endpoint(tags("auth"), responses((status_code = 200, body = OkOut)))]
-pub async fn logout(res: &mut Response) -> Result<Reply, ApiError> {
+pub async fn logout(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        // The token dies with the logout, not only the cookie: a copy of it is refused from now on.
+        let st = state(depot)?;
+        let token = req.cookie(COOKIE).map(|c| c.value().to_string());
+        if let Some(claims) =
+            token.and_then(|t| security::verify_session(&st.session_key, &t, st.clock.now_ms() / 1000))
+        {
+            st.store.revoke_session(&claims.sid, claims.exp * 1000).await?;
+        }
         let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
         res.add_cookie(expired);
         Reply::ok(&OkOut { success: true })
@@ -168,8 +185,24 @@ pub async fn logout(res: &mut Response) -> Result<Reply, ApiError> {
     fut.await
 }
 
-/// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one.
+/// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one. A request that
+/// POSTs must say `Content-Type: application/json`: a cross-site form or `text/plain` fetch cannot
+/// (and PUT, PATCH and DELETE cannot be sent cross-site without the server's CORS consent), so the
+/// cookie alone (SameSite=Lax) never authorizes a forged write.
 pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError> {
+    let safe = *req.method() != salvo::http::Method::POST;
+    let json = req
+        .headers()
+        .get(salvo::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !safe && !json {
+        return Err(ApiError::Forbidden(
+            "Requests authenticated by the session cookie that change state must send Content-Type: application/json"
+                .into(),
+        ));
+    }
     let token = req
         .cookie(COOKIE)
         .map(|c| c.value().to_string())
@@ -177,6 +210,9 @@ pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError
         .ok_or_else(|| ApiError::Unauthorized("Log in first: this endpoint needs a dashboard session".into()))?;
     let claims = security::verify_session(&st.session_key, &token, st.clock.now_ms() / 1000)
         .ok_or_else(|| ApiError::Unauthorized("The session is invalid or expired; log in again".into()))?;
+    if st.store.session_revoked(&claims.sid).await? {
+        return Err(ApiError::Unauthorized("The session was logged out; log in again".into()));
+    }
     st.store
         .user(&claims.sub)
         .await?
@@ -202,12 +238,22 @@ pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<
     if d.allowed { Ok(()) } else { Err(ApiError::RateLimited { limit: d.limit, retry_after_secs: d.retry_after_secs }) }
 }
 
+/// Failed logins of one account (or one address) within [`LOGIN_WINDOW_MS`] after which more attempts wait.
+pub const LOGIN_FAILURES: u32 = 10;
+pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
+/// Largest body `/auth` reads: an email, a password and a name.
+const AUTH_MAX_BODY: usize = 16 * 1024;
+
+fn client_ip(req: &Request) -> String {
+    req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip.to_string()).unwrap_or_default()
+}
+
 /// Rate limit for unauthenticated account endpoints, per client address.
 #[handler]
 async fn rate_limit_by_ip(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
     let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
         let Ok(st) = state(depot) else { return };
-        let key = format!("ip:{}", req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip).unwrap_or(""));
+        let key = format!("ip:{}", client_ip(req));
         if let Err(e) = apply_rate_limit(&st, &key, res) {
             e.write(req, depot, res).await;
             ctrl.skip_rest();

@@ -17,9 +17,19 @@ pub const MAX_BODY_BYTES: usize = 50 * 1024 * 1024;
 
 /// Reads the body as a JSON object. An empty body counts as `{}`.
 pub async fn json_object(req: &mut Request) -> Result<Map<String, Value>, ApiError> {
-    let bytes = match req.payload_with_max_size(MAX_BODY_BYTES).await {
+    json_object_max(req, MAX_BODY_BYTES).await
+}
+
+/// "50 MB", "16 KB": a body limit as the error message says it.
+pub fn size_label(bytes: usize) -> String {
+    if bytes >= 1 << 20 { format!("{} MB", bytes >> 20) } else { format!("{} KB", bytes >> 10) }
+}
+
+/// [`json_object`] for routes whose bodies are small: reading stops at `max` bytes (413).
+pub async fn json_object_max(req: &mut Request, max: usize) -> Result<Map<String, Value>, ApiError> {
+    let bytes = match req.payload_with_max_size(max).await {
         Ok(b) => b.clone(),
-        Err(ParseError::PayloadTooLarge) => return Err(ApiError::PayloadTooLarge { limit_mb: MAX_BODY_BYTES >> 20 }),
+        Err(ParseError::PayloadTooLarge) => return Err(ApiError::PayloadTooLarge { limit: size_label(max) }),
         Err(e) => return Err(ApiError::MalformedBody(format!("Cannot read the request body: {e}"))),
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -86,14 +96,26 @@ impl<'a> Fields<'a> {
     }
 
     /// A trimmed string that must not be blank.
+    /// A name: trimmed, not empty, one line (names end up in mail headers and page titles).
     pub fn text(&mut self, name: &str, required: bool, max: usize) -> Option<String> {
-        let s = self.string(name, required, 0, max)?;
+        let s = self.line(name, required, 0, max)?;
         let t = s.trim().to_string();
         if t.is_empty() {
             self.error(name, if required { "required" } else { "too_small" }, format!("{name} must not be empty"));
             return None;
         }
         Some(t)
+    }
+
+    /// A string of one line: no CR, LF or other control characters (a sender name with a line break
+    /// would split the mail header it is written into).
+    pub fn line(&mut self, name: &str, required: bool, min: usize, max: usize) -> Option<String> {
+        let s = self.string(name, required, min, max)?;
+        if s.chars().any(char::is_control) {
+            self.error(name, "invalid_string", format!("{name} must be one line without control characters"));
+            return None;
+        }
+        Some(s)
     }
 
     /// An email address: trimmed and lowercased (decision 11).

@@ -239,7 +239,7 @@ async fn read_campaign(
     c.subject = subject.unwrap_or_default();
     c.body = f.string("body", true, 1, 5 * 1024 * 1024).unwrap_or_default();
     c.from = f.email("from", true).unwrap_or_default();
-    c.from_name = f.string("fromName", false, 0, 200).filter(|s| !s.trim().is_empty());
+    c.from_name = f.line("fromName", false, 0, 200).filter(|s| !s.trim().is_empty());
     c.reply_to = f.email("replyTo", false);
     c.kind = f.one_of("type", false, TYPES).unwrap_or_else(|| "MARKETING".into());
     let audience = f.one_of("audienceType", true, AUDIENCES);

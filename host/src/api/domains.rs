@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::auth::{ApiKeyAuth, COOKIE, KeyRule, apply_rate_limit, authenticate, project, session_user};
-use super::body::{Fields, Reply, json_object};
+use super::body::{Fields, Reply, json_object, json_object_max};
 use super::state;
 use crate::clock::rfc3339;
 use crate::domain::domains::DnsRecord;
@@ -169,7 +169,13 @@ fn domain_error(e: DomainError) -> ApiError {
 pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
-        let body = json_object(req).await?;
+        // Credentials first, and a small body: nothing large is read for a caller who is not let in.
+        if req.headers().contains_key("authorization") {
+            authenticate(req, &st, KeyRule::SecretOnly).await?;
+        } else {
+            session_user(req, &st).await?;
+        }
+        let body = json_object_max(req, 16 * 1024).await?;
         let wanted = body.get("projectId").and_then(Value::as_str).map(str::to_string);
         let project_id = domain_project(req, res, &st, wanted.as_deref()).await?;
         let mut f = Fields::new(&body);

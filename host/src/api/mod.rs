@@ -107,7 +107,9 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
             StatusCode::METHOD_NOT_ALLOWED => {
                 ApiError::BadRequest(format!("Method {} is not allowed on {}", req.method(), req.uri().path()))
             }
-            StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge { limit_mb: body::MAX_BODY_BYTES / 1024 / 1024 },
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::PayloadTooLarge { limit: body::size_label(body::MAX_BODY_BYTES) }
+            }
             s if s.is_server_error() => ApiError::Internal(format!("unhandled {s}")),
             s => ApiError::BadRequest(s.canonical_reason().unwrap_or("Bad request").to_string()),
         };

@@ -361,7 +361,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 f.error("subject", "invalid_string", "subject must not contain line breaks");
             }
             let html = f.string("body", false, 1, MAX_MESSAGE_BYTES);
-            let legacy_name = f.string("name", false, 0, 200);
+            let legacy_name = f.line("name", false, 0, 200);
             let reply = f.email("reply", false);
             let subscribed = f.boolean("subscribed");
             let patch = data_patch(&mut f, &body, true);

@@ -138,7 +138,8 @@ fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow
         match body.get(key) {
             Some(Value::Null) => *slot = None,
             Some(_) => {
-                if let Some(v) = f.string(key, false, 0, max) {
+                let v = if key == "fromName" { f.line(key, false, 0, max) } else { f.string(key, false, 0, max) };
+                if let Some(v) = v {
                     *slot = Some(v).filter(|s| !s.trim().is_empty());
                 }
             }

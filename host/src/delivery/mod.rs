@@ -92,7 +92,10 @@ impl Transport {
 
 fn mailbox(name: Option<&str>, email: &str) -> Result<Mailbox, String> {
     let addr = email.parse::<Address>().map_err(|e| format!("invalid address {email}: {e}"))?;
-    Ok(Mailbox::new(name.map(str::to_string), addr))
+    // Names are refused with control characters when saved; one stored before that check is made one
+    // line here rather than split the header (lettre would panic on it).
+    let name = name.map(|n| n.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>());
+    Ok(Mailbox::new(name, addr))
 }
 
 /// The machine's cores (read once).

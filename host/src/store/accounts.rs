@@ -103,6 +103,14 @@ impl Store {
         Ok(v.as_str().map(str::to_string))
     }
 
+    pub async fn delete_setting(&self, key: &str) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query("DELETE type::record('setting', $key) RETURN NONE", vars! { "key": key }).await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Returns the setting, creating it with `make()` if it does not exist yet. Safe when several
     /// processes race: the first writer wins and everyone reads its value.
     pub async fn setting_or_init(&self, key: &str, make: impl Fn() -> String) -> Result<String, StoreError> {
@@ -397,5 +405,37 @@ fn last_owner(e: StoreError) -> StoreError {
         StoreError::Conflict("A project must keep at least one OWNER".into())
     } else {
         e
+    }
+}
+
+impl Store {
+    /// Revokes a dashboard session (logout) until `expires_at`, when its token expires anyway.
+    pub async fn revoke_session(&self, sid: &str, expires_at: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPSERT type::record('session_revoked', $sid) SET expires_at = $exp RETURN NONE",
+                vars! { "sid": sid, "exp": expires_at },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Whether a dashboard session was revoked.
+    pub async fn session_revoked(&self, sid: &str) -> Result<bool, StoreError> {
+        let row: Option<serde_json::Value> = self
+            .query("SELECT VALUE expires_at FROM ONLY type::record('session_revoked', $sid)", vars! { "sid": sid })
+            .await?
+            .first(0)?;
+        Ok(row.is_some_and(|v| !v.is_null()))
+    }
+
+    pub async fn purge_revoked_sessions(&self, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query("DELETE session_revoked WHERE expires_at <= $now", vars! { "now": now }).await
+        })
+        .await
+        .map(|_| ())
     }
 }
