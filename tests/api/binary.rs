@@ -6,13 +6,26 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-fn herald(dir: &std::path::Path, port: u16) -> Command {
+/// The `herald` binary on an embedded database in `dir`, listening on `port`, without `HERALD_SECRET`.
+pub fn herald(dir: &std::path::Path, port: u16) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_herald"));
     c.env("HERALD_DB", format!("surrealkv://{}", dir.display()))
         .env("HERALD_LISTEN", format!("127.0.0.1:{port}"))
         .env("HERALD_LOG", "warn")
         .env_remove("HERALD_SECRET");
     c
+}
+
+/// Polls `/health` for up to ten seconds.
+pub async fn wait_until_up(base: &str) -> bool {
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
 }
 
 #[tokio::test]
@@ -46,15 +59,7 @@ async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gra
     let mut server = herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    let mut up = false;
-    for _ in 0..100 {
-        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "herald serve answers /health");
+    assert!(wait_until_up(&base).await, "herald serve answers /health");
     let r = http.get(format!("{base}/contacts")).bearer_auth(&secret).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let r = http

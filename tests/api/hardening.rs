@@ -13,11 +13,8 @@ use crate::harness::*;
 const MUTUAL_PARTIALS: &str = "{{~#*inline \"a\"}}{{\n> b}}{{/inline}}{{~#*inline \"b\"}}{{\n> a}}{{/inline}}{{\n> a}}";
 
 fn herald(dir: &std::path::Path, port: u16) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_herald"));
-    c.env("HERALD_DB", format!("surrealkv://{}", dir.display()))
-        .env("HERALD_LISTEN", format!("127.0.0.1:{port}"))
-        .env("HERALD_LOG", "warn")
-        .env("HERALD_SECRET", "a test secret of the hardening suite");
+    let mut c = crate::binary::herald(dir, port);
+    c.env("HERALD_SECRET", "a test secret of the hardening suite");
     c
 }
 
@@ -41,15 +38,7 @@ async fn a_template_of_mutually_recursive_partials_is_refused_and_the_binary_kee
     let mut server = herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
-    let mut up = false;
-    for _ in 0..200 {
-        if http.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success()) {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(up, "herald serve answers /health");
+    assert!(crate::binary::wait_until_up(&base).await, "herald serve answers /health");
 
     let post = |path: &str, body: Value| http.post(format!("{base}{path}")).bearer_auth(&secret).json(&body).send();
     let from = "hello@mail.hardening.test";
