@@ -20,6 +20,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod metrics;
 pub mod plugins;
+pub mod projects;
 pub mod ratelimit;
 pub mod security;
 pub mod segments;

@@ -261,3 +261,63 @@ async fn a_small_send_cannot_make_the_server_render_and_store_far_more_than_it_w
     let emails = st.store.query("SELECT count() AS n FROM email GROUP ALL", json!({})).await.unwrap().value(0).unwrap();
     assert!(emails == json!([]) || emails == json!([{"n": 0}]), "nothing was stored: {emails}");
 }
+
+#[tokio::test]
+async fn deleting_a_project_removes_everything_it_owns_and_sends_nothing_it_had_queued() {
+    let sink = crate::smtp_sink::SmtpSink::start(0).await;
+    let mut config = herald_host::config::Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    let s = Server::start_with(config, Some(herald_host::clock::ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "o@example.com").await;
+    let other = proj(&s, "other@example.com").await;
+    let st = std::sync::Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    st.domains.add(&st.store, &other.id, "other.test", true, st.clock.now_ms()).await.unwrap();
+    for (c, from) in [(&p, "a@shop.test"), (&other, "a@other.test")] {
+        assert_eq!(c.secret.post("/v1/track", json!({"email": "a@example.com", "event": "visit"})).await.status, 200);
+        let t = json!({"name": "t", "subject": "s", "body": "b", "from": from, "type": "TRANSACTIONAL"});
+        assert_eq!(c.secret.post("/templates", t).await.status, 201);
+        let seg = json!({"name": "all", "condition": {"logic": "AND", "groups": []}, "trackMembership": true});
+        assert_eq!(c.secret.post("/segments", seg).await.status, 201);
+    }
+    let r =
+        p.secret.post("/v1/send", json!({"to": "a@example.com", "from": "a@shop.test", "subject": "s", "body": "b"}));
+    assert_eq!(r.await.status, 200, "an email waits in the queue (the worker is stepped)");
+
+    let r = p.session.delete(&format!("/users/@me/projects/{}", p.id)).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_envelope(&p.secret.get("/contacts").await, 401, "INVALID_API_KEY");
+    // Its domain name is free for another project at once.
+    let r = other.secret.post("/domains", json!({"domain": "shop.test"})).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+
+    for _ in 0..20 {
+        if s.worker.run_once(50).await.unwrap().is_empty() {
+            break;
+        }
+    }
+    assert!(sink.received().is_empty(), "the queued email of the deleted project was not delivered");
+    let count = |table: &'static str, project: String| {
+        let st = st.clone();
+        async move {
+            let v = st
+                .store
+                .query(&format!("SELECT count() AS n FROM {table} WHERE project = $p GROUP ALL"), json!({"p": project}))
+                .await
+                .unwrap()
+                .value(0)
+                .unwrap();
+            v[0]["n"].as_i64().unwrap_or(0)
+        }
+    };
+    for table in ["contact", "event", "email", "template", "segment", "domain", "membership", "idempotency"] {
+        assert_eq!(count(table, p.id.clone()).await, 0, "{table} rows of the deleted project are gone");
+    }
+    let bodies = st.store.query("SELECT count() AS n FROM email_body GROUP ALL", json!({})).await.unwrap().value(0);
+    assert_eq!(bodies.unwrap()[0]["n"].as_i64().unwrap_or(0), 0, "email bodies went with their emails");
+    // The other project keeps everything.
+    for table in ["contact", "event", "template", "segment"] {
+        assert!(count(table, other.id.clone()).await >= 1, "{table} of the other project");
+    }
+}

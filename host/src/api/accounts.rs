@@ -280,7 +280,9 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
         let u = user(depot)?;
         let id = id.into_inner();
         need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
-        st.store.delete_project(&id).await?;
+        let now = st.clock.now_ms();
+        st.store.delete_project(&id, &crate::projects::purge_job(&id, now), now).await?;
+        st.job_wake.notify_one();
         st.keys.invalidate_project(&id);
         st.store.bump_keys_epoch().await?;
         Reply::ok(&DeletedOut { success: true })

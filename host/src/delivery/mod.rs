@@ -254,12 +254,25 @@ impl Delivery {
             Err(e) => return vec![Err(e.to_string()); n],
         };
         let by_id: std::collections::HashMap<&str, &EmailRow> = rows.iter().map(|r| (r.id.as_str(), r)).collect();
+        // A deleted project's mail is not sent (its purge job deletes the records).
+        let mut live = std::collections::HashMap::new();
+        for (_, _, project) in &items {
+            if !live.contains_key(project) {
+                match store.project_cached(project).await {
+                    Ok(p) => live.insert(project.clone(), p.is_some()),
+                    Err(e) => return vec![Err(e.to_string()); n],
+                };
+            }
+        }
         // The email of each item, when it still needs delivering (and belongs to the job's project).
         let todo: Vec<Option<&EmailRow>> = items
             .iter()
             .map(|(_, email, project)| {
                 let e = by_id.get(email.as_str())?;
-                (e.project == *project && (e.status == "PENDING" || e.status == "SENDING")).then_some(*e)
+                let wanted = live.get(project).copied().unwrap_or(false)
+                    && e.project == *project
+                    && (e.status == "PENDING" || e.status == "SENDING");
+                wanted.then_some(*e)
             })
             .collect();
         // Decision 17: a marketing campaign email never goes to a contact who unsubscribed after it was

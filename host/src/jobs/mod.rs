@@ -411,6 +411,7 @@ pub const PURGE_JOBS: &str = "jobs.purge";
 /// Handlers of the host's own job kinds.
 pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
+    crate::projects::register(&mut r);
     r.register(PURGE_JOBS, |ctx: JobContext| async move {
         // Keep finished jobs for a week for inspection.
         let now = ctx.clock.now_ms();

@@ -292,20 +292,73 @@ impl Store {
     }
 
     /// Deletes a project and everything scoped to it.
-    pub async fn delete_project(&self, id: &str) -> Result<(), StoreError> {
+    /// Deletes a project: its row, memberships and sender domains at once (its keys stop working and its
+    /// domain names are free for others), and queues `purge` (a job that deletes the rest of its data in
+    /// batches, see [`Store::purge_project_batch`]) in the same transaction, so a crash cannot leave the
+    /// data without the job that removes it.
+    pub async fn delete_project(&self, id: &str, purge: &super::jobs::NewJob, now: i64) -> Result<(), StoreError> {
+        let job = purge.doc(now);
         self.write(|| async {
             self.query(
                 "BEGIN TRANSACTION;
                  DELETE membership WHERE project = $id;
+                 DELETE domain WHERE project = $id;
                  DELETE type::record('project', $id);
+                 INSERT INTO job [$job] RETURN NONE;
                  COMMIT TRANSACTION;",
-                vars! { "id": id },
+                vars! { "id": id, "job": job.clone() },
             )
             .await
         })
         .await?;
         self.forget_project(id);
         Ok(())
+    }
+
+    /// Deletes up to `batch` rows of a deleted project's data in one transaction, table by table (the
+    /// emails with their bodies, segment memberships, events, contacts, campaigns with their batch
+    /// markers, segments, templates, idempotency keys), and gives its queued jobs up. Returns how many
+    /// rows it deleted: 0 when nothing is left.
+    pub async fn purge_project_batch(&self, project: &str, batch: usize, now: i64) -> Result<usize, StoreError> {
+        const STEPS: &[&str] = &[
+            "LET $r = (SELECT VALUE record::id(id) FROM email WHERE project = $p LIMIT $n);
+             DELETE array::map($r, |$i| type::record('email', $i)) RETURN NONE;
+             DELETE array::map($r, |$i| type::record('email_body', $i)) RETURN NONE;
+             DELETE array::map($r, |$i| type::record('provider_message', $i)) RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM segment_track:[$p, NONE]..[$p, {}] LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM segment_member WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM event WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM contact WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $c = (SELECT VALUE record::id(id) FROM campaign WHERE project = $p);
+             LET $r = (SELECT VALUE id FROM campaign_batch WHERE campaign IN $c LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM segment WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM template WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM idempotency WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM job WHERE status = 'queued' AND string::contains(payload, $needle)
+                LIMIT $n);
+             UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,
+                updated_at = $now RETURN NONE;",
+        ];
+        let needle = format!("\"project\":{}", Value::String(project.to_string()));
+        for step in STEPS {
+            let n = self
+                .write(|| async {
+                    self.query(
+                        // One block: one transaction.
+                        &format!("{{ {step} RETURN array::len($r); }}"),
+                        vars! { "p": project, "n": batch, "needle": needle, "now": now },
+                    )
+                    .await?
+                    .value_last()
+                })
+                .await?;
+            let n = n.as_u64().unwrap_or(0) as usize;
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        Ok(0)
     }
 
     // ---- memberships ----

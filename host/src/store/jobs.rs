@@ -75,6 +75,17 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// The job's row as a document with a fresh id, for writing it in another write's transaction
+    /// (`INSERT INTO job $jobs`).
+    pub fn doc(&self, now: i64) -> Value {
+        strip_nulls(serde_json::json!({
+            "id": uuid::Uuid::now_v7().to_string(), "kind": self.kind, "payload": self.payload.to_string(),
+            "status": "queued", "priority": self.priority, "run_at": self.run_at, "attempts": 0,
+            "max_attempts": self.max_attempts.max(1), "unique_key": self.unique_key, "interval_ms": self.interval_ms,
+            "created_at": now, "updated_at": now,
+        }))
+    }
+
     pub fn new(kind: &str, payload: Value, run_at: i64) -> Self {
         NewJob {
             kind: kind.to_string(),
