@@ -40,6 +40,10 @@ impl SenderRefusal {
     }
 }
 
+/// How long a domain may stay pending without ever verifying before it is deleted (7 days): a name
+/// nobody proves control of does not stay reserved.
+pub const PENDING_DOMAIN_TTL_MS: i64 = 7 * 24 * 3_600_000;
+
 /// Everything domain work needs.
 pub struct Domains {
     pub dns: Dns,
@@ -63,7 +67,11 @@ impl Domains {
         now: i64,
     ) -> Result<DomainRow, DomainError> {
         let name = rules::normalize_domain(name).ok_or_else(|| DomainError::InvalidName(name.to_string()))?;
-        if store.domain_by_name(&name).await?.is_some() {
+        // Any number of projects may add a name; only the one that verifies it (its DKIM key in the
+        // name's DNS) claims it, and a claimed name is refused to the others.
+        if store.domain_claimed_by(&name).await?.is_some()
+            || store.domains_named(&name).await?.iter().any(|d| d.project == project)
+        {
             return Err(DomainError::Taken(name));
         }
         let key = tokio::task::spawn_blocking(dkim::generate).await.map_err(|_| dkim::DkimError::Generate)??;
@@ -133,7 +141,11 @@ impl Domains {
         let status = if verified { "VERIFIED" } else { "PENDING" };
         let verified_at = if verified { d.verified_at.or(Some(now)) } else { None };
         let json = serde_json::to_string(&records).unwrap_or_else(|_| "[]".into());
-        store.save_domain_check(&d.id, status, &json, verified_at, now).await?;
+        // Another project's domain holds the name's claim: this one stays pending.
+        let (status, verified_at) = match store.save_domain_check(d, status, &json, verified_at, now).await? {
+            true => (status, verified_at),
+            false => ("PENDING", None),
+        };
         Ok(DomainRow {
             status: status.into(),
             records: json,
@@ -144,8 +156,10 @@ impl Domains {
         })
     }
 
-    /// The recurring job: re-checks every domain.
+    /// The recurring job: expires pending domains that never claimed their name within
+    /// [`PENDING_DOMAIN_TTL_MS`], and re-checks every other domain.
     pub async fn check_all(&self, store: &Store, now: i64) -> Result<usize, DomainError> {
+        store.expire_pending_domains(now - PENDING_DOMAIN_TTL_MS).await?;
         let all = store.domains_to_check().await?;
         let n = all.len();
         for d in all {
@@ -172,12 +186,12 @@ pub async fn check_sender(
     address: &str,
 ) -> Result<Result<DomainRow, SenderRefusal>, StoreError> {
     let domain = address.rsplit_once('@').map(|(_, d)| d).unwrap_or(address).trim().to_lowercase();
-    let Some(d) = store.domain_by_name_cached(&domain).await? else { return Ok(Err(SenderRefusal::NotRegistered)) };
-    if d.project != project {
-        return Ok(Err(SenderRefusal::OtherProject));
-    }
-    if d.status != "VERIFIED" {
-        return Ok(Err(SenderRefusal::NotVerified));
-    }
-    Ok(Ok(d))
+    let rows = store.domains_named_cached(&domain).await?;
+    Ok(match rows.iter().find(|d| d.status == "VERIFIED") {
+        Some(d) if d.project == project => Ok(d.clone()),
+        Some(_) => Err(SenderRefusal::OtherProject),
+        // Another project's pending domain says nothing about this one.
+        None if rows.iter().any(|d| d.project == project) => Err(SenderRefusal::NotVerified),
+        None => Err(SenderRefusal::NotRegistered),
+    })
 }

@@ -56,14 +56,15 @@ async fn adding_a_domain_answers_its_dns_records() {
         "the private key never leaves the server"
     );
 
-    // Names are validated; a domain belongs to one project.
+    // Names are validated; a project adds a name once.
     for bad in ["localhost", "-x.com", "a..b", "exa mple.com", ""] {
         let r = p.secret.post("/domains", json!({ "domain": bad })).await;
         assert_envelope(&r, 422, "VALIDATION_ERROR");
     }
     assert_envelope(&p.secret.post("/domains", json!({ "domain": "mail.example.com" })).await, 409, "CONFLICT");
     let q = proj(&s, "q@example.com").await;
-    assert_envelope(&q.secret.post("/domains", json!({ "domain": "MAIL.example.com." })).await, 409, "CONFLICT");
+    let r = q.secret.post("/domains", json!({ "domain": "MAIL.example.com." })).await;
+    assert_eq!(r.status, 201, "another project's pending domain blocks nobody: {}", r.json);
     assert_envelope(&p.public.post("/domains", json!({ "domain": "x.example.com" })).await, 401, "INVALID_API_KEY");
     s.stop().await;
 }
@@ -184,7 +185,10 @@ async fn the_sender_check_refuses_unregistered_foreign_and_unverified_domains() 
     let verified = a.secret.post("/domains", json!({ "domain": "ok.example" })).await.json;
     publish(&dns, &verified);
     a.secret.get(&format!("/domains/{}/verify", verified["id"].as_str().unwrap())).await;
-    b.secret.post("/domains", json!({ "domain": "theirs.example" })).await;
+    let theirs = b.secret.post("/domains", json!({ "domain": "theirs.example" })).await.json;
+    publish(&dns, &theirs);
+    b.secret.get(&format!("/domains/{}/verify", theirs["id"].as_str().unwrap())).await;
+    b.secret.post("/domains", json!({ "domain": "theirs-pending.example" })).await;
     let _ = pending;
 
     let check = |from: &'static str| {
@@ -195,6 +199,8 @@ async fn the_sender_check_refuses_unregistered_foreign_and_unverified_domains() 
     for (from, reason) in [
         ("news@unknown.example", "DOMAIN_NOT_REGISTERED"),
         ("news@theirs.example", "DOMAIN_OF_OTHER_PROJECT"),
+        // Another project's pending domain says nothing about this one.
+        ("news@theirs-pending.example", "DOMAIN_NOT_REGISTERED"),
         ("news@pending.example", "DOMAIN_NOT_VERIFIED"),
     ] {
         let err = check(from).await.unwrap_err();
@@ -354,5 +360,50 @@ async fn dns_failures_degrade_to_a_reason_never_a_500() {
     assert_eq!(r.json["status"], "PENDING");
     assert_eq!(record(&r.json, "dkim")["status"], "UNKNOWN");
     drop(dead);
+    s.stop().await;
+}
+
+/// Issue 29: a project that adds someone else's domain first cannot keep its owner out. Only the project
+/// whose DKIM key is published in the name's DNS verifies (claims) it; then the name is refused to others,
+/// and a pending domain that never verified expires after 7 days.
+#[tokio::test]
+async fn a_squatted_pending_domain_does_not_keep_its_owner_out() {
+    let dns = DnsServer::start().await;
+    let clock = herald_host::clock::ManualClock::new(1_800_000_000_000);
+    let s = Server::start_with(config_with(&dns), Some(clock.clone())).await;
+    let squatter = proj(&s, "squatter@example.com").await;
+    let owner = proj(&s, "owner@example.com").await;
+    let late = proj(&s, "late@example.com").await;
+    let taken = squatter.secret.post("/domains", json!({ "domain": "brand.example" })).await;
+    assert_eq!(taken.status, 201);
+    let mine = owner.secret.post("/domains", json!({ "domain": "brand.example" })).await;
+    assert_eq!(mine.status, 201, "the owner can still add it: {}", mine.json);
+    // The owner publishes its own key and SPF: verified, and the name is claimed.
+    for purpose in ["dkim", "spf"] {
+        let r = record(&mine.json, purpose);
+        dns.txt(r["name"].as_str().unwrap(), r["value"].as_str().unwrap());
+    }
+    let r = owner.secret.get(&format!("/domains/{}/verify", mine.json["id"].as_str().unwrap())).await;
+    assert_eq!(r.json["status"], "VERIFIED", "{}", r.json);
+    // The squatter's copy never verifies (even were its key published too), and sending from it is refused.
+    let theirs = record(&taken.json, "dkim");
+    dns.txt(theirs["name"].as_str().unwrap(), theirs["value"].as_str().unwrap());
+    let r = squatter.secret.get(&format!("/domains/{}/verify", taken.json["id"].as_str().unwrap())).await;
+    assert_eq!(r.json["status"], "PENDING", "{}", r.json);
+    let send = json!({"to": "a@example.com", "from": "hi@brand.example", "subject": "s", "body": "b"});
+    let r = squatter.secret.post("/v1/send", send.clone()).await;
+    assert_eq!((r.status, r.json["error"]["details"]["reason"].as_str()), (403, Some("DOMAIN_OF_OTHER_PROJECT")));
+    assert_eq!(owner.secret.post("/v1/send", send).await.status, 200, "the owner sends from it");
+    // A claimed name is refused to a newcomer.
+    assert_envelope(&late.secret.post("/domains", json!({ "domain": "brand.example" })).await, 409, "CONFLICT");
+    // A pending domain that never verified expires with the check job after 7 days; a verified one stays.
+    dns.remove("herald._domainkey.brand.example", RecordType::TXT);
+    clock.advance(herald_host::sending_domains::PENDING_DOMAIN_TTL_MS + 1);
+    let st = std::sync::Arc::clone(&s.state);
+    st.domains.check_all(&st.store, st.clock.now_ms()).await.unwrap();
+    let listed = squatter.secret.get(&format!("/domains/project/{}", squatter.id)).await;
+    assert_eq!(listed.json, json!([]), "the squatter's pending domain expired");
+    let listed = owner.secret.get(&format!("/domains/project/{}", owner.id)).await;
+    assert_eq!(listed.json[0]["domain"], "brand.example", "the owner's claimed domain stays, even pending again");
     s.stop().await;
 }

@@ -335,3 +335,24 @@ async fn events_waiting_for_dispatch_before_the_outbox_table_stay_waiting_in_ord
     store.outbox_progress(&rows[0].id, &[]).await.unwrap();
     assert!(store.undispatched_events(10).await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn verified_domains_stored_before_domain_claims_hold_their_names() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    let (store, at) = migrated_before("0019_domain_claims.surql").await;
+    store
+        .query(
+            "FOR $d IN [['d1', 'p1', 'verified.example', 'VERIFIED'], ['d2', 'p2', 'pending.example', 'PENDING']] {
+                CREATE type::record('domain', $d[0]) CONTENT { project: $d[1], name: $d[2], selector: 'herald',
+                    dkim_public: '', dkim_private: '', status: $d[3], trusted: false, records: '[]',
+                    created_at: 1, updated_at: 1 };
+             };",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0019_domain_claims.surql"]);
+    assert_eq!(store.domain_claimed_by("verified.example").await.unwrap().as_deref(), Some("p1"));
+    assert_eq!(store.domain_claimed_by("pending.example").await.unwrap(), None);
+    assert_eq!(store.verified_domain("verified.example").await.unwrap().map(|d| d.id), Some("d1".to_string()));
+}

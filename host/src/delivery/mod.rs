@@ -463,10 +463,8 @@ impl Delivery {
         let entry = match cached {
             Some(entry) => entry,
             None => {
-                let entry = match store.domain_by_name(domain).await.map_err(|e| e.to_string())? {
-                    Some(d) if d.status == "VERIFIED" => {
-                        Some((d.project.clone(), Arc::new(self.domains.signer(&d).map_err(|e| e.to_string())?)))
-                    }
+                let entry = match store.verified_domain(domain).await.map_err(|e| e.to_string())? {
+                    Some(d) => Some((d.project.clone(), Arc::new(self.domains.signer(&d).map_err(|e| e.to_string())?))),
                     _ => None,
                 };
                 let mut map = self.signers.lock().unwrap_or_else(|p| p.into_inner());

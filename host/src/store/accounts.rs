@@ -303,6 +303,7 @@ impl Store {
                 "BEGIN TRANSACTION;
                  DELETE membership WHERE project = $id;
                  DELETE domain WHERE project = $id;
+                 DELETE domain_claim WHERE project = $id;
                  DELETE type::record('project', $id);
                  INSERT INTO job [$job] RETURN NONE;
                  COMMIT TRANSACTION;",

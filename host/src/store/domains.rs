@@ -27,7 +27,8 @@ const FIELDS: &str = "record::id(id) AS id, project, name, selector, dkim_public
      records, verified_at, last_checked_at, created_at, updated_at";
 
 impl Store {
-    /// Inserts a domain; Conflict when any project already has this name.
+    /// Inserts a domain; Conflict when this project already has the name, or (verified ones: trusted by
+    /// the operator) when another project claimed it.
     pub async fn insert_domain(&self, d: &DomainRow) -> Result<(), StoreError> {
         let doc = super::jobs::strip_nulls(vars! {
             "project": d.project, "name": d.name, "selector": d.selector, "dkim_public": d.dkim_public,
@@ -35,16 +36,35 @@ impl Store {
             "verified_at": d.verified_at, "last_checked_at": d.last_checked_at,
             "created_at": d.created_at, "updated_at": d.updated_at,
         });
+        let claim = if d.status == "VERIFIED" {
+            "CREATE type::record('domain_claim', $name) SET domain = $id, project = $p RETURN NONE;"
+        } else {
+            ""
+        };
         self.write(|| async {
             self.query(
-                "CREATE type::record('domain', $id) CONTENT $doc RETURN NONE",
-                vars! { "id": d.id, "doc": doc.clone() },
+                &format!(
+                    "BEGIN TRANSACTION;
+                     {claim}
+                     CREATE type::record('domain', $id) CONTENT $doc RETURN NONE;
+                     COMMIT TRANSACTION;"
+                ),
+                vars! { "id": d.id, "doc": doc.clone(), "name": d.name, "p": d.project },
             )
             .await
         })
         .await?;
         self.forget_domains();
         Ok(())
+    }
+
+    /// The project that claimed a domain name (its verified domain), if any.
+    pub async fn domain_claimed_by(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let v = self
+            .query("RETURN (SELECT VALUE project FROM ONLY type::record('domain_claim', $n))", vars! { "n": name })
+            .await?
+            .value(0)?;
+        Ok(v.as_str().map(str::to_string))
     }
 
     pub async fn domain(&self, project: &str, id: &str) -> Result<Option<DomainRow>, StoreError> {
@@ -56,9 +76,22 @@ impl Store {
         .first(0)
     }
 
-    /// A domain by name, whichever project holds it (for the sender check and conflicts).
-    pub async fn domain_by_name(&self, name: &str) -> Result<Option<DomainRow>, StoreError> {
-        self.query(&format!("SELECT {FIELDS} FROM domain WHERE name = $n LIMIT 1"), vars! { "n": name }).await?.first(0)
+    /// Every project's domain of a name (at most one of them verified), for the sender check.
+    pub async fn domains_named(&self, name: &str) -> Result<Vec<DomainRow>, StoreError> {
+        self.query(&format!("SELECT {FIELDS} FROM domain WHERE name = $n"), vars! { "n": name }).await?.all(0)
+    }
+
+    /// The verified domain of a name: the one that holds the name's claim, while it is verified.
+    pub async fn verified_domain(&self, name: &str) -> Result<Option<DomainRow>, StoreError> {
+        self.query(
+            &format!(
+                "LET $c = (SELECT VALUE domain FROM ONLY type::record('domain_claim', $n));
+                 SELECT {FIELDS} FROM domain WHERE id = type::record('domain', $c ?? '') AND status = 'VERIFIED';"
+            ),
+            vars! { "n": name },
+        )
+        .await?
+        .first(1)
     }
 
     pub async fn domains_of_project(&self, project: &str) -> Result<Vec<DomainRow>, StoreError> {
@@ -75,32 +108,79 @@ impl Store {
         self.query(&format!("SELECT {FIELDS} FROM domain WHERE trusted = false"), vars! {}).await?.all(0)
     }
 
+    /// Stores a check's outcome. A domain becomes VERIFIED only together with its name's claim: when
+    /// another project's domain holds the claim, it stays PENDING and this returns false.
     pub async fn save_domain_check(
         &self,
-        id: &str,
+        d: &DomainRow,
         status: &str,
         records: &str,
         verified_at: Option<i64>,
         now: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
+        let v = self
+            .write(|| async {
+                // option<int> takes NONE, not NULL: pick the statement for each case.
+                let sql = if verified_at.is_some() {
+                    "{
+                        LET $c = (SELECT VALUE domain FROM ONLY type::record('domain_claim', $n));
+                        IF $c != NONE AND $c != $id {
+                            UPDATE type::record('domain', $id) SET status = 'PENDING', records = $r,
+                                verified_at = NONE, last_checked_at = $now, updated_at = $now RETURN NONE;
+                            RETURN false;
+                        };
+                        UPSERT type::record('domain_claim', $n) SET domain = $id, project = $p RETURN NONE;
+                        UPDATE type::record('domain', $id) SET status = $s, records = $r, verified_at = $v,
+                            last_checked_at = $now, updated_at = $now RETURN NONE;
+                        RETURN true;
+                    }"
+                } else {
+                    "UPDATE type::record('domain', $id) SET status = $s, records = $r, verified_at = NONE,
+                        last_checked_at = $now, updated_at = $now RETURN NONE; RETURN true;"
+                };
+                self.query(
+                    sql,
+                    vars! { "id": d.id, "n": d.name, "p": d.project, "s": status, "r": records, "v": verified_at,
+                    "now": now },
+                )
+                .await?
+                .value_last()
+            })
+            .await?;
+        self.forget_domains();
+        Ok(v.as_bool().unwrap_or(false))
+    }
+
+    /// Deletes pending domains created before `before` that never claimed their name (a name nobody
+    /// proves control of does not stay reserved).
+    pub async fn expire_pending_domains(&self, before: i64) -> Result<(), StoreError> {
         self.write(|| async {
-            // option<int> takes NONE, not NULL: pick the statement for each case.
-            let sql = if verified_at.is_some() {
-                "UPDATE type::record('domain', $id) SET status = $s, records = $r, verified_at = $v,
-                    last_checked_at = $now, updated_at = $now RETURN NONE"
-            } else {
-                "UPDATE type::record('domain', $id) SET status = $s, records = $r, verified_at = NONE,
-                    last_checked_at = $now, updated_at = $now RETURN NONE"
-            };
-            self.query(sql, vars! { "id": id, "s": status, "r": records, "v": verified_at, "now": now }).await
+            self.query(
+                "LET $claimed = (SELECT VALUE domain FROM domain_claim);
+                 DELETE domain WHERE status = 'PENDING' AND trusted = false AND created_at < $before
+                    AND record::id(id) NOTINSIDE $claimed RETURN NONE;",
+                vars! { "before": before },
+            )
+            .await
         })
         .await?;
         self.forget_domains();
         Ok(())
     }
 
+    /// Deletes a project's domain, and its name's claim when it held it.
     pub async fn delete_domain(&self, project: &str, id: &str) -> Result<bool, StoreError> {
         let deleted = self.delete_scoped("domain", project, id).await?;
+        if deleted {
+            self.write(|| async {
+                self.query(
+                    "DELETE domain_claim WHERE domain = $id AND project = $p RETURN NONE",
+                    vars! { "id": id, "p": project },
+                )
+                .await
+            })
+            .await?;
+        }
         self.forget_domains();
         Ok(deleted)
     }

@@ -26,6 +26,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0016_contact_count.surql", include_str!("../../../migrations/0016_contact_count.surql")),
     ("0017_job_interruptions.surql", include_str!("../../../migrations/0017_job_interruptions.surql")),
     ("0018_revoked_sessions.surql", include_str!("../../../migrations/0018_revoked_sessions.surql")),
+    ("0019_domain_claims.surql", include_str!("../../../migrations/0019_domain_claims.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -100,7 +100,7 @@ const READ_CACHE_FRESH: u64 = 2;
 #[derive(Default)]
 struct ReadCache {
     projects: CacheMap<Option<accounts::Project>>,
-    domains: CacheMap<Option<domains::DomainRow>>,
+    domains: CacheMap<Vec<domains::DomainRow>>,
     /// Job counts by state for `/metrics` (a count reads every job row).
     job_counts: CacheMap<Vec<(String, i64)>>,
     /// The contacts group commit last read or wrote (see `ingest::KnownContacts`).
@@ -180,8 +180,8 @@ impl Store {
     }
 
     /// A sender domain by name, possibly as read up to [`READ_CACHE_FRESH`] ago (for the sender check).
-    pub async fn domain_by_name_cached(&self, name: &str) -> Result<Option<domains::DomainRow>, StoreError> {
-        self.cache.domains.get_or_load(name, || self.domain_by_name(name)).await
+    pub async fn domains_named_cached(&self, name: &str) -> Result<Vec<domains::DomainRow>, StoreError> {
+        self.cache.domains.get_or_load(name, || self.domains_named(name)).await
     }
 
     /// Job counts by state, possibly as counted up to [`READ_CACHE_FRESH`] ago: counting reads every job
@@ -437,7 +437,7 @@ mod tests {
         store.delete_project("p1", &crate::projects::purge_job("p1", 3), 3).await.unwrap();
         assert!(store.project_cached("p1").await.unwrap().is_none(), "a deleted project is gone from the cache");
 
-        assert!(store.domain_by_name_cached("example.com").await.unwrap().is_none());
+        assert!(store.domains_named_cached("example.com").await.unwrap().is_empty());
         let d = domains::DomainRow {
             id: "d1".into(),
             project: "p1".into(),
@@ -454,11 +454,11 @@ mod tests {
             updated_at: 1,
         };
         store.insert_domain(&d).await.unwrap();
-        assert_eq!(store.domain_by_name_cached("example.com").await.unwrap().unwrap().status, "PENDING");
-        store.save_domain_check("d1", "VERIFIED", "[]", Some(3), 3).await.unwrap();
-        assert_eq!(store.domain_by_name_cached("example.com").await.unwrap().unwrap().status, "VERIFIED");
+        assert_eq!(store.domains_named_cached("example.com").await.unwrap()[0].status, "PENDING");
+        assert!(store.save_domain_check(&d, "VERIFIED", "[]", Some(3), 3).await.unwrap());
+        assert_eq!(store.domains_named_cached("example.com").await.unwrap()[0].status, "VERIFIED");
         assert!(store.delete_domain("p1", "d1").await.unwrap());
-        assert!(store.domain_by_name_cached("example.com").await.unwrap().is_none());
+        assert!(store.domains_named_cached("example.com").await.unwrap().is_empty());
     }
 
     #[tokio::test]
