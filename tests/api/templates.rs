@@ -93,7 +93,14 @@ async fn validation_syntax_and_sender_checks() {
     // Sender domains: unregistered, foreign, unverified.
     let q = proj(&s, "q@example.com").await;
     q.secret.post("/domains", json!({ "domain": "pending.test" })).await;
-    for (from, reason) in [("a@unknown.test", "DOMAIN_NOT_REGISTERED"), ("a@pending.test", "DOMAIN_OF_OTHER_PROJECT")] {
+    let st = std::sync::Arc::clone(&s.state);
+    st.domains.add(&st.store, &q.id, "foreign.test", true, st.clock.now_ms()).await.unwrap();
+    for (from, reason) in [
+        ("a@unknown.test", "DOMAIN_NOT_REGISTERED"),
+        // Another project's pending domain says nothing; its verified one is foreign.
+        ("a@pending.test", "DOMAIN_NOT_REGISTERED"),
+        ("a@foreign.test", "DOMAIN_OF_OTHER_PROJECT"),
+    ] {
         let mut b = tpl("x");
         b["from"] = json!(from);
         let r = p.secret.post("/templates", b).await;
