@@ -108,22 +108,19 @@ pub enum AcceptError {
 }
 
 /// One request, on its own: planned, rendered and written in one transaction, again when a contact
-/// changed meanwhile.
+/// changed meanwhile. Rendering runs on the blocking pool ([`crate::compose::off_async`]).
 pub async fn accept_one(
     store: &Store,
     clock: &SharedClock,
-    composer: &Composer,
-    req: &SendRequest,
+    composer: &Arc<Composer>,
+    req: &Arc<SendRequest>,
 ) -> Result<Vec<Accepted>, AcceptError> {
-    let message = req.message();
     for _ in 0..16 {
         let now = clock.now_ms();
-        let mut rows = Vec::new();
-        let mut out = Vec::new();
         let mut writes = Vec::new();
         let mut events = Vec::new();
         let mut planned: HashMap<String, Contact> = HashMap::new();
-        let mut budget = MAX_REQUEST_RENDER_BYTES;
+        let mut recipients: Vec<(Contact, String, Option<String>)> = Vec::new();
         for (email, name) in &req.recipients {
             let contact = match planned.get(email) {
                 Some(c) => c.clone(),
@@ -135,14 +132,27 @@ pub async fn accept_one(
                     p.contact
                 }
             };
-            let id = uuid::Uuid::now_v7().to_string();
-            let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
-            let row = composer
-                .compose_within(&message, &r, &id, now, &mut budget)
-                .map_err(|i| AcceptError::Render(i.to_string()))?;
-            rows.push(row);
-            out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
+            recipients.push((contact, email.clone(), name.clone()));
         }
+        let (composer, owned) = (composer.clone(), req.clone());
+        let (rows, out) = crate::compose::off_async(move || -> Result<_, AcceptError> {
+            let message = owned.message();
+            let mut budget = MAX_REQUEST_RENDER_BYTES;
+            let mut rows = Vec::with_capacity(recipients.len());
+            let mut out = Vec::with_capacity(recipients.len());
+            for (contact, email, name) in &recipients {
+                let id = uuid::Uuid::now_v7().to_string();
+                let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
+                let row = composer
+                    .compose_within(&message, &r, &id, now, &mut budget)
+                    .map_err(|i| AcceptError::Render(i.to_string()))?;
+                rows.push(row);
+                out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
+            }
+            Ok((rows, out))
+        })
+        .await
+        .map_err(AcceptError::Render)??;
         let written = store
             .write_contacts_and_emails(
                 &req.project,
@@ -164,7 +174,7 @@ pub async fn accept_one(
 type Reply = oneshot::Sender<Result<Vec<Accepted>, AcceptError>>;
 
 struct Pending {
-    req: SendRequest,
+    req: Arc<SendRequest>,
     reply: Reply,
 }
 
@@ -206,7 +216,9 @@ impl Accepter {
         (req.project.as_str(), req.recipients.first().map(|r| r.0.as_str())).hash(&mut h);
         let lane = &self.lanes[(h.finish() % self.lanes.len() as u64) as usize];
         let (reply, rx) = oneshot::channel();
-        lane.send(Pending { req, reply }).await.map_err(|_| StoreError::Db("the send lane stopped".into()))?;
+        lane.send(Pending { req: Arc::new(req), reply })
+            .await
+            .map_err(|_| StoreError::Db("the send lane stopped".into()))?;
         rx.await.map_err(|_| StoreError::Db("the send lane dropped the request".into()))?
     }
 }
@@ -282,49 +294,56 @@ async fn grouped(
     emails.dedup();
     let read = deps.store.group_contacts(project, &emails).await?;
     let original: HashMap<String, Contact> = read.contacts.iter().map(|c| (c.email.clone(), c.clone())).collect();
-    let mut current: HashMap<String, Contact> = original.clone();
     let now = deps.clock.now_ms();
-    let mut events: Vec<Event> = Vec::new();
-    let mut rows: Vec<(i64, EmailRow)> = Vec::new();
-    let mut results = Vec::with_capacity(items.len());
-    for p in items {
-        let req = &p.req;
-        let message = req.message();
-        // What this request changes, kept apart until all its emails are rendered.
-        let mut touched: HashMap<String, Contact> = HashMap::new();
-        let mut own_events = Vec::new();
-        let mut own_rows = Vec::new();
-        let mut out = Vec::new();
-        let mut failed = None;
-        let mut budget = MAX_REQUEST_RENDER_BYTES;
-        for (email, name) in &req.recipients {
-            if !touched.contains_key(email) {
-                let a = crate::ingest::apply(project, current.get(email), &req.upsert(email), now);
-                own_events.extend(a.events);
-                touched.insert(email.clone(), a.contact);
+    let reqs: Vec<Arc<SendRequest>> = items.iter().map(|p| p.req.clone()).collect();
+    let (composer, project_id, start) = (deps.composer.clone(), project.to_string(), original.clone());
+    // Planning is cheap, rendering is not: the whole loop runs on the blocking pool.
+    let (current, events, rows, results) = crate::compose::off_async(move || {
+        let mut current = start;
+        let mut events: Vec<Event> = Vec::new();
+        let mut rows: Vec<(i64, EmailRow)> = Vec::new();
+        let mut results = Vec::with_capacity(reqs.len());
+        for req in &reqs {
+            let message = req.message();
+            // What this request changes, kept apart until all its emails are rendered.
+            let mut touched: HashMap<String, Contact> = HashMap::new();
+            let mut own_events = Vec::new();
+            let mut own_rows = Vec::new();
+            let mut out = Vec::new();
+            let mut failed = None;
+            let mut budget = MAX_REQUEST_RENDER_BYTES;
+            for (email, name) in &req.recipients {
+                if !touched.contains_key(email) {
+                    let a = crate::ingest::apply(&project_id, current.get(email), &req.upsert(email), now);
+                    own_events.extend(a.events);
+                    touched.insert(email.clone(), a.contact);
+                }
+                let Some(contact) = touched.get(email) else { continue };
+                let id = uuid::Uuid::now_v7().to_string();
+                let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
+                match composer.compose_within(&message, &r, &id, now, &mut budget) {
+                    Ok(row) => own_rows.push((req.priority, row)),
+                    Err(issue) => {
+                        failed = Some(AcceptError::Render(issue.to_string()));
+                        break;
+                    }
+                }
+                out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
             }
-            let Some(contact) = touched.get(email) else { continue };
-            let id = uuid::Uuid::now_v7().to_string();
-            let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
-            match deps.composer.compose_within(&message, &r, &id, now, &mut budget) {
-                Ok(row) => own_rows.push((req.priority, row)),
-                Err(issue) => {
-                    failed = Some(AcceptError::Render(issue.to_string()));
-                    break;
+            match failed {
+                Some(e) => results.push(Err(e)),
+                None => {
+                    current.extend(touched);
+                    events.extend(own_events);
+                    rows.extend(own_rows);
+                    results.push(Ok(out));
                 }
             }
-            out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
         }
-        match failed {
-            Some(e) => results.push(Err(e)),
-            None => {
-                current.extend(touched);
-                events.extend(own_events);
-                rows.extend(own_rows);
-                results.push(Ok(out));
-            }
-        }
-    }
+        (current, events, rows, results)
+    })
+    .await
+    .map_err(StoreError::Db)?;
     let mut created = Vec::new();
     let mut updated = Vec::new();
     for (email, c) in &current {

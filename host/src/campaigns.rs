@@ -326,42 +326,50 @@ impl Campaigns {
         let project_name = project.as_ref().map(|p| p.name.clone());
         let (subject, html) = self.prepare(&c)?;
         let from_name = c.from_name.clone().or(project_name);
-        let message = Message {
-            project: &c.project,
-            from: &c.from,
-            from_name: from_name.as_deref(),
-            reply_to: c.reply_to.as_deref(),
-            subject: &subject,
-            html: &html,
-            kind: &c.kind,
-            template: None,
-            campaign: Some(&c.id),
-            headers: &[],
-            attachments: "[]",
-            track: tracked(tracking_mode.as_deref(), &c.kind),
-            request_vars: &[],
-            subject_prefix: "",
-        };
-        let mut rows = Vec::with_capacity(contacts.len());
-        for (k, id) in contacts.iter().zip(&ids) {
-            if existing.contains(id) {
-                continue;
-            }
-            let r = Recipient { contact_id: &k.id, email: &k.email, name: None, data: &k.data };
-            match self.composer.compose(&message, &r, id, now) {
-                Ok(row) => rows.push(row),
-                Err(issue) => {
-                    // This contact's data makes the message unrenderable (too large): recorded as FAILED.
-                    let empty = Map::new();
-                    let r = Recipient { data: &empty, ..r };
-                    if let Ok(mut row) = self.composer.compose(&message, &r, id, now) {
-                        row.status = "FAILED".into();
-                        row.error = Some(format!("cannot render the campaign for this contact: {issue}"));
-                        rows.push(row);
+        let (composer, campaign) = (self.composer.clone(), c.clone());
+        // Rendering a batch is CPU work: on the blocking pool, off the async worker threads.
+        let rows = crate::compose::off_async(move || {
+            let c = campaign;
+            let message = Message {
+                project: &c.project,
+                from: &c.from,
+                from_name: from_name.as_deref(),
+                reply_to: c.reply_to.as_deref(),
+                subject: &subject,
+                html: &html,
+                kind: &c.kind,
+                template: None,
+                campaign: Some(&c.id),
+                headers: &[],
+                attachments: "[]",
+                track: tracked(tracking_mode.as_deref(), &c.kind),
+                request_vars: &[],
+                subject_prefix: "",
+            };
+            let mut rows = Vec::with_capacity(contacts.len());
+            for (k, id) in contacts.iter().zip(&ids) {
+                if existing.contains(id) {
+                    continue;
+                }
+                let r = Recipient { contact_id: &k.id, email: &k.email, name: None, data: &k.data };
+                match composer.compose(&message, &r, id, now) {
+                    Ok(row) => rows.push(row),
+                    Err(issue) => {
+                        // This contact's data makes the message unrenderable (too large): recorded as FAILED.
+                        let empty = Map::new();
+                        let r = Recipient { data: &empty, ..r };
+                        if let Ok(mut row) = composer.compose(&message, &r, id, now) {
+                            row.status = "FAILED".into();
+                            row.error = Some(format!("cannot render the campaign for this contact: {issue}"));
+                            rows.push(row);
+                        }
                     }
                 }
             }
-        }
+            rows
+        })
+        .await
+        .map_err(|e| CampaignError::Store(StoreError::Db(e)))?;
         let batch_id = format!("{}-{}-{}", c.id, c.run, p.index);
         self.store
             .write_campaign_batch(

@@ -22,6 +22,13 @@ pub const MAX_RENDER_BYTES: usize = 20 * 1024 * 1024;
 /// template that multiplies its data cannot make the server store gigabytes.
 pub const MAX_REQUEST_RENDER_BYTES: usize = 40 * 1024 * 1024;
 
+/// Runs composing work on tokio's blocking pool: rendering a large message (or one whose loops use their
+/// whole budget) takes milliseconds to seconds of CPU, which on an async worker thread would stall every
+/// other request that thread serves (`/health` among them).
+pub async fn off_async<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("composing failed: {e}"))
+}
+
 /// The three links of a contact.
 pub struct Links {
     pub unsubscribe: String,
