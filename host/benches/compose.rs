@@ -67,7 +67,7 @@ fn compose_times(html: &str, rounds: u64) -> Vec<f64> {
         template: None,
         campaign: None,
         headers: &[],
-        attachments: "[]",
+        attachments: std::sync::Arc::from("[]"),
         track: true,
         request_vars: &[],
         subject_prefix: "",

@@ -51,8 +51,8 @@ pub struct SendRequest {
     pub kind: String,
     pub template: Option<String>,
     pub headers: Vec<(String, String)>,
-    /// JSON array of stored attachments
-    pub attachments: String,
+    /// JSON array of stored attachments (one copy for every recipient)
+    pub attachments: Arc<str>,
     pub track: bool,
     pub request_vars: Vec<(String, Value)>,
     /// Priority of the delivery jobs.
@@ -72,7 +72,7 @@ impl SendRequest {
             template: self.template.as_deref(),
             campaign: None,
             headers: &self.headers,
-            attachments: &self.attachments,
+            attachments: self.attachments.clone(),
             track: self.track,
             request_vars: &self.request_vars,
             subject_prefix: "",

@@ -69,8 +69,8 @@ pub struct Message<'a> {
     pub template: Option<&'a str>,
     pub campaign: Option<&'a str>,
     pub headers: &'a [(String, String)],
-    /// JSON array of stored attachments
-    pub attachments: &'a str,
+    /// JSON array of stored attachments, shared by every recipient's email
+    pub attachments: std::sync::Arc<str>,
     /// Rewrite links and add the open pixel.
     pub track: bool,
     /// One-off values of the request (they win over the contact's data).
@@ -185,7 +185,7 @@ impl Composer {
             html,
             text,
             headers: serde_json::to_string(&headers).unwrap_or_else(|_| "[]".into()),
-            attachments: m.attachments.to_string(),
+            attachments: m.attachments.clone(),
             kind: m.kind.to_string(),
             template: m.template.map(str::to_string),
             campaign: m.campaign.map(str::to_string),

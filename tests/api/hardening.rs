@@ -321,3 +321,43 @@ async fn deleting_a_project_removes_everything_it_owns_and_sends_nothing_it_had_
         assert!(count(table, other.id.clone()).await >= 1, "{table} of the other project");
     }
 }
+
+#[tokio::test]
+async fn an_attachment_is_stored_once_per_request_not_once_per_recipient() {
+    use base64::Engine;
+    let s = Server::start_stepped().await;
+    let p = proj(&s, "o@example.com").await;
+    let st = std::sync::Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let content = base64::engine::general_purpose::STANDARD.encode(vec![7u8; 1024 * 1024]);
+    let to: Vec<String> = (0..20).map(|i| format!("r{i}@example.com")).collect();
+    let r = p
+        .secret
+        .post(
+            "/v1/send",
+            json!({"to": to, "from": "a@shop.test", "subject": "s", "body": "b",
+                "attachments": [{"filename": "big.bin", "content": content, "contentType": "application/octet-stream"}]}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let sizes = st
+        .store
+        .query(
+            "RETURN [math::sum((SELECT VALUE string::len(attachments) FROM email_body)),
+                     math::sum((SELECT VALUE string::len(content) FROM attachment_set)),
+                     count((SELECT id FROM attachment_set))]",
+            json!({}),
+        )
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let (bodies, sets, n) = (sizes[0].as_i64().unwrap(), sizes[1].as_i64().unwrap(), sizes[2].as_i64().unwrap());
+    assert_eq!(n, 1, "one stored copy for the 20 recipients");
+    assert!(sets > 1_300_000 && sets < 1_500_000, "the copy holds the attachment: {sets} bytes");
+    assert!(bodies < 20 * 200, "the 20 email bodies only name it: {bodies} bytes");
+    // Every email still carries the attachment when read for delivery.
+    let id = r.json["data"]["emails"][7]["email"].as_str().unwrap();
+    let email = st.store.email(&p.id, id).await.unwrap().unwrap();
+    assert!(email.attachments.contains("big.bin") && email.attachments.len() > 1_300_000);
+}

@@ -386,16 +386,19 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 };
             let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
             let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
-            for (field, src) in [("subject", &subject_src), ("body", &html_src)] {
-                if let Err(issue) = st.templates.check(src) {
-                    return Err(ApiError::field(
+            // Checked and compiled once (a large template's compile is not free).
+            let prepare = |field: &str, src: &str, mode: Mode| {
+                st.composer.templates.prepare(src, mode).map_err(|issue| {
+                    ApiError::field(
                         field,
                         "invalid_template",
                         &format!("{field} is not a valid template: {issue}"),
                         Value::Null,
-                    ));
-                }
-            }
+                    )
+                })
+            };
+            let subject_prepared = prepare("subject", &subject_src, Mode::Text)?;
+            let html_prepared = prepare("body", &html_src, Mode::Html)?;
             if subject_src.len() + html_src.len() + att_bytes > MAX_MESSAGE_BYTES {
                 return Err(ApiError::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
             }
@@ -436,12 +439,6 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
 
             let now = st.clock.now_ms();
             let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
-            let prepare = |src: &str, mode: Mode| {
-                st.composer
-                    .templates
-                    .prepare(src, mode)
-                    .map_err(|i| ApiError::BadRequest(format!("cannot render the template: {i}")))
-            };
             let request = SendRequest {
                 project: ctx.project_id.clone(),
                 recipients,
@@ -451,14 +448,14 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 from: from_email,
                 from_name,
                 reply_to,
-                subject: prepare(&subject_src, Mode::Text)?,
-                html: prepare(&html_src, Mode::Html)?,
+                subject: subject_prepared,
+                html: html_prepared,
                 track: tracked(tracking_mode.as_deref(), &kind),
                 priority: if kind == "MARKETING" { 10 } else { 100 },
                 kind,
                 template: template.as_ref().map(|t| t.id.clone()),
                 headers: hdrs,
-                attachments: atts_json,
+                attachments: atts_json.into(),
             };
             let out: Vec<SentEmail> = st
                 .accepter

@@ -336,6 +336,7 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM segment WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM template WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM idempotency WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM attachment_set WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM job WHERE status = 'queued' AND string::contains(payload, $needle)
                 LIMIT $n);
              UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,

@@ -325,7 +325,7 @@ impl Store {
         }
         sql.push_str("COMMIT TRANSACTION;");
         let v = vars! {
-            "p": project, "c": campaign, "run": run, "batch": batch_id, "emails": docs.rows, "bodies": docs.bodies,
+            "p": project, "c": campaign, "run": run, "batch": batch_id, "emails": docs.rows, "bodies": docs.bodies, "sets": docs.sets,
             "jobs": docs.jobs, "now": now,
         };
         match self.write(|| async { self.query(&sql, v.clone()).await }).await {

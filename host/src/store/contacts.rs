@@ -287,6 +287,7 @@ impl Store {
         v["events"] = Value::Array(events.iter().map(Event::doc).collect());
         v["emails"] = Value::Array(docs.rows);
         v["bodies"] = Value::Array(docs.bodies);
+        v["sets"] = Value::Array(docs.sets);
         v["jobs"] = Value::Array(docs.jobs);
         match self.query(&sql, v).await {
             Ok(_) => Ok(WriteResult::Done),

@@ -25,8 +25,9 @@ pub struct EmailRow {
     pub text: String,
     #[serde(default)]
     pub headers: String,
+    /// The JSON list of attachments; shared (not copied) by the emails of one request.
     #[serde(default)]
-    pub attachments: String,
+    pub attachments: std::sync::Arc<str>,
     pub kind: String,
     pub template: Option<String>,
     /// The campaign this email belongs to (None: transactional sends, test sends).
@@ -66,6 +67,7 @@ struct EmailBody {
     html: String,
     text: String,
     headers: String,
+    /// The attachment list, or `@set:<id>` naming the `attachment_set` row that holds it.
     attachments: String,
 }
 const BODY: &str = "record::id(id) AS id, html, text, headers, attachments";
@@ -81,7 +83,7 @@ impl Store {
         max_attempts: i64,
     ) -> Result<(), StoreError> {
         let docs = email_docs(emails, job_kind, priority, max_attempts, 1);
-        let v = vars! { "emails": docs.rows, "bodies": docs.bodies, "jobs": docs.jobs };
+        let v = vars! { "emails": docs.rows, "bodies": docs.bodies, "jobs": docs.jobs, "sets": docs.sets };
         self.write(|| async {
             self.query(&format!("BEGIN TRANSACTION;\n{}COMMIT TRANSACTION;", EmailDocs::INSERTS), v.clone()).await
         })
@@ -96,20 +98,55 @@ pub(crate) struct EmailDocs {
     pub rows: Vec<Value>,
     pub bodies: Vec<Value>,
     pub jobs: Vec<Value>,
+    /// Attachment lists, each once (see [`attachment_sets`]).
+    pub sets: Vec<Value>,
 }
 
 impl EmailDocs {
-    /// The statements that insert `$emails`, `$bodies` and `$jobs` (inside the caller's transaction).
+    /// The statements that insert `$emails`, `$bodies`, `$jobs` and `$sets` (inside the caller's
+    /// transaction). A set already stored (the same list sent before) is kept as it is.
     pub const INSERTS: &str = "INSERT INTO email $emails RETURN NONE;
          INSERT INTO email_body $bodies RETURN NONE;
-         INSERT INTO job $jobs RETURN NONE;\n";
+         INSERT INTO job $jobs RETURN NONE;
+         INSERT IGNORE INTO attachment_set $sets RETURN NONE;\n";
 
     pub fn extend(&mut self, other: EmailDocs) {
         self.rows.extend(other.rows);
         self.bodies.extend(other.bodies);
         self.jobs.extend(other.jobs);
+        self.sets.extend(other.sets);
     }
 }
+
+/// The attachment lists of `emails`, each stored once: the emails of one request share one `Arc`, so a
+/// list is hashed once per request however many recipients it has. Answers the reference each email's
+/// body stores (`[]` for none) and the `attachment_set` documents to insert.
+fn attachment_sets(emails: &[EmailRow]) -> (Vec<String>, Vec<Value>) {
+    use sha2::Digest;
+    let mut seen: Vec<(&std::sync::Arc<str>, String)> = Vec::new();
+    let mut sets = Vec::new();
+    let refs = emails
+        .iter()
+        .map(|e| {
+            let list = &e.attachments;
+            if list.trim().is_empty() || list.trim() == "[]" {
+                return "[]".to_string();
+            }
+            if let Some((_, r)) = seen.iter().find(|(a, _)| std::sync::Arc::ptr_eq(a, list)) {
+                return r.clone();
+            }
+            let id = format!("{}-{}", e.project, hex::encode(sha2::Sha256::digest(list.as_bytes())));
+            sets.push(vars! { "id": id, "project": e.project, "content": list.as_ref() });
+            let r = format!("{SET_REF}{id}");
+            seen.push((list, r.clone()));
+            r
+        })
+        .collect();
+    (refs, sets)
+}
+
+/// How an email body names its attachment set.
+const SET_REF: &str = "@set:";
 
 /// The documents of email records, their bodies and their delivery jobs: one job per email when `chunk`
 /// is 1 (payload `{email, project}`), else one job per `chunk` emails of the list (payload
@@ -124,7 +161,8 @@ pub(crate) fn email_docs(
 ) -> EmailDocs {
     let mut rows = Vec::with_capacity(emails.len());
     let mut bodies = Vec::with_capacity(emails.len());
-    for e in emails {
+    let (refs, sets) = attachment_sets(emails);
+    for (e, attachments) in emails.iter().zip(refs) {
         let mut v = super::jobs::strip_nulls(serde_json::to_value(e).unwrap_or(Value::Null));
         if let Some(o) = v.as_object_mut() {
             o.retain(|k, _| !matches!(k.as_str(), "html" | "text" | "headers" | "attachments"));
@@ -135,7 +173,7 @@ pub(crate) fn email_docs(
             html: e.html.clone(),
             text: e.text.clone(),
             headers: e.headers.clone(),
-            attachments: e.attachments.clone(),
+            attachments,
         };
         bodies.push(serde_json::to_value(body).unwrap_or(Value::Null));
     }
@@ -159,17 +197,45 @@ pub(crate) fn email_docs(
             })
         })
         .collect();
-    EmailDocs { rows, bodies, jobs }
+    EmailDocs { rows, bodies, jobs, sets }
 }
 
-/// Fills in the messages of these emails from their `email_body` rows.
-fn fill_bodies(rows: &mut [EmailRow], bodies: Vec<EmailBody>) {
-    let mut by_id: std::collections::HashMap<String, EmailBody> =
-        bodies.into_iter().map(|b| (b.id.clone(), b)).collect();
-    for r in rows {
-        if let Some(b) = by_id.remove(&r.id) {
-            (r.html, r.text, r.headers, r.attachments) = (b.html, b.text, b.headers, b.attachments);
+impl Store {
+    /// Fills in the messages of these emails from their `email_body` rows, reading each attachment set
+    /// they name once.
+    async fn fill_bodies(&self, rows: &mut [EmailRow], bodies: Vec<EmailBody>) -> Result<(), StoreError> {
+        let mut set_ids: Vec<&str> = bodies.iter().filter_map(|b| b.attachments.strip_prefix(SET_REF)).collect();
+        set_ids.sort_unstable();
+        set_ids.dedup();
+        #[derive(Deserialize)]
+        struct Set {
+            id: String,
+            content: String,
         }
+        let sets: std::collections::HashMap<String, std::sync::Arc<str>> = if set_ids.is_empty() {
+            Default::default()
+        } else {
+            let found: Vec<Set> = self
+                .query(
+                    "SELECT record::id(id) AS id, content FROM array::map($ids, |$i| type::record('attachment_set', $i))",
+                    vars! { "ids": set_ids },
+                )
+                .await?
+                .all(0)?;
+            found.into_iter().map(|s| (s.id, std::sync::Arc::from(s.content))).collect()
+        };
+        let mut by_id: std::collections::HashMap<String, EmailBody> =
+            bodies.into_iter().map(|b| (b.id.clone(), b)).collect();
+        for r in rows {
+            if let Some(b) = by_id.remove(&r.id) {
+                r.attachments = match b.attachments.strip_prefix(SET_REF) {
+                    Some(id) => sets.get(id).cloned().unwrap_or_else(|| std::sync::Arc::from("[]")),
+                    None => std::sync::Arc::from(b.attachments),
+                };
+                (r.html, r.text, r.headers) = (b.html, b.text, b.headers);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -189,7 +255,7 @@ impl Store {
             )
             .await?;
         let mut rows: Vec<EmailRow> = r.all(0)?;
-        fill_bodies(&mut rows, r.all(1)?);
+        self.fill_bodies(&mut rows, r.all(1)?).await?;
         Ok(rows)
     }
 
@@ -294,7 +360,7 @@ impl Store {
             )
             .await?;
         let mut rows: Vec<EmailRow> = r.all(0)?;
-        fill_bodies(&mut rows, r.all(1)?);
+        self.fill_bodies(&mut rows, r.all(1)?).await?;
         Ok(rows.pop())
     }
 

@@ -303,7 +303,7 @@ impl Store {
             unchanged.iter().map(|c| (c.id.clone(), vars! { "version": c.version, "email": c.email })).collect();
         let v = vars! {
             "p": project, "created": created_rows, "updated": updated_rows, "unchanged": unchanged_rows,
-            "events": events, "outbox": outbox, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs,
+            "events": events, "outbox": outbox, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs, "sets": emails.sets,
         };
         let known = &self.cache.known_contacts;
         match self.query(&sql, v).await {

@@ -27,6 +27,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0017_job_interruptions.surql", include_str!("../../../migrations/0017_job_interruptions.surql")),
     ("0018_revoked_sessions.surql", include_str!("../../../migrations/0018_revoked_sessions.surql")),
     ("0019_domain_claims.surql", include_str!("../../../migrations/0019_domain_claims.surql")),
+    ("0020_attachment_sets.surql", include_str!("../../../migrations/0020_attachment_sets.surql")),
 ];
 
 #[derive(serde::Deserialize)]
