@@ -386,19 +386,26 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 };
             let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
             let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
-            // Checked and compiled once (a large template's compile is not free).
-            let prepare = |field: &str, src: &str, mode: Mode| {
-                st.composer.templates.prepare(src, mode).map_err(|issue| {
-                    ApiError::field(
-                        field,
-                        "invalid_template",
-                        &format!("{field} is not a valid template: {issue}"),
-                        Value::Null,
-                    )
-                })
+            // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
+            let (composer, subject_owned, html_owned) = (st.composer.clone(), subject_src.clone(), html_src.clone());
+            let (subject_prepared, html_prepared) = crate::compose::off_async(move || {
+                (
+                    composer.templates.prepare(&subject_owned, Mode::Text),
+                    composer.templates.prepare(&html_owned, Mode::Html),
+                )
+            })
+            .await
+            .map_err(ApiError::Internal)?;
+            let invalid = |field: &str, issue: crate::domain::templating::TemplateIssue| {
+                ApiError::field(
+                    field,
+                    "invalid_template",
+                    &format!("{field} is not a valid template: {issue}"),
+                    Value::Null,
+                )
             };
-            let subject_prepared = prepare("subject", &subject_src, Mode::Text)?;
-            let html_prepared = prepare("body", &html_src, Mode::Html)?;
+            let subject_prepared = subject_prepared.map_err(|i| invalid("subject", i))?;
+            let html_prepared = html_prepared.map_err(|i| invalid("body", i))?;
             if subject_src.len() + html_src.len() + att_bytes > MAX_MESSAGE_BYTES {
                 return Err(ApiError::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
             }
