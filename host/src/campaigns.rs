@@ -279,7 +279,7 @@ impl Campaigns {
             Ok(ids) => ids,
             // The audience can no longer be evaluated (say, a plugin operator was removed): nobody is
             // sent anything, and the campaign completes empty rather than hanging in SENDING.
-            Err(CampaignError::Segment(SegmentError::Invalid(msg))) => {
+            Err(CampaignError::Segment(SegmentError::Invalid(msg) | SegmentError::TooLarge(msg))) => {
                 tracing::warn!(campaign = %c.id, error = %msg, "campaign audience cannot be evaluated");
                 vec![]
             }

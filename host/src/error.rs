@@ -192,6 +192,9 @@ impl From<crate::segments::SegmentError> for ApiError {
     fn from(e: crate::segments::SegmentError) -> Self {
         match e {
             crate::segments::SegmentError::Invalid(m) => ApiError::BadRequest(m),
+            crate::segments::SegmentError::TooLarge(m) => {
+                ApiError::field("condition", "too_big", &m, serde_json::Value::Null)
+            }
             crate::segments::SegmentError::Store(s) => s.into(),
             crate::segments::SegmentError::Plugin(p) => ApiError::PluginUnavailable(p.to_string()),
         }

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use crate::domain::conditions::{self, Tree};
 use crate::plugins::{CallError, PluginHost};
 use crate::store::contacts::Contact;
-use crate::store::segments::{Candidate, Compiled, Diff, Leaf, MembershipEvents, PluginEval, Ref, Segment, compile};
+use crate::store::segments::{
+    Candidate, CompileError, Compiled, Diff, Leaf, MembershipEvents, PluginEval, Ref, Segment, compile,
+};
 use crate::store::{Store, StoreError};
 
 /// Candidates per plugin call.
@@ -36,6 +38,9 @@ pub enum SegmentError {
     /// The condition is invalid: a 400 whose message names the filter.
     #[error("{0}")]
     Invalid(String),
+    /// The condition is too large once its referenced segments are expanded: a 422 naming the limit.
+    #[error("{0}")]
+    TooLarge(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -152,7 +157,10 @@ impl Engine {
     /// Translates a tree for a project at time `now`.
     pub async fn compile(&self, project: &str, tree: &Tree, now: i64) -> Result<Compiled, SegmentError> {
         let refs = self.refs(project, tree).await?;
-        compile(tree, &refs, now).map_err(|e| SegmentError::Invalid(e.0))
+        compile(tree, &refs, now).map_err(|e| match e {
+            CompileError::Invalid(m) => SegmentError::Invalid(m),
+            CompileError::TooLarge(m) => SegmentError::TooLarge(m),
+        })
     }
 
     /// Evaluates the plugin leaves over a batch of candidates: per plugin leaf, one result per candidate.

@@ -361,3 +361,28 @@ async fn an_attachment_is_stored_once_per_request_not_once_per_recipient() {
     let email = st.store.email(&p.id, id).await.unwrap().unwrap();
     assert!(email.attachments.contains("big.bin") && email.attachments.len() > 1_300_000);
 }
+
+#[tokio::test]
+async fn a_chain_of_segment_references_past_the_size_limit_is_refused_naming_it() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let plain = json!({"logic": "AND", "groups": [{"filters": [{"field": "data.plan", "operator": "equals", "value": "pro"}]}]});
+    let r = p.secret.post("/segments", json!({"name": "level 5", "condition": plain})).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let mut below = r.json["id"].as_str().unwrap().to_string();
+    // Each level references the one below ten times: level 2 expands to 3,222 nodes, level 1 to 32,222.
+    for level in (1..5).rev() {
+        let filters: Vec<Value> =
+            (0..10).map(|_| json!({"field": format!("segment.{below}"), "operator": "memberOfSegment"})).collect();
+        let condition = json!({"logic": "OR", "groups": [{"filters": filters}]});
+        let r = p.secret.post("/segments", json!({"name": format!("level {level}"), "condition": condition})).await;
+        if level > 1 {
+            assert_eq!(r.status, 201, "level {level}: {}", r.json);
+            below = r.json["id"].as_str().unwrap().to_string();
+        } else {
+            assert_envelope(&r, 422, "VALIDATION_ERROR");
+            assert_eq!(r.json["error"]["errors"][0]["field"], "condition", "{}", r.json);
+            assert!(r.json.to_string().contains("20000 nodes"), "{}", r.json);
+        }
+    }
+}

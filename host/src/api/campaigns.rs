@@ -282,6 +282,9 @@ async fn read_campaign(
             crate::segments::SegmentError::Invalid(m) => {
                 ApiError::field("audienceCondition", "invalid_condition", &m, cond.clone())
             }
+            crate::segments::SegmentError::TooLarge(m) => {
+                ApiError::field("audienceCondition", "too_big", &m, Value::Null)
+            }
             other => other.into(),
         });
     }

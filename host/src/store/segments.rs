@@ -144,9 +144,23 @@ impl Compiled {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct CompileError(pub String);
+#[derive(Debug)]
+pub enum CompileError {
+    /// The condition cannot be translated (names the filter).
+    Invalid(String),
+    /// The condition is larger than [`MAX_COMPILED_NODES`] once its references are expanded.
+    TooLarge(String),
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompileError::Invalid(m) | CompileError::TooLarge(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for CompileError {}
 
 struct Builder<'a> {
     refs: &'a HashMap<String, Ref>,
@@ -275,7 +289,10 @@ impl Builder<'_> {
                 Some(Ref::Static) => self.set(SetQuery::Members(id.clone())),
                 Some(Ref::Dynamic(t)) => {
                     if self.stack.iter().any(|s| s == id) {
-                        return Err(CompileError(format!("{} ({}): circular segment reference", f.at, f.field_name)));
+                        return Err(CompileError::Invalid(format!(
+                            "{} ({}): circular segment reference",
+                            f.at, f.field_name
+                        )));
                     }
                     let n = match self.memo.get(id) {
                         Some(n) => n.clone(),
@@ -289,7 +306,7 @@ impl Builder<'_> {
                     };
                     self.nodes += node_size(&n);
                     if self.nodes > MAX_COMPILED_NODES {
-                        return Err(CompileError(format!(
+                        return Err(CompileError::TooLarge(format!(
                             "{} ({}): the condition is too large once referenced segments are expanded \
                              (more than {MAX_COMPILED_NODES} nodes)",
                             f.at, f.field_name
@@ -316,7 +333,7 @@ impl Builder<'_> {
                 (Op::TriggeredOlderThan, Some(t)) => {
                     Node::And(vec![self.event_set(name, None), not(self.event_set(name, Some(t)))])
                 }
-                _ => return Err(CompileError(format!("{}: operator does not apply to events", f.at))),
+                _ => return Err(CompileError::Invalid(format!("{}: operator does not apply to events", f.at))),
             });
         }
         let x = self.field_expr(&f.field);
@@ -408,7 +425,7 @@ impl Builder<'_> {
                 let cut = self.param(json!(self.now - w));
                 if is_time { format!("({x} < {cut})") } else { format!("{as_date} < {cut})") }
             }
-            _ => return Err(CompileError(format!("{}: operator {:?} cannot be translated", f.at, f.op))),
+            _ => return Err(CompileError::Invalid(format!("{}: operator {:?} cannot be translated", f.at, f.op))),
         };
         Ok(self.leaf(Leaf::Sql(sql)))
     }
@@ -1706,7 +1723,10 @@ mod tests {
         assert_eq!(c.vars.len(), 1, "the innermost segment's value is bound once, however often it is used");
         let (top, refs) = chain(5, 10);
         let err = compile(&top, &refs, NOW).unwrap_err();
-        assert!(err.0.contains(&format!("more than {MAX_COMPILED_NODES} nodes")), "{err}");
+        assert!(
+            matches!(&err, CompileError::TooLarge(m) if m.contains(&format!("more than {MAX_COMPILED_NODES} nodes"))),
+            "{err}"
+        );
     }
 
     fn f(field: &str, op: &str, value: Value, unit: Option<&str>) -> Value {
@@ -2145,6 +2165,6 @@ mod tests {
         let t = parse(&f("segment.x", "memberOfSegment", Value::Null, None), &|_| false).unwrap();
         let refs = HashMap::from([("x".to_string(), Ref::Dynamic(t.clone()))]);
         let e = compile(&t, &refs, NOW).unwrap_err();
-        assert!(e.0.contains("circular"), "{e}");
+        assert!(e.to_string().contains("circular"), "{e}");
     }
 }
