@@ -21,7 +21,7 @@ use herald_host::domain::templating::{Engine, Mode};
 use serde_json::{Map, Value, json};
 
 mod common;
-use common::{chosen, env_or, free_port, percentile_ms, wait_healthy};
+use common::{chosen, env_or, free_port, percentile_ms, project_with_trusted_domain, wait_healthy};
 
 /// An HTML body of about `bytes` with `links` links spread through it.
 fn body(bytes: usize, links: usize) -> String {
@@ -98,15 +98,7 @@ async fn server_part(seconds: u64) {
         ("HERALD_LOG", "warn".into()),
         ("HERALD_SECRET", "bench-secret-bench-secret".into()),
     ];
-    let out = Command::new(bin).args(["project", "create", "bench"]).envs(envs.clone()).output().unwrap();
-    let project: Value = serde_json::from_slice(&out.stdout).expect("project json");
-    let key = project["secret"].as_str().unwrap().to_string();
-    let out = Command::new(bin)
-        .args(["domain", "add", "bench.test", "--project", project["id"].as_str().unwrap(), "--trust"])
-        .envs(envs.clone())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key = project_with_trusted_domain(bin, &envs, "bench.test");
     let mut server = Command::new(bin).arg("serve").envs(envs.clone()).stdout(Stdio::null()).spawn().unwrap();
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();

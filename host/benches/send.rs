@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod common;
-use common::{chosen, env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
+use common::{chosen, env_or, free_port, peak_rss_mb, percentile_ms, project_with_trusted_domain, wait_healthy};
 
 fn delivered(metrics: &str) -> u64 {
     metrics
@@ -162,15 +162,7 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64, ceiling
             ("HERALD_LOG", "warn".into()),
             ("HERALD_SECRET", "bench-secret-bench-secret".into()),
         ];
-        let out = Command::new(bin).args(["project", "create", "bench"]).envs(envs.clone()).output().unwrap();
-        let project: Value = serde_json::from_slice(&out.stdout).expect("project json");
-        let key = project["secret"].as_str().unwrap().to_string();
-        let out = Command::new(bin)
-            .args(["domain", "add", "bench.test", "--project", project["id"].as_str().unwrap(), "--trust"])
-            .envs(envs.clone())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let key = project_with_trusted_domain(bin, &envs, "bench.test");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
         let serve = |run_jobs: bool| {

@@ -55,3 +55,19 @@ pub fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
     }
     sorted_us[((sorted_us.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
 }
+
+/// `herald project create bench` and `herald domain add DOMAIN --trust` on the database of `envs`
+/// (server stopped); answers the project's secret key.
+pub fn project_with_trusted_domain(bin: &str, envs: &[(&str, String)], domain: &str) -> String {
+    use std::process::Command;
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = Command::new(bin).args(["project", "create", "bench"]).envs(envs.clone()).output().unwrap();
+    let project: serde_json::Value = serde_json::from_slice(&out.stdout).expect("project json");
+    let out = Command::new(bin)
+        .args(["domain", "add", domain, "--project", project["id"].as_str().unwrap(), "--trust"])
+        .envs(envs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    project["secret"].as_str().unwrap().to_string()
+}
