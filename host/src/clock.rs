@@ -23,6 +23,11 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     DateTime::parse_from_rfc3339(s).ok().map(|d| d.timestamp_millis())
 }
 
+/// Whether `s` is a calendar date without a time (`2026-01-15`).
+pub fn is_date_only(s: &str) -> bool {
+    s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()
+}
+
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
 }

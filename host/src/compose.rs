@@ -141,6 +141,9 @@ impl Composer {
         }
         vars["id"] = json!(r.contact_id);
         vars["email"] = json!(r.email);
+        // The names the interface reserves for the same two values, so templates written for it work.
+        vars["plunk_id"] = json!(r.contact_id);
+        vars["plunk_email"] = json!(r.email);
         let links = self.links(m.project, r.contact_id);
         vars["unsubscribeUrl"] = json!(links.unsubscribe);
         vars["subscribeUrl"] = json!(links.subscribe);

@@ -149,7 +149,7 @@ async fn custom_fields_types_coverage_values_usage_and_delete() {
     let s = Server::start().await;
     let p = proj(&s, "o@example.com").await;
     p.secret.post("/contacts", json!({ "email": "a@example.com", "data": { "plan": "pro", "seats": 3, "since": "2024-01-02T03:04:05.000Z" } })).await;
-    p.secret.post("/contacts", json!({ "email": "b@example.com", "data": { "plan": "free", "vip": true } })).await;
+    p.secret.post("/contacts", json!({ "email": "b@example.com", "data": { "plan": "free", "vip": true, "birthday": "2026-01-15", "code": "2026-13-45" } })).await;
     p.secret
         .post("/contacts", json!({ "email": "c@example.com", "data": { "plan": "pro", "meta": { "x": 1 } } }))
         .await;
@@ -166,8 +166,10 @@ async fn custom_fields_types_coverage_values_usage_and_delete() {
     assert_eq!(f("data.seats")["coverage"], 25.0);
     assert_eq!(f("data.since")["type"], "date");
     assert_eq!(f("data.vip")["type"], "boolean");
+    assert_eq!(f("data.birthday")["type"], "date", "a date without a time is a date too");
+    assert_eq!(f("data.code")["type"], "string", "but not a string shaped like one");
     assert_eq!(f("data.meta")["type"], "object");
-    assert_eq!(r.json["count"], 9);
+    assert_eq!(r.json["count"], 11);
 
     let r = p.secret.get("/contacts/fields/plan/values").await;
     assert_eq!(r.status, 200, "{}", r.json);

@@ -693,3 +693,26 @@ async fn the_emails_of_one_send_share_a_delivery_job_whose_retry_sends_only_what
     assert_eq!(got, vec!["a@example.org".to_string(), "tempfail@example.org".to_string()], "each delivered once");
     assert_eq!(jobs("completed").await.len(), 1);
 }
+
+/// Issue 30: templates written for the interface's reserved names render them (spec: `plunk_id`,
+/// `plunk_email` are the contact's id and email).
+#[tokio::test]
+async fn the_reserved_contact_variables_render_the_contacts_id_and_email() {
+    let s = Server::start_stepped().await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let r = p
+        .secret
+        .post(
+            "/v1/send",
+            json!({"to": "Ada@Example.org", "from": "a@shop.test", "subject": "For {{plunk_email}}",
+                "body": "<p>{{plunk_id}}|{{plunk_email}}</p>"}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let contact = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap();
+    let email = st.store.email(&p.id, r.json["data"]["emails"][0]["email"].as_str().unwrap()).await.unwrap().unwrap();
+    assert!(email.html.contains(&format!("<p>{contact}|ada@example.org</p>")), "{}", email.html);
+    assert_eq!(email.subject, "For ada@example.org");
+}

@@ -405,7 +405,7 @@ fn type_of(v: &Value) -> &'static str {
     match v {
         Value::Bool(_) => "boolean",
         Value::Number(_) => "number",
-        Value::String(s) if parse_rfc3339(s).is_some() => "date",
+        Value::String(s) if parse_rfc3339(s).is_some() || crate::clock::is_date_only(s) => "date",
         Value::String(_) => "string",
         Value::Object(_) | Value::Array(_) => "object",
         Value::Null => "string",
