@@ -36,6 +36,11 @@ async fn track_creates_the_contact_and_records_the_event_with_one_off_values() {
     assert_eq!(e.json["data"][0]["id"], event.as_str());
     assert_eq!(e.json["data"][0]["name"], "signed-up");
     assert_eq!(e.json["data"][0]["contactId"], contact.as_str());
+    assert_eq!(e.json["data"][0]["contactEmail"], "new@example.com", "the contact's email beside its id");
+    assert_eq!(
+        p.secret.get(&format!("/events/contact/{contact}")).await.json["data"][0]["contactEmail"],
+        "new@example.com"
+    );
     assert_eq!(e.json["data"][0]["source"], "api");
     assert_eq!(e.json["data"][0]["data"], json!({ "plan": "pro", "coupon": "X1" }));
 

@@ -53,18 +53,21 @@ pub struct EventOut {
     id: String,
     name: String,
     contact_id: String,
+    /// the contact's email (null once the contact is deleted)
+    contact_email: Option<String>,
     data: Map<String, Value>,
     /// api (tracked) or system (emitted by Herald)
     source: String,
     created_at: String,
 }
 
-impl From<&Event> for EventOut {
-    fn from(e: &Event) -> Self {
+impl EventOut {
+    fn new(e: &Event, emails: &std::collections::HashMap<String, String>) -> Self {
         EventOut {
             id: e.id.clone(),
             name: e.name.clone(),
             contact_id: e.contact.clone(),
+            contact_email: emails.get(&e.contact).cloned(),
             data: e.data.clone(),
             source: e.source.clone(),
             created_at: rfc3339(e.created_at),
@@ -244,7 +247,16 @@ async fn page(
     } else {
         0
     };
-    Reply::ok(&EventPage { data: rows.iter().map(EventOut::from).collect(), cursor: next, has_more, total })
+    let mut ids: Vec<String> = rows.iter().map(|e| e.contact.clone()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let emails = st.store.contact_emails(&ctx.project_id, &ids).await?;
+    Reply::ok(&EventPage {
+        data: rows.iter().map(|e| EventOut::new(e, &emails)).collect(),
+        cursor: next,
+        has_more,
+        total,
+    })
 }
 
 /// Recent events, newest first, cursor-paginated; filter by `name`.
