@@ -528,7 +528,7 @@ async fn test_sends_go_only_to_members_marked_untracked_and_uncounted() {
 }
 
 #[tokio::test]
-async fn segments_and_domains_in_use_by_an_active_campaign_cannot_be_deleted() {
+async fn segments_and_domains_in_use_by_a_campaign_not_sent_yet_cannot_be_deleted() {
     let e = env(true).await;
     let c = &e.p.secret;
     let seg = c
@@ -542,17 +542,24 @@ async fn segments_and_domains_in_use_by_an_active_campaign_cannot_be_deleted() {
     b["audienceType"] = json!("SEGMENT");
     b["segmentId"] = json!(seg);
     let id = c.post("/campaigns", b).await.json["data"]["id"].as_str().unwrap().to_string();
-    // A DRAFT does not hold the segment.
+    // A DRAFT holds its segment and its sender domain, and the message counts the campaigns.
+    let r = c.delete(&format!("/segments/{seg}")).await;
+    assert_envelope(&r, 409, "CONFLICT");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("1 campaign not sent yet"), "{}", r.json);
+    let domains = c.get(&format!("/domains/project/{}", e.p.id)).await.json;
+    let domain_id = domains[0]["id"].as_str().unwrap().to_string();
+    let r = c.delete(&format!("/domains/{domain_id}")).await;
+    assert_envelope(&r, 409, "CONFLICT");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("(DRAFT)"), "{}", r.json);
     let r = c.post(&format!("/campaigns/{id}/send"), json!({"scheduledFor": "2030-01-01T00:00:00Z"})).await;
     assert_eq!(r.json["data"]["status"], "SCHEDULED");
     assert_envelope(&c.delete(&format!("/segments/{seg}")).await, 409, "CONFLICT");
-    let domains = c.get(&format!("/domains/project/{}", e.p.id)).await.json;
-    let domain_id = domains[0]["id"].as_str().unwrap().to_string();
     assert_envelope(&c.delete(&format!("/domains/{domain_id}")).await, 409, "CONFLICT");
     assert_eq!(c.post(&format!("/campaigns/{id}/cancel"), json!({})).await.json["status"], "DRAFT");
-    assert_eq!(c.delete(&format!("/segments/{seg}")).await.status, 204);
-    // A template sending from the domain holds it too.
+    assert_envelope(&c.delete(&format!("/segments/{seg}")).await, 409, "CONFLICT");
+    // Once the campaign is gone, so is the hold; a template sending from the domain holds it too.
     assert_eq!(c.delete(&format!("/campaigns/{id}")).await.status, 204);
+    assert_eq!(c.delete(&format!("/segments/{seg}")).await.status, 204);
     let t = c.post("/templates", json!({"name": "t", "subject": "s", "body": "b", "from": "x@shop.test"})).await;
     assert_eq!(t.status, 201);
     assert_envelope(&c.delete(&format!("/domains/{domain_id}")).await, 409, "CONFLICT");

@@ -242,13 +242,14 @@ pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
             .into_iter()
             .map(|n| format!("template {n}"))
             .collect();
+        // Campaigns that may still send (DRAFT, SCHEDULED, SENDING) hold their sender domain.
         users.extend(
             st.store
-                .active_campaigns(&ctx.project_id)
+                .unsent_campaigns(&ctx.project_id)
                 .await?
                 .iter()
                 .filter(|c| c.uses_domain(&d.name))
-                .map(|c| format!("campaign {}", c.name)),
+                .map(|c| format!("campaign {} ({})", c.name, c.status)),
         );
         if !users.is_empty() {
             return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));

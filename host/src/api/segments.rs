@@ -309,8 +309,8 @@ pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut
     fut.await
 }
 
-/// Deletes a segment and its memberships (204); 409 while another segment's condition or an active
-/// (SCHEDULED or SENDING) campaign's audience references it.
+/// Deletes a segment and its memberships (204); 409 while another segment's condition or the audience
+/// of a campaign that may still send (DRAFT, SCHEDULED or SENDING) references it.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
@@ -325,15 +325,17 @@ pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut 
         }
         let campaigns: Vec<String> = st
             .store
-            .active_campaigns(&ctx.project_id)
+            .unsent_campaigns(&ctx.project_id)
             .await?
             .iter()
             .filter(|c| c.uses_segment(&id))
-            .map(|c| format!("{} ({})", c.name, c.id))
+            .map(|c| format!("{} ({}, {})", c.name, c.id, c.status))
             .collect();
         if !campaigns.is_empty() {
+            let n = campaigns.len();
             return Err(ApiError::Conflict(format!(
-                "Segment {id} is the audience of active campaign {}",
+                "Segment {id} is the audience of {n} campaign{} not sent yet: {}",
+                if n == 1 { "" } else { "s" },
                 campaigns.join(", ")
             )));
         }

@@ -481,10 +481,13 @@ impl Store {
         self.query(&format!("SELECT {FIELDS} FROM campaign WHERE status = 'SENDING'"), vars! {}).await?.all(0)
     }
 
-    /// The SCHEDULED or SENDING campaigns of a project.
-    pub async fn active_campaigns(&self, project: &str) -> Result<Vec<CampaignRow>, StoreError> {
+    /// The project's campaigns that may still send: DRAFT, SCHEDULED or SENDING. Their segment and
+    /// sender domain cannot be deleted from under them.
+    pub async fn unsent_campaigns(&self, project: &str) -> Result<Vec<CampaignRow>, StoreError> {
         self.query(
-            &format!("SELECT {FIELDS} FROM campaign WHERE project = $p AND status IN ['SCHEDULED', 'SENDING']"),
+            &format!(
+                "SELECT {FIELDS} FROM campaign WHERE project = $p AND status IN ['DRAFT', 'SCHEDULED', 'SENDING']"
+            ),
             vars! { "p": project },
         )
         .await?
