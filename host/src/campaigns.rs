@@ -102,6 +102,31 @@ const RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// recount reads every email record of the campaign, and a dashboard polls.
 const READ_RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// What every email of a campaign shares (untracked; its batches set `track` from the project's mode).
+fn campaign_message<'a>(
+    c: &'a CampaignRow,
+    from_name: Option<&'a str>,
+    subject: &'a Prepared,
+    html: &'a Prepared,
+) -> Message<'a> {
+    Message {
+        project: &c.project,
+        from: &c.from,
+        from_name,
+        reply_to: c.reply_to.as_deref(),
+        subject,
+        html,
+        kind: &c.kind,
+        template: None,
+        campaign: Some(&c.id),
+        headers: &[],
+        attachments: std::sync::Arc::from("[]"),
+        track: false,
+        request_vars: &[],
+        subject_prefix: "",
+    }
+}
+
 fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64) -> Value {
     json!({
         "id": uuid::Uuid::now_v7().to_string(), "kind": kind, "payload": payload.to_string(), "status": "queued",
@@ -331,20 +356,8 @@ impl Campaigns {
         let rows = crate::compose::off_async(move || {
             let c = campaign;
             let message = Message {
-                project: &c.project,
-                from: &c.from,
-                from_name: from_name.as_deref(),
-                reply_to: c.reply_to.as_deref(),
-                subject: &subject,
-                html: &html,
-                kind: &c.kind,
-                template: None,
-                campaign: Some(&c.id),
-                headers: &[],
-                attachments: std::sync::Arc::from("[]"),
                 track: tracked(tracking_mode.as_deref(), &c.kind),
-                request_vars: &[],
-                subject_prefix: "",
+                ..campaign_message(&c, from_name.as_deref(), &subject, &html)
             };
             let mut rows = Vec::with_capacity(contacts.len());
             for (k, id) in contacts.iter().zip(&ids) {
@@ -441,21 +454,12 @@ impl Campaigns {
         let project_name = self.store.project(project).await?.map(|p| p.name);
         let from_name = c.from_name.clone().or(project_name);
         let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];
+        // Decision 24: not counted (no campaign), not tracked, marked as a test.
         let message = Message {
-            project,
-            from: &c.from,
-            from_name: from_name.as_deref(),
-            reply_to: c.reply_to.as_deref(),
-            subject: &subject,
-            html: &html,
-            kind: &c.kind,
-            template: None,
             campaign: None,
             headers: &headers,
-            attachments: std::sync::Arc::from("[]"),
-            track: false,
-            request_vars: &[],
             subject_prefix: "[TEST] ",
+            ..campaign_message(&c, from_name.as_deref(), &subject, &html)
         };
         let email = uuid::Uuid::now_v7().to_string();
         // No contact: a test send writes no events and never changes anyone's subscription.
