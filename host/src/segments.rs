@@ -69,6 +69,11 @@ impl Engine {
     /// their operands, and checks that referenced segments exist and no reference leads back to itself.
     pub async fn check(&self, project: &str, v: &Value, self_id: Option<&str>) -> Result<Tree, SegmentError> {
         let tree = self.parse(v)?;
+        if let Some(at) = tree.empty_group() {
+            return Err(SegmentError::Invalid(format!(
+                "{at} has neither filters nor conditions (an empty group matches nobody)"
+            )));
+        }
         for f in tree.filters() {
             if let conditions::Op::Plugin(name) = &f.op {
                 if !f.field.is_contact_field() {

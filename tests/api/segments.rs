@@ -127,6 +127,20 @@ async fn invalid_conditions_are_400_naming_the_filter() {
     }
     let r = p.secret.post("/segments", json!({"name": "x", "condition": {"logic": "XOR", "groups": []}})).await;
     assert_envelope(&r, 400, "BAD_REQUEST");
+    // A group with neither filters nor a nested condition would match nobody: refused, naming the group.
+    let ok = json!({"field": "email", "operator": "exists"});
+    for (condition, at) in [
+        (json!({"logic": "AND", "groups": [{"filters": [ok]}, {"filters": []}]}), "groups[1]"),
+        (
+            json!({"logic": "OR", "groups": [{"filters": [], "conditions": {"logic": "AND", "groups": [{}]}}]}),
+            "groups[0].conditions.groups[0]",
+        ),
+    ] {
+        let r = p.secret.post("/segments", json!({"name": "empty", "condition": condition})).await;
+        assert_envelope(&r, 400, "BAD_REQUEST");
+        let m = r.json["error"]["message"].as_str().unwrap();
+        assert!(m.starts_with(&format!("{at} has neither filters nor conditions")), "{m}");
+    }
     assert!(p.secret.get("/segments").await.json.as_array().unwrap().is_empty(), "nothing was created");
     s.stop().await;
 }

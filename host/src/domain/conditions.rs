@@ -384,6 +384,28 @@ fn date_value(v: &Value) -> Option<i64> {
 }
 
 impl Tree {
+    /// The path (`groups[1]`, `groups[0].conditions.groups[2]`) of the first group that has neither
+    /// filters nor a nested condition: such a group matches nobody, which is never what was meant, so a
+    /// condition being saved is refused with it. (Stored conditions are read without this check.)
+    pub fn empty_group(&self) -> Option<String> {
+        fn walk(t: &Tree, prefix: &str) -> Option<String> {
+            for (i, g) in t.groups.iter().enumerate() {
+                let at = format!("{prefix}groups[{i}]");
+                match &g.conditions {
+                    None if g.filters.is_empty() => return Some(at),
+                    None => {}
+                    Some(c) => {
+                        if let Some(found) = walk(c, &format!("{at}.conditions.")) {
+                            return Some(found);
+                        }
+                    }
+                }
+            }
+            None
+        }
+        walk(self, "")
+    }
+
     /// Every filter, depth first.
     pub fn filters(&self) -> Vec<&Filter> {
         let mut out = Vec::new();
@@ -620,6 +642,19 @@ mod tests {
         .unwrap_err();
         assert!(e.0.starts_with("groups[0].conditions.groups[0].filters[0] (x)"), "{e}");
         assert!(parse(&json!({"logic": "XOR", "groups": []}), &no_plugins).unwrap_err().0.contains("AND or OR"));
+        let f = json!({"field": "email", "operator": "exists"});
+        for (tree, empty) in [
+            (json!({"groups": [{"filters": [f]}]}), None),
+            (json!({"groups": [{"filters": [f]}, {"filters": []}]}), Some("groups[1]")),
+            (json!({"groups": [{}]}), Some("groups[0]")),
+            (
+                json!({"groups": [{"filters": [], "conditions": {"groups": [{"filters": [f]}, {"filters": null}]}}]}),
+                Some("groups[0].conditions.groups[1]"),
+            ),
+            (json!({"groups": [{"filters": [], "conditions": {"groups": [{"filters": [f]}]}}]}), None),
+        ] {
+            assert_eq!(parse(&tree, &no_plugins).unwrap().empty_group().as_deref(), empty, "{tree}");
+        }
         assert!(parse(&json!({"logic": "AND"}), &no_plugins).unwrap_err().0.contains("groups is required"));
         assert!(parse(&json!("x"), &no_plugins).is_err());
     }
