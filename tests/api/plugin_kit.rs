@@ -20,6 +20,7 @@ pub fn artifacts() -> &'static Path {
         let target = std::env::var_os("HERALD_WASM_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("wasm-plugins"));
+        ensure_wasm_target()?;
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let out = Command::new(cargo)
             .arg("plugins")
@@ -35,6 +36,27 @@ pub fn artifacts() -> &'static Path {
     match built {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// Adds the `wasm32-wasip2` target through rustup when the active toolchain lacks it (a fresh machine with
+/// only rustup and cargo), so the README's test command is all the set-up there is. (The same check as the
+/// plugin SDK's test kit, which this crate does not depend on.)
+fn ensure_wasm_target() -> Result<(), String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out =
+        Command::new(rustc).args(["--print", "sysroot"]).output().map_err(|e| format!("cannot run rustc: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if sysroot.join("lib").join("rustlib").join("wasm32-wasip2").is_dir() {
+        return Ok(());
+    }
+    let out = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .output()
+        .map_err(|e| format!("the wasm32-wasip2 target is missing and rustup cannot add it: {e}"))?;
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(format!("rustup target add wasm32-wasip2 failed:\n{}", String::from_utf8_lossy(&out.stderr))),
     }
 }
 

@@ -34,10 +34,37 @@ pub fn wasm_file_name(package: &str) -> String {
     format!("{}.wasm", package.replace('-', "_"))
 }
 
+/// Makes sure the active toolchain can build for `wasm32-wasip2`: when its standard library for that
+/// target is missing (a machine with only rustup and cargo), runs `rustup target add wasm32-wasip2`, so
+/// `cargo test` is all the set-up a plugin's tests need.
+pub fn ensure_wasm_target() -> Result<(), String> {
+    // Tests call this in parallel: one check (and install) at a time.
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("cannot run rustc --print sysroot: {e}"))?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if sysroot.join("lib").join("rustlib").join("wasm32-wasip2").is_dir() {
+        return Ok(());
+    }
+    let out = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .output()
+        .map_err(|e| format!("the wasm32-wasip2 target is missing and rustup cannot add it: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("rustup target add wasm32-wasip2 failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
 /// Runs `cargo <args>` in `root` with `CARGO_TARGET_DIR=<target_dir>` (e.g. `["plugins"]` for Herald's
-/// alias, or a `build --release --target wasm32-wasip2 ...` of your own) and returns
-/// [`release_dir`]. The error carries Cargo's output.
+/// alias, or a `build --release --target wasm32-wasip2 ...` of your own), after
+/// [`ensure_wasm_target`], and returns [`release_dir`]. The error carries Cargo's output.
 pub fn build(root: &Path, target_dir: &Path, args: &[&str]) -> Result<PathBuf, String> {
+    ensure_wasm_target()?;
     let out = Command::new(cargo())
         .args(args)
         .current_dir(root)
