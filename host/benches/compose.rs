@@ -71,6 +71,7 @@ fn compose_times(html: &str, rounds: u64) -> Vec<f64> {
         track: true,
         request_vars: &[],
         subject_prefix: "",
+        bulk: false,
     };
     let r = Recipient { contact_id: "c1", email: "ada@example.org", name: None, data: &data };
     let mut times: Vec<f64> = (0..rounds)

@@ -76,6 +76,7 @@ impl SendRequest {
             track: self.track,
             request_vars: &self.request_vars,
             subject_prefix: "",
+            bulk: false,
         }
     }
 

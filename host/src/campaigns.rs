@@ -10,7 +10,8 @@
 //!   (campaign, contact), so whatever is retried, restarted or run twice, a contact gets one email.
 //! - `campaigns.progress` (recurring) recounts every sending campaign's counters from its email records
 //!   and moves it to SENT once every batch is written and no email is PENDING or SENDING.
-//! - `cancel` cancels every email not handed over yet; nothing handed over → DRAFT, else CANCELLED.
+//! - `cancel` cancels every email not handed over yet (delivery claims each campaign email right before
+//!   its transport conversation, `delivery::ledger`); nothing handed over → DRAFT, else CANCELLED.
 //!
 //! Every job carries the run it belongs to and every write is conditioned on the campaign still being
 //! in that run's state, so a job of an earlier run (before a cancel back to DRAFT) does nothing.
@@ -94,6 +95,10 @@ pub struct Campaigns {
     pub recounted: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
+/// How long a cancel waits for the hand-overs in flight to finish before it answers (they end within
+/// the transport's own timeout; the counters are recounted on every later read).
+const CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How often the progress job recounts a sending campaign's counters from its email records (a read of
 /// every record); whether the campaign is finished is checked on every run, through the index.
 const RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -124,6 +129,7 @@ fn campaign_message<'a>(
         track: false,
         request_vars: &[],
         subject_prefix: "",
+        bulk: true,
     }
 }
 
@@ -222,6 +228,12 @@ impl Campaigns {
                 Cancelled::Stale => continue,
                 Cancelled::Draft => return self.load(project, id).await,
                 Cancelled::Cancelled => {
+                    // Emails already inside a hand-over finish it (in this or another process): wait a
+                    // little for their outcomes so the answer's counters are final.
+                    let until = std::time::Instant::now() + CANCEL_SETTLE;
+                    while self.store.campaign_sending(project, id).await? > 0 && std::time::Instant::now() < until {
+                        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                    }
                     self.recount(project, id).await?;
                     return self.load(project, id).await;
                 }

@@ -77,7 +77,14 @@ pub struct Message<'a> {
     pub request_vars: &'a [(String, Value)],
     /// Put before the rendered subject (`[TEST] `).
     pub subject_prefix: &'a str,
+    /// Bulk mail (campaigns, and marketing workflow mail): `Precedence: bulk`, `Auto-Submitted:
+    /// auto-generated` and `X-Auto-Response-Suppress: All`, so auto-responders stay quiet.
+    pub bulk: bool,
 }
+
+/// The headers that keep out-of-office robots from answering bulk mail.
+pub const BULK_HEADERS: &[(&str, &str)] =
+    &[("Precedence", "bulk"), ("Auto-Submitted", "auto-generated"), ("X-Auto-Response-Suppress", "All")];
 
 /// One recipient.
 pub struct Recipient<'a> {
@@ -88,8 +95,10 @@ pub struct Recipient<'a> {
 }
 
 impl Composer {
-    pub fn links(&self, project: &str, contact: &str) -> Links {
-        let t = contact_token(&self.links_key, project, contact);
+    /// The subscription links of a contact, naming the email they come in (so an unsubscribe is
+    /// attributed to it, and two emails carry different links).
+    pub fn links(&self, project: &str, contact: &str, email: &str) -> Links {
+        let t = contact_token(&self.links_key, project, contact, Some(email));
         let base = &self.public_url;
         Links {
             unsubscribe: format!("{base}/unsubscribe/{t}"),
@@ -144,15 +153,13 @@ impl Composer {
         // The names the interface reserves for the same two values, so templates written for it work.
         vars["plunk_id"] = json!(r.contact_id);
         vars["plunk_email"] = json!(r.email);
-        let links = self.links(m.project, r.contact_id);
+        let links = self.links(m.project, r.contact_id, id);
         vars["unsubscribeUrl"] = json!(links.unsubscribe);
         vars["subscribeUrl"] = json!(links.subscribe);
         vars["manageUrl"] = json!(links.manage);
         let mut headers = m.headers.to_vec();
-        if m.kind == "MARKETING" {
-            // RFC 8058 one-click unsubscribe, covered by the DKIM signature at delivery.
-            headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
-            headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
+        if m.bulk {
+            headers.extend(BULK_HEADERS.iter().map(|(n, v)| (n.to_string(), v.to_string())));
         }
         let room = |left: usize| left.min(MAX_RENDER_BYTES);
         let subject = self.templates.render_prepared(m.subject, &vars, room(*budget))?;
@@ -164,6 +171,18 @@ impl Composer {
         *budget = budget.checked_sub(html.len()).ok_or_else(over)?;
         let text = html_to_text(&html);
         *budget = budget.checked_sub(text.len()).ok_or_else(over)?;
+        // RFC 8058 one-click unsubscribe (covered by the DKIM signature at delivery): on marketing mail
+        // always, and on any mail whose body offers the unsubscribe or manage link, unless the caller set
+        // its own List-Unsubscribe (only transactional and headless mail may).
+        let caller_owned = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("List-Unsubscribe"));
+        let offered = html.contains(&links.unsubscribe) || html.contains(&links.manage);
+        if m.kind == "MARKETING" || (offered && !caller_owned) {
+            headers.retain(|(n, _)| {
+                !n.eq_ignore_ascii_case("List-Unsubscribe") && !n.eq_ignore_ascii_case("List-Unsubscribe-Post")
+            });
+            headers.push(("List-Unsubscribe".into(), format!("<{}>", links.unsubscribe)));
+            headers.push(("List-Unsubscribe-Post".into(), "List-Unsubscribe=One-Click".into()));
+        }
         let html = if m.track {
             instrument(
                 &html,

@@ -53,6 +53,10 @@ impl EventBus {
             if batch.is_empty() {
                 return Ok(total);
             }
+            // Rows fully handed out are deleted together once the batch is through (or before a failure
+            // is reported): one write per batch, not per row. A crash before that write hands those
+            // events out again (subscribers see an event at least once).
+            let mut done_rows = Vec::new();
             for entry in &batch {
                 let mut failure = None;
                 let mut done = 0;
@@ -75,11 +79,16 @@ impl EventBus {
                         entry.ids[at..].to_vec()
                     }
                 };
-                ctx.store.outbox_progress(&entry.id, &left).await.map_err(|e| e.to_string())?;
-                if let Some(f) = failure {
-                    return Err(f);
+                match failure {
+                    None => done_rows.push(entry.id.clone()),
+                    Some(f) => {
+                        ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
+                        ctx.store.outbox_progress(&entry.id, &left).await.map_err(|e| e.to_string())?;
+                        return Err(f);
+                    }
                 }
             }
+            ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
         }
     }
 

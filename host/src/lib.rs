@@ -182,6 +182,8 @@ impl App {
             domains: domains.clone(),
             throttle,
             sign: config.dkim_signing,
+            ledger: delivery::ledger::Ledger::start(store.clone(), clock.clone()),
+            handovers: tokio::sync::Semaphore::new(delivery::HANDOVERS),
         })
         .register(&mut registry);
         let segments = segments::Engine::new(store.clone(), plugins.clone());

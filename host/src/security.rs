@@ -162,16 +162,22 @@ pub fn open_token(key: &[u8], token: &str) -> Option<String> {
     String::from_utf8(URL_SAFE_NO_PAD.decode(body).ok()?).ok()
 }
 
-/// A token naming a contact of a project, for the public subscription pages.
-pub fn contact_token(key: &[u8], project: &str, contact: &str) -> String {
-    seal_token(key, &format!("{project}/{contact}"))
+/// A token naming a contact of a project, and the email it came in when there is one, for the public
+/// subscription pages.
+pub fn contact_token(key: &[u8], project: &str, contact: &str, email: Option<&str>) -> String {
+    match email {
+        Some(e) => seal_token(key, &format!("{project}/{contact}/{e}")),
+        None => seal_token(key, &format!("{project}/{contact}")),
+    }
 }
 
-/// The (project, contact) of a valid contact token.
-pub fn open_contact_token(key: &[u8], token: &str) -> Option<(String, String)> {
+/// The (project, contact, email) of a valid contact token (tokens made before links named their email
+/// have none).
+pub fn open_contact_token(key: &[u8], token: &str) -> Option<(String, String, Option<String>)> {
     let text = open_token(key, token)?;
-    let (p, c) = text.split_once('/')?;
-    Some((p.to_string(), c.to_string()))
+    let mut parts = text.splitn(3, '/');
+    let (p, c) = (parts.next()?, parts.next()?);
+    Some((p.to_string(), c.to_string(), parts.next().map(str::to_string)))
 }
 
 #[cfg(test)]
@@ -201,8 +207,11 @@ mod tests {
     #[test]
     fn contact_tokens_open_only_unchanged_and_with_the_same_key() {
         let key = derive_key("0123456789abcdef", "links");
-        let t = contact_token(&key, "p1", "c1");
-        assert_eq!(open_contact_token(&key, &t), Some(("p1".into(), "c1".into())));
+        let t = contact_token(&key, "p1", "c1", None);
+        assert_eq!(open_contact_token(&key, &t), Some(("p1".into(), "c1".into(), None)));
+        let with_email = contact_token(&key, "p1", "c1", Some("e1"));
+        assert_ne!(with_email, t);
+        assert_eq!(open_contact_token(&key, &with_email), Some(("p1".into(), "c1".into(), Some("e1".into()))));
         assert_eq!(open_contact_token(&derive_key("0123456789abcdef", "other"), &t), None);
         let forged = format!("{}.{}", URL_SAFE_NO_PAD.encode("p1/c2"), t.split_once('.').unwrap().1);
         assert_eq!(open_contact_token(&key, &forged), None);

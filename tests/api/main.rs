@@ -10,7 +10,9 @@ mod plugin_kit;
 
 mod accounts;
 mod binary;
+mod campaign_delivery;
 mod campaigns;
+mod compat;
 mod contacts;
 mod domains;
 mod foundation;

@@ -178,10 +178,18 @@ async fn duplicate_usage_and_project_isolation() {
     assert_eq!(r.json["body"], "<p>Hi {{name}}</p>");
     assert_eq!(p.secret.get("/templates").await.json["total"], 2);
     let r = p.secret.get(&format!("/templates/{id}/usage")).await;
-    assert_eq!(r.json, json!({ "campaigns": [], "workflowSteps": [] }));
+    assert_eq!(r.json, json!({ "campaigns": [], "workflowSteps": [], "emailsSent": 0 }));
+    // Every recipient rendered from the template counts; another template's sends do not.
+    let to = json!(["a@example.org", "b@example.org", "c@example.org"]);
+    let send = |to: Value| p.secret.post("/v1/send", json!({ "to": to, "template": id, "subscribed": true }));
+    assert_eq!(send(to).await.status, 200);
+    assert_eq!(send(json!("a@example.org")).await.status, 200);
+    let r = p.secret.get(&format!("/templates/{id}/usage")).await;
+    assert_eq!(r.json["emailsSent"], 4, "{}", r.json);
 
     let q = proj(&s, "q@example.com").await;
     assert_envelope(&q.secret.get(&format!("/templates/{id}")).await, 404, "TEMPLATE_NOT_FOUND");
+    assert_envelope(&q.secret.get(&format!("/templates/{id}/usage")).await, 404, "TEMPLATE_NOT_FOUND");
     assert_envelope(
         &q.secret.patch(&format!("/templates/{id}"), json!({ "name": "x" })).await,
         404,

@@ -139,13 +139,20 @@ pub struct StatsOut {
     complained_count: i64,
     failed_count: i64,
     cancelled_count: i64,
-    /// emails not handed to a transport yet (PENDING or SENDING)
+    /// emails whose hand-over a crash interrupted: the transport may or may not have taken them, and
+    /// they are never sent again (UNCERTAIN)
+    uncertain_count: i64,
+    /// emails not settled yet: waiting (PENDING) or inside a hand-over (SENDING)
     pending_count: i64,
+    /// contacts who unsubscribed through this campaign's emails (the link, one-click, the manage page)
+    unsubscribed_count: i64,
     /// percentages of sentCount, two decimals
     delivery_rate: f64,
     open_rate: f64,
     click_rate: f64,
     bounce_rate: f64,
+    unsubscribe_rate: f64,
+    complaint_rate: f64,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -552,11 +559,15 @@ pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<
             complained_count: n.complained,
             failed_count: n.failed,
             cancelled_count: n.cancelled,
+            uncertain_count: n.uncertain,
             pending_count: n.pending + n.sending,
             delivery_rate: rate(n.delivered, n.sent),
             open_rate: rate(n.opened, n.sent),
             click_rate: rate(n.clicked, n.sent),
             bounce_rate: rate(n.bounced, n.sent),
+            unsubscribed_count: n.unsubscribed,
+            unsubscribe_rate: rate(n.unsubscribed, n.sent),
+            complaint_rate: rate(n.complained, n.sent),
         })
     });
     fut.await

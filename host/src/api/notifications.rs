@@ -65,7 +65,7 @@ pub fn sign(key: &[u8], timestamp: i64, body: &[u8]) -> String {
 
 fn below(status: &str) -> Vec<&'static str> {
     let r = rank(status).unwrap_or(0);
-    ["PENDING", "SENDING", "SENT", "DELIVERED", "OPENED", "CLICKED", "BOUNCED", "COMPLAINED"]
+    ["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED", "OPENED", "CLICKED", "BOUNCED", "COMPLAINED"]
         .into_iter()
         .filter(|s| rank(s).is_some_and(|x| x < r))
         .collect()

@@ -43,10 +43,26 @@ fn invalid(res: &mut Response) {
     );
 }
 
-/// The contact's email and subscription state, or None for an invalid link.
-async fn contact_of(st: &AppState, token: &str) -> Result<Option<(String, String, String, bool)>, ApiError> {
-    let Some((project, contact)) = open_contact_token(&st.links_key, token) else { return Ok(None) };
-    Ok(st.store.contact(&project, &contact).await?.map(|c| (project, contact, c.email, c.subscribed)))
+/// What a valid link names: its project, contact, the contact's address and subscription state, and the
+/// email the link came in (None for links made before links named their email).
+struct Linked {
+    project: String,
+    contact: String,
+    address: String,
+    subscribed: bool,
+    email: Option<String>,
+}
+
+/// The contact a link names, or None for an invalid link.
+async fn contact_of(st: &AppState, token: &str) -> Result<Option<Linked>, ApiError> {
+    let Some((project, contact, email)) = open_contact_token(&st.links_key, token) else { return Ok(None) };
+    Ok(st.store.contact(&project, &contact).await?.map(|c| Linked {
+        project,
+        contact,
+        address: c.email,
+        subscribed: c.subscribed,
+        email,
+    }))
 }
 
 fn form(token: &str, action: &str, label: &str) -> String {
@@ -55,7 +71,7 @@ fn form(token: &str, action: &str, label: &str) -> String {
 
 async fn show(depot: &mut Depot, res: &mut Response, token: &str, action: &str) -> Result<(), ApiError> {
     let st = state(depot)?;
-    let Some((_, _, email, subscribed)) = contact_of(&st, token).await? else {
+    let Some(Linked { address: email, subscribed, .. }) = contact_of(&st, token).await? else {
         invalid(res);
         return Ok(());
     };
@@ -84,11 +100,19 @@ async fn show(depot: &mut Depot, res: &mut Response, token: &str, action: &str) 
 
 async fn act(depot: &mut Depot, res: &mut Response, token: &str, subscribe: bool) -> Result<(), ApiError> {
     let st = state(depot)?;
-    let Some((project, contact, email, _)) = contact_of(&st, token).await? else {
+    let Some(Linked { project, contact, address: email, subscribed: was, email: via }) = contact_of(&st, token).await?
+    else {
         invalid(res);
         return Ok(());
     };
     set_subscribed(&st.store, &st.clock, &project, &contact, subscribe).await?;
+    // An unsubscribe is attributed to the email whose link made it (a campaign's unsubscribedCount).
+    if was
+        && !subscribe
+        && let Some(via) = via
+    {
+        st.store.attribute_unsubscribe(&project, &contact, &via, st.clock.now_ms()).await?;
+    }
     let (title, text) = if subscribe {
         ("Subscribed", format!("<p><b>{}</b> will receive our emails again.</p>", esc(&email)))
     } else {

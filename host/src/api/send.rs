@@ -40,9 +40,10 @@ const RESERVED_HEADERS: &[&str] = &[
     "dkim-signature",
     "return-path",
     "sender",
-    "list-unsubscribe",
-    "list-unsubscribe-post",
 ];
+/// The one-click unsubscribe pair: Herald's own on marketing mail (decision 20); transactional and
+/// headless mail may set its own (the caller then owns both).
+const LIST_UNSUBSCRIBE: &[&str] = &["list-unsubscribe", "list-unsubscribe-post"];
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
@@ -429,6 +430,17 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 .or_else(|| project_row.as_ref().map(|p| p.name.clone()));
             let reply_to = reply.or_else(|| template.as_ref().and_then(|t| t.reply_to.clone()));
             let kind = template.as_ref().map(|t| t.kind.clone()).unwrap_or_else(|| "TRANSACTIONAL".into());
+            if kind == "MARKETING"
+                && let Some((name, value)) =
+                    hdrs.iter().find(|(n, _)| LIST_UNSUBSCRIBE.contains(&n.to_lowercase().as_str()))
+            {
+                return Err(ApiError::field(
+                    &format!("headers.{name}"),
+                    "reserved_header",
+                    &format!("{name} is set by Herald on marketing mail"),
+                    Value::String(value.clone()),
+                ));
+            }
             super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
 
             // Marketing mail never goes to an unsubscribed contact (decision 17): check all before any write.

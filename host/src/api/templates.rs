@@ -98,6 +98,8 @@ pub struct TemplateBody {
 pub struct UsageOut {
     campaigns: Vec<Value>,
     workflow_steps: Vec<Value>,
+    /// emails rendered from the template (every `/v1/send` recipient that named it)
+    emails_sent: i64,
 }
 
 pub fn router() -> Router {
@@ -321,7 +323,8 @@ pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Res
     fut.await
 }
 
-/// Campaigns and workflow steps that use the template (none until those exist).
+/// Campaigns and workflow steps that use the template (none until workflows exist: campaigns carry their
+/// own body), and how many emails were rendered from it.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = UsageOut)))]
 pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
@@ -329,7 +332,8 @@ pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<
         let ctx = project(depot)?;
         let id = id.into_inner();
         st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-        Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![] })
+        let emails_sent = st.store.template_emails(&ctx.project_id, &id).await?;
+        Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![], emails_sent })
     });
     fut.await
 }

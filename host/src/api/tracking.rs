@@ -33,7 +33,7 @@ const GIF: &[u8] = &[
 async fn record(st: &AppState, c: &Claim, click: bool) -> Result<(), ApiError> {
     let target = if click { "CLICKED" } else { "OPENED" };
     let target_rank = rank(target).unwrap_or(0);
-    let below: Vec<&str> = ["PENDING", "SENDING", "SENT", "DELIVERED", "OPENED", "CLICKED"]
+    let below: Vec<&str> = ["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED", "OPENED", "CLICKED"]
         .into_iter()
         .filter(|s| rank(s).is_some_and(|r| r < target_rank))
         .collect();

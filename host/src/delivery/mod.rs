@@ -49,8 +49,12 @@ pub enum SendError {
     Transient(String),
     /// Will never succeed (SMTP 5xx).
     Permanent(String),
+    /// The conversation broke off after the message may have been taken (the relay stopped answering, a
+    /// plugin trapped or timed out): a campaign email is not sent again, transactional mail is.
+    Uncertain(String),
 }
 
+pub mod ledger;
 pub mod smtp;
 
 /// Where messages go.
@@ -70,14 +74,7 @@ impl Transport {
 
     pub async fn send(&self, from: &str, to: &str, id: &str, raw: &[u8]) -> Result<(), SendError> {
         match self {
-            Transport::Smtp(pool) => {
-                let parse = |a: &str| {
-                    a.parse::<Address>().map_err(|e| SendError::Permanent(format!("invalid address {a}: {e}")))
-                };
-                let envelope = lettre::address::Envelope::new(Some(parse(from)?), vec![parse(to)?])
-                    .map_err(|e| SendError::Permanent(e.to_string()))?;
-                pool.send(&envelope, raw).await
-            }
+            Transport::Smtp(pool) => pool.send(&envelope(from, to)?, raw).await,
             Transport::File(dir) => {
                 tokio::fs::create_dir_all(dir).await.map_err(|e| SendError::Transient(e.to_string()))?;
                 let tmp = dir.join(format!(".{id}.tmp"));
@@ -88,6 +85,13 @@ impl Transport {
             }
         }
     }
+}
+
+/// The SMTP envelope of one message.
+fn envelope(from: &str, to: &str) -> Result<lettre::address::Envelope, SendError> {
+    let parse = |a: &str| a.parse::<Address>().map_err(|e| SendError::Permanent(format!("invalid address {a}: {e}")));
+    lettre::address::Envelope::new(Some(parse(from)?), vec![parse(to)?])
+        .map_err(|e| SendError::Permanent(e.to_string()))
 }
 
 fn mailbox(name: Option<&str>, email: &str) -> Result<Mailbox, String> {
@@ -105,13 +109,14 @@ fn cores() -> usize {
 }
 
 /// The message of an email, DKIM-signed when a signer is given (with the List-Unsubscribe headers in
-/// the signature of marketing mail).
+/// the signature of any email that carries them).
 fn build_signed(e: &EmailRow, signer: Option<&crate::dkim::Signer>, now_ms: i64) -> Result<Vec<u8>, String> {
     let raw = build_message(e, now_ms)?;
     match signer {
         None => Ok(raw),
         Some(signer) => {
-            let extra: &[&str] = if e.kind == "MARKETING" { crate::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
+            let listed = e.headers.to_ascii_lowercase().contains("\"list-unsubscribe\"");
+            let extra: &[&str] = if listed { crate::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
             let header = signer.sign(&raw, extra).map_err(|e| e.to_string())?;
             let mut signed = header.into_bytes();
             signed.extend_from_slice(&raw);
@@ -188,7 +193,20 @@ pub struct Delivery {
     pub throttle: crate::ratelimit::SendThrottle,
     /// Sign with the sender domain's DKIM key.
     pub sign: bool,
+    /// Claims and outcomes, group-committed (`ledger.rs`).
+    pub ledger: ledger::Ledger,
+    /// Campaign hand-overs in flight in this process (claimed, outcome not yet written): at most
+    /// [`HANDOVERS`], so a crash leaves at most that many emails UNCERTAIN.
+    pub handovers: tokio::sync::Semaphore,
 }
+
+/// How often a delivery batch re-reads the gates of its campaigns (a cancel reaches the emails waiting
+/// for the throttle within this time; one that reaches its claim first is cancelled by the claim).
+const GATE_POLL: Duration = Duration::from_millis(100);
+
+/// Campaign emails in a hand-over at once in one process (claimed, outcome not yet written): twice the
+/// SMTP pool's sessions, so a session goes on to its next message while the last outcome is written.
+pub const HANDOVERS: usize = 2 * smtp::SESSIONS;
 
 /// A delivery job's payload: one email (a test send) or several: the emails of one `/v1/send`
 /// transaction, or a chunk of a campaign's emails.
@@ -205,14 +223,33 @@ struct Payload {
 /// [`crate::store::emails::SEND_JOB_CHUNK`] emails).
 pub const DELIVER_BATCH: usize = 16;
 
-/// What happened to one message of a batch.
-enum Sent {
-    /// Nothing to do (deleted meanwhile, or already decided by an earlier run).
-    Skip,
-    Accepted(Option<String>),
-    /// Temporary failure: the job retries (or, at the last attempt, the email is FAILED).
-    Temporary(String),
-    Bounced(String),
+/// How one email of a batch ended.
+enum Done {
+    /// Handed over and accepted, or decided without a hand-over (cancelled, uncertain, failed).
+    Settled,
+    /// Refused permanently: its contact is unsubscribed once the batch is recorded.
+    Bounced,
+}
+
+/// Why a campaign email found SENDING when its job runs again is not sent again.
+pub const INTERRUPTED: &str =
+    "interrupted during hand-over: the transport may or may not have taken it, so it is not sent again";
+
+/// An outcome for the ledger.
+fn outcome(
+    e: &EmailRow,
+    status: &str,
+    error: Option<String>,
+    pid: Option<String>,
+) -> crate::store::emails::DeliveryOutcome {
+    crate::store::emails::DeliveryOutcome {
+        id: e.id.clone(),
+        campaign: e.campaign.clone(),
+        status: status.to_string(),
+        error,
+        sent_at: None,
+        provider_message_id: pid,
+    }
 }
 
 impl Delivery {
@@ -220,7 +257,7 @@ impl Delivery {
     /// [`crate::store::emails::SEND_JOB_CHUNK`]; one for a test send) and are claimed [`DELIVER_BATCH`] at a time;
     /// `email.deliver.campaign` jobs carry a chunk of a campaign's emails (`campaign_delivery_chunk`) and
     /// are claimed one at a time. Re-running a job (a temporary failure, a crash) delivers only what is
-    /// still PENDING or SENDING.
+    /// still PENDING; a campaign email left SENDING becomes UNCERTAIN.
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
         for (kind, priority, jobs) in [(DELIVER_JOB, 100, DELIVER_BATCH), (DELIVER_CAMPAIGN_JOB, 1, 1)] {
             let d = self.clone();
@@ -232,9 +269,10 @@ impl Delivery {
         }
     }
 
-    /// Delivers a batch: one read of the emails, one status write, the messages built, signed and sent
-    /// concurrently, and one transaction for every outcome with its event. A job fails (and retries)
-    /// when one of its emails failed temporarily before its last attempt.
+    /// Delivers a batch: one read of the emails, the messages built and signed, then each email handed
+    /// over on its own (throttle, a transport session, a claim for campaign mail, the conversation, its
+    /// outcome written through the ledger at once). A job fails (and retries) when one of its emails
+    /// failed temporarily before its last attempt.
     async fn deliver_batch(&self, ctxs: Vec<JobContext>) -> Vec<Result<(), String>> {
         let n = ctxs.len();
         let Some(first) = ctxs.first() else { return vec![] };
@@ -287,90 +325,85 @@ impl Delivery {
             Ok(ids) => ids.into_iter().collect(),
             Err(e) => return vec![Err(e.to_string()); n],
         };
-        let mut withdrawn = Vec::new();
+        let mut settled = Vec::new();
         let todo: Vec<Option<&EmailRow>> = todo
             .into_iter()
             .map(|e| match e {
+                // A campaign email still SENDING was inside a transport conversation when the run that
+                // claimed it stopped (a crash, a lost lease): it may have gone, so it never goes again.
+                Some(e) if e.campaign.is_some() && e.status == "SENDING" => {
+                    settled.push(outcome(e, "UNCERTAIN", Some(INTERRUPTED.into()), None));
+                    None
+                }
                 Some(e) if e.campaign.is_some() && e.kind == "MARKETING" && gone.contains(&e.contact) => {
-                    withdrawn.push(crate::store::emails::DeliveryOutcome {
-                        id: e.id.clone(),
-                        status: "CANCELLED".into(),
-                        error: Some("the contact unsubscribed before delivery".into()),
-                        sent_at: None,
-                        provider_message_id: None,
-                    });
+                    let why = "the contact unsubscribed before delivery".to_string();
+                    settled.push(outcome(e, "CANCELLED", Some(why), None));
                     None
                 }
                 other => other,
             })
             .collect();
-        // A campaign's emails go out only once marked SENDING, so an email its campaign's cancel reached
-        // meanwhile is left alone (decision 23). Nothing cancels any other email, so those skip the write.
-        let campaign: Vec<String> =
-            todo.iter().flatten().filter(|e| e.campaign.is_some()).map(|e| e.id.clone()).collect();
-        let sending: std::collections::HashSet<String> = match store.mark_sending(&campaign, clock.now_ms()).await {
-            Ok(ids) => ids.into_iter().collect(),
+        if let Err(e) = self.ledger.record(settled, vec![], false).await {
+            return vec![Err(e); n];
+        }
+        // Campaigns cancelled meanwhile (their emails are cancelled by their claims, at once).
+        let mut campaigns: Vec<String> = todo.iter().flatten().filter_map(|e| e.campaign.clone()).collect();
+        campaigns.sort_unstable();
+        campaigns.dedup();
+        let closed: std::collections::HashSet<String> = match store.closed_gates(&campaigns).await {
+            Ok(c) => c.into_iter().collect(),
             Err(e) => return vec![Err(e.to_string()); n],
         };
-        let todo: Vec<Option<&EmailRow>> =
-            todo.into_iter().map(|e| e.filter(|e| e.campaign.is_none() || sending.contains(e.id.as_str()))).collect();
+        // Each campaign's gate as this batch knows it, re-read while the batch runs: an email waiting
+        // for the throttle learns of a cancel within [`GATE_POLL`] and is cancelled by its claim at once.
+        let gates: std::collections::HashMap<String, std::sync::atomic::AtomicBool> =
+            campaigns.iter().map(|c| (c.clone(), std::sync::atomic::AtomicBool::new(closed.contains(c)))).collect();
+        let watch = async {
+            let open: Vec<String> = campaigns.iter().filter(|c| !closed.contains(*c)).cloned().collect();
+            loop {
+                tokio::time::sleep(GATE_POLL).await;
+                if let Ok(now_closed) = store.closed_gates(&open).await {
+                    for c in now_closed {
+                        if let Some(g) = gates.get(&c) {
+                            g.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        };
         let built = self.build_all(&store, clock.now_ms(), &todo).await;
-        let sends = todo.iter().zip(built).map(|(e, raw)| {
-            let store = &store;
+        let sends = items.iter().zip(&todo).zip(built).map(|(((job, _, _), e), raw)| {
+            let (store, clock) = (&store, &clock);
+            let last = ctxs[*job].attempt >= DELIVER_ATTEMPTS;
+            let gates = &gates;
             async move {
                 match (e, raw) {
-                    (None, _) => Ok(Sent::Skip),
+                    (None, _) => Ok(None),
                     (Some(_), Err(msg)) => Err(msg),
-                    (Some(e), Ok(raw)) => self.send_one(store, e, raw).await,
+                    (Some(e), Ok(raw)) => {
+                        let gate = e.campaign.as_ref().and_then(|c| gates.get(c));
+                        match self.deliver_one(store, clock, e, raw, last, gate).await {
+                            Ok(Done::Bounced) => Ok(Some(*e)),
+                            Ok(Done::Settled) => Ok(None),
+                            Err(msg) => Err(msg),
+                        }
+                    }
                 }
             }
         });
-        let sent = futures_util::future::join_all(sends).await;
-        let now = clock.now_ms();
-        let mut outcomes = withdrawn;
-        let mut events = Vec::new();
-        let mut bounced = Vec::new();
+        let done = tokio::select! {
+            done = futures_util::future::join_all(sends) => done,
+            _ = watch => unreachable!("the gate watch never ends"),
+        };
         let mut results: Vec<Result<(), String>> = vec![Ok(()); n];
-        for (((job, _, _), e), r) in items.iter().zip(&todo).zip(sent) {
-            let ctx = &ctxs[*job];
-            let outcome = |status: &str, error: Option<String>, sent_at: Option<i64>, pid: Option<String>| {
-                crate::store::emails::DeliveryOutcome {
-                    id: e.map(|e| e.id.clone()).unwrap_or_default(),
-                    status: status.to_string(),
-                    error,
-                    sent_at,
-                    provider_message_id: pid,
-                }
-            };
-            match (e, r) {
-                (_, Err(msg)) => results[*job] = Err(msg),
-                (None, _) | (_, Ok(Sent::Skip)) => {}
-                (Some(e), Ok(Sent::Accepted(pid))) => {
-                    outcomes.push(outcome("SENT", None, Some(now), pid));
-                    if !e.contact.is_empty() {
-                        events.push(event(e, "email.sent", None, now));
-                    }
-                }
-                (Some(_), Ok(Sent::Temporary(msg))) if ctx.attempt < DELIVER_ATTEMPTS => {
-                    results[*job] = Err(format!("temporary failure: {msg}"));
-                }
-                (Some(_), Ok(Sent::Temporary(msg))) => {
-                    outcomes.push(outcome("FAILED", Some(msg), None, None));
-                }
-                (Some(e), Ok(Sent::Bounced(msg))) => {
-                    // A test send (no contact) records its outcome only.
-                    if !e.contact.is_empty() {
-                        events.push(event(e, "email.bounce", Some(&msg), now));
-                        bounced.push(e);
-                    }
-                    outcomes.push(outcome("BOUNCED", Some(msg), None, None));
-                }
+        let mut bounced = Vec::new();
+        for ((job, _, _), r) in items.iter().zip(done) {
+            match r {
+                Ok(Some(e)) => bounced.push(e),
+                Ok(None) => {}
+                Err(msg) => results[*job] = Err(msg),
             }
         }
-        if let Err(e) = store.record_deliveries(&outcomes, &events, now).await {
-            return vec![Err(e.to_string()); n];
-        }
-        crate::metrics::deliveries_recorded(outcomes.iter().map(|o| o.status.as_str()));
         // A permanent bounce unsubscribes the contact (decision 19), with its event when it really flips.
         for e in bounced {
             if let Err(err) = crate::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await {
@@ -378,6 +411,113 @@ impl Delivery {
             }
         }
         results
+    }
+
+    /// Hands one built message to the project's transport and writes its outcome. A campaign email
+    /// waits for the throttle, a hand-over slot and a transport session first, and only then is claimed
+    /// (a cancel before that moment reaches it); its slot is held until its outcome is written.
+    /// Answers an error for a temporary failure before the last attempt (the job retries).
+    async fn deliver_one(
+        &self,
+        store: &crate::store::Store,
+        clock: &crate::clock::SharedClock,
+        e: &EmailRow,
+        raw: Vec<u8>,
+        last: bool,
+        gate: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<Done, String> {
+        let id = e.message_id.trim_matches(['<', '>']).to_string();
+        let campaign = e.campaign.is_some();
+        let closed = || gate.is_some_and(|g| g.load(std::sync::atomic::Ordering::SeqCst));
+        let transport = self.transport_for(store, &e.project).await?;
+        // The throttle, given up as soon as the campaign's gate is seen closed.
+        while !closed() {
+            match self.throttle.try_take(&e.project) {
+                Ok(()) => break,
+                Err(ms) => tokio::time::sleep(Duration::from_millis(ms).min(GATE_POLL)).await,
+            }
+        }
+        // An email of a cancelled campaign is claimed at once, which cancels it: no throttle token, slot or
+        // session is spent on it. (Should the gate be open again, a new run of the campaign, the claim
+        // holds and the email goes the normal way.)
+        let mut claimed = false;
+        if let (Some(c), true) = (&e.campaign, closed()) {
+            match self.ledger.claim(&e.id, c).await? {
+                ledger::Claim::Sending => claimed = true,
+                ledger::Claim::Cancelled | ledger::Claim::Gone => return Ok(Done::Settled),
+            }
+        }
+        let _slot = match campaign {
+            true => Some(self.handovers.acquire().await.map_err(|_| "delivery is shutting down".to_string())?),
+            false => None,
+        };
+        let sent = match self.session(&transport).await {
+            Err(err) => Err(err),
+            Ok(session) => {
+                if let (Some(campaign), false) = (&e.campaign, claimed) {
+                    match self.ledger.claim(&e.id, campaign).await? {
+                        ledger::Claim::Sending => {}
+                        ledger::Claim::Cancelled | ledger::Claim::Gone => return Ok(Done::Settled),
+                    }
+                }
+                match session {
+                    Some(session) => match envelope(&e.from, &e.recipient) {
+                        Ok(envelope) => session.send(&envelope, &raw).await.map(|_| None),
+                        Err(err) => Err(err),
+                    },
+                    None if transport == "file" => self.file.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
+                    None => self.send_plugin(&transport, e, &id, raw).await,
+                }
+            }
+        };
+        let now = clock.now_ms();
+        let (outcome, events, done, retry) = match sent {
+            Ok(pid) => {
+                let events = if e.contact.is_empty() { vec![] } else { vec![event(e, "email.sent", None, now)] };
+                (Some(outcome(e, "SENT", None, pid)), events, Done::Settled, None)
+            }
+            // A test send (no contact) records its outcome only.
+            Err(SendError::Permanent(msg)) if e.contact.is_empty() => {
+                (Some(outcome(e, "BOUNCED", Some(msg), None)), vec![], Done::Settled, None)
+            }
+            Err(SendError::Permanent(msg)) => {
+                let events = vec![event(e, "email.bounce", Some(&msg), now)];
+                (Some(outcome(e, "BOUNCED", Some(msg), None)), events, Done::Bounced, None)
+            }
+            Err(SendError::Uncertain(msg)) if campaign => {
+                let why = format!("{INTERRUPTED} ({msg})");
+                (Some(outcome(e, "UNCERTAIN", Some(why), None)), vec![], Done::Settled, None)
+            }
+            Err(SendError::Transient(msg) | SendError::Uncertain(msg)) if last => {
+                (Some(outcome(e, "FAILED", Some(msg), None)), vec![], Done::Settled, None)
+            }
+            // Not taken: a claimed campaign email goes back to PENDING for the job's next attempt;
+            // transactional mail is retried as it is (the same Message-ID, so a receiver can drop a repeat
+            // of an uncertain hand-over).
+            Err(SendError::Transient(msg) | SendError::Uncertain(msg)) => {
+                let release = campaign.then(|| outcome(e, "PENDING", Some(msg.clone()), None));
+                (release, vec![], Done::Settled, Some(format!("temporary failure: {msg}")))
+            }
+        };
+        // A campaign email holds its hand-over slot until this is written.
+        self.ledger.record(outcome.into_iter().collect(), events, campaign).await?;
+        match retry {
+            Some(msg) => Err(msg),
+            None => Ok(done),
+        }
+    }
+
+    /// A session of the SMTP pool when the transport is `smtp` (None for the others, which need none).
+    async fn session(&self, transport: &str) -> Result<Option<smtp::Session<'_>>, SendError> {
+        match transport {
+            "smtp" => match &self.smtp {
+                Some(Transport::Smtp(pool)) => pool.session().await.map(Some),
+                Some(Transport::File(_)) | None => {
+                    Err(SendError::Transient("SMTP is not configured on this server (set smtp_url)".into()))
+                }
+            },
+            _ => Ok(None),
+        }
     }
 
     /// Builds and signs the messages of a batch (an empty message for each `None`): in one blocking
@@ -428,26 +568,6 @@ impl Delivery {
         out
     }
 
-    /// Sends one built message through the project's transport.
-    async fn send_one(&self, store: &crate::store::Store, e: &EmailRow, raw: Vec<u8>) -> Result<Sent, String> {
-        let id = e.message_id.trim_matches(['<', '>']).to_string();
-        let transport = self.transport_for(store, &e.project).await?;
-        self.throttle.take(&e.project).await;
-        let outcome = match transport.as_str() {
-            "smtp" => match &self.smtp {
-                Some(t) => t.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
-                None => Err(SendError::Transient("SMTP is not configured on this server (set smtp_url)".into())),
-            },
-            "file" => self.file.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
-            plugin => self.send_plugin(plugin, e, &id, raw).await,
-        };
-        Ok(match outcome {
-            Ok(pid) => Sent::Accepted(pid),
-            Err(SendError::Transient(m)) => Sent::Temporary(m),
-            Err(SendError::Permanent(m)) => Sent::Bounced(m),
-        })
-    }
-
     /// The DKIM signer of a verified sender domain of this project (cached for a few seconds).
     async fn signer_for(
         &self,
@@ -493,10 +613,11 @@ impl Delivery {
         Ok(setting.unwrap_or_else(|| self.default_transport.clone()))
     }
 
-    /// Hands a message to a transport plugin. Any failure of the plugin itself (not loaded, trap,
-    /// timeout) is temporary: the job retries with backoff, and a fixed or reloaded plugin picks it up.
+    /// Hands a message to a transport plugin. A plugin that is not loaded or refuses is a temporary
+    /// failure (the job retries with backoff, and a fixed or reloaded plugin picks it up); one that
+    /// stopped mid-call may have sent it (uncertain).
     async fn send_plugin(&self, name: &str, e: &EmailRow, id: &str, raw: Vec<u8>) -> Result<Option<String>, SendError> {
-        use crate::plugins::{Address, OutAttachment, Outgoing, SendOutcome};
+        use crate::plugins::{Address, CallError, OutAttachment, Outgoing, SendOutcome};
         let headers: Vec<(String, String)> = serde_json::from_str(&e.headers).unwrap_or_default();
         let stored: Vec<StoredAttachment> = serde_json::from_str(&e.attachments).unwrap_or_default();
         let mut attachments = Vec::with_capacity(stored.len());
@@ -537,6 +658,14 @@ impl Delivery {
                 Err(SendError::Transient(format!("{name}: rate limited, retry after {retry_after_ms} ms")))
             }
             Ok(SendOutcome::Permanent(m)) => Err(SendError::Permanent(format!("{name}: {m}"))),
+            // A plugin stopped mid-call (timeout, trap, out of fuel or memory) may have made its request.
+            Err(
+                err @ (CallError::Timeout { .. }
+                | CallError::OutOfFuel { .. }
+                | CallError::OutOfMemory { .. }
+                | CallError::Panic { .. }
+                | CallError::Trap { .. }),
+            ) => Err(SendError::Uncertain(err.to_string())),
             Err(err) => Err(SendError::Transient(err.to_string())),
         }
     }

@@ -2,12 +2,13 @@
 //! rewriting an HTML body's links and adding the pixel.
 
 /// Rank of an email status in the order a status may only move up:
-/// PENDING/SENDING < SENT < DELIVERED < OPENED < CLICKED < BOUNCED < COMPLAINED.
-/// FAILED and CANCELLED are final and never move.
+/// PENDING/SENDING < SENT/UNCERTAIN < DELIVERED < OPENED < CLICKED < BOUNCED < COMPLAINED.
+/// FAILED and CANCELLED are final and never move. UNCERTAIN (a hand-over a crash interrupted) ranks with
+/// SENT: a later notification, open or click shows the message did go.
 pub fn rank(status: &str) -> Option<u8> {
     Some(match status {
         "PENDING" | "SENDING" => 0,
-        "SENT" => 1,
+        "SENT" | "UNCERTAIN" => 1,
         "DELIVERED" => 2,
         "OPENED" => 3,
         "CLICKED" => 4,
@@ -92,6 +93,8 @@ mod tests {
             ("DELIVERED", "SENT", "DELIVERED"),
             ("FAILED", "OPENED", "FAILED"),
             ("SENDING", "OPENED", "OPENED"),
+            ("UNCERTAIN", "DELIVERED", "DELIVERED"),
+            ("UNCERTAIN", "SENT", "UNCERTAIN"),
             ("COMPLAINED", "BOUNCED", "COMPLAINED"),
         ];
         for (cur, seen, want) in cases {

@@ -332,6 +332,7 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM contact WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $c = (SELECT VALUE record::id(id) FROM campaign WHERE project = $p);
              LET $r = (SELECT VALUE id FROM campaign_batch WHERE campaign IN $c LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM campaign_gate WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM segment WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM template WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",

@@ -131,6 +131,12 @@ pub struct EmailCounts {
     pub complained: i64,
     pub failed: i64,
     pub cancelled: i64,
+    /// hand-overs a crash interrupted: maybe sent, never sent again
+    #[serde(default)]
+    pub uncertain: i64,
+    /// contacts who unsubscribed through a link of one of these emails
+    #[serde(default)]
+    pub unsubscribed: i64,
 }
 
 /// What a cancel did (decision 23).
@@ -243,7 +249,12 @@ impl Store {
                      LET $c = (SELECT status FROM campaign WHERE id = type::record('campaign', $id) AND project = $p);
                      LET $out = IF array::len($c) == 0 { 'missing' }
                         ELSE IF $c[0].status IN ['SCHEDULED', 'SENDING'] { 'active' }
-                        ELSE { DELETE type::record('campaign', $id) RETURN NONE; DELETE campaign_batch WHERE campaign = $id; 'deleted' };
+                        ELSE {
+                            DELETE type::record('campaign', $id) RETURN NONE;
+                            DELETE type::record('campaign_gate', $id) RETURN NONE;
+                            DELETE campaign_batch WHERE campaign = $id;
+                            'deleted'
+                        };
                      RETURN $out;
                      COMMIT TRANSACTION;",
                     vars! { "p": project, "id": id },
@@ -282,6 +293,10 @@ impl Store {
         );
         if !jobs.is_empty() {
             sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
+        }
+        // A run that starts sending opens the campaign's gate: its emails may be claimed for hand-over.
+        if set.get("status").and_then(Value::as_str) == Some("SENDING") {
+            sql.push_str("UPSERT type::record('campaign_gate', $id) SET project = $p, open = true RETURN NONE;\n");
         }
         sql.push_str("COMMIT TRANSACTION;");
         let v = vars! { "p": project, "id": id, "from": from, "run": run, "set": set, "jobs": jobs, "unresolved": unresolved };
@@ -377,9 +392,17 @@ impl Store {
         Ok(v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect())
     }
 
-    /// Cancels a SCHEDULED or SENDING campaign read at `status` and `run` (decision 23): every email not
-    /// yet handed over becomes CANCELLED; when none had been handed over, the campaign goes back to DRAFT
-    /// (its never-sent emails removed), else it is CANCELLED.
+    /// Cancels a SCHEDULED or SENDING campaign read at `status` and `run` (decision 23): its gate closes,
+    /// so no email of it is claimed for hand-over from then on; when none had been handed over, the
+    /// campaign goes back to DRAFT (its never-sent emails removed), else it is CANCELLED and every email
+    /// not handed over becomes CANCELLED.
+    ///
+    /// The first transaction is small (the campaign row, its gate, one indexed probe) and conflicts with
+    /// no claim: claims only read the gate (a locked read, so one that read it open before this commits
+    /// fails and, retried, cancels its email). When it takes the DRAFT way it deletes the emails, which
+    /// conflicts with any claim that committed meanwhile, so it is retried and sees that email handed
+    /// over. The PENDING emails of a CANCELLED campaign are then cancelled a thousand per transaction (a
+    /// claim of one meanwhile cancels it too).
     pub async fn cancel_campaign(
         &self,
         project: &str,
@@ -392,8 +415,7 @@ impl Store {
              LET $r = (UPDATE type::record('campaign', $id) SET updated_at = $now
                 WHERE project = $p AND status = $status AND run = $run RETURN VALUE record::id(id));
              IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };
-             UPDATE email SET status = 'CANCELLED', updated_at = $now
-                WHERE campaign = $id AND status = 'PENDING' AND project = $p RETURN NONE;
+             UPSERT type::record('campaign_gate', $id) SET project = $p, open = false RETURN NONE;
              LET $handed = (SELECT VALUE id FROM email WHERE campaign = $id
                 AND status NOT IN ['PENDING', 'CANCELLED'] AND project = $p LIMIT 1);
              LET $out = IF array::len($handed) == 0 {
@@ -411,12 +433,49 @@ impl Store {
              RETURN $out;
              COMMIT TRANSACTION;";
         let v = vars! { "p": project, "id": id, "status": status, "run": run, "now": now };
-        match self.write(|| async { self.query(sql, v.clone()).await?.value_last() }).await {
-            Ok(v) if v.as_str() == Some("DRAFT") => Ok(Cancelled::Draft),
-            Ok(_) => Ok(Cancelled::Cancelled),
-            Err(e) if is_state_error(&e) => Ok(Cancelled::Stale),
-            Err(e) => Err(e),
+        let done = match self.write(|| async { self.query(sql, v.clone()).await?.value_last() }).await {
+            Ok(v) if v.as_str() == Some("DRAFT") => return Ok(Cancelled::Draft),
+            Ok(_) => Cancelled::Cancelled,
+            Err(e) if is_state_error(&e) => return Ok(Cancelled::Stale),
+            Err(e) => return Err(e),
+        };
+        let why = super::emails::CANCELLED_REASON;
+        let v = vars! { "p": project, "id": id, "now": now, "why": why };
+        loop {
+            let n = self
+                .write(|| async {
+                    self.query(
+                        "LET $r = (SELECT VALUE id FROM email WHERE campaign = $id AND status = 'PENDING' AND project = $p
+                            LIMIT 1000);
+                         UPDATE $r SET status = 'CANCELLED', error = $why, updated_at = $now WHERE status = 'PENDING'
+                            RETURN NONE;
+                         RETURN array::len($r);",
+                        v.clone(),
+                    )
+                    .await?
+                    .value_last()
+                })
+                .await?;
+            if n.as_i64().unwrap_or(0) == 0 {
+                return Ok(done);
+            }
         }
+    }
+
+    /// Of these campaigns, the ones whose gate is closed (cancelled, or never opened): their emails are
+    /// not worth a throttle token, a slot or a session before their claim cancels them.
+    pub async fn closed_gates(&self, campaigns: &[String]) -> Result<Vec<String>, StoreError> {
+        if campaigns.is_empty() {
+            return Ok(vec![]);
+        }
+        let v = self
+            .query(
+                "RETURN array::filter($c, |$i| (SELECT VALUE open FROM ONLY type::record('campaign_gate', $i)) != true)",
+                vars! { "c": campaigns },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect())
     }
 
     /// Counts a campaign's email records by outcome.
@@ -433,7 +492,9 @@ impl Store {
                     count(status = 'BOUNCED') AS bounced,
                     count(status = 'COMPLAINED') AS complained,
                     count(status = 'FAILED') AS failed,
-                    count(status = 'CANCELLED') AS cancelled
+                    count(status = 'CANCELLED') AS cancelled,
+                    count(status = 'UNCERTAIN') AS uncertain,
+                    count(unsubscribed_at != NONE) AS unsubscribed
                  FROM email WHERE campaign = $id AND project = $p GROUP ALL",
                 vars! { "p": project, "id": id },
             )
@@ -443,6 +504,18 @@ impl Store {
             Some(row) => serde_json::from_value(row.clone()).map_err(|e| StoreError::Decode(e.to_string())),
             None => Ok(EmailCounts::default()),
         }
+    }
+
+    /// How many of a campaign's emails are inside a hand-over (SENDING) now.
+    pub async fn campaign_sending(&self, project: &str, id: &str) -> Result<i64, StoreError> {
+        let v = self
+            .query(
+                "RETURN array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'SENDING' AND project = $p))",
+                vars! { "id": id, "p": project },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_i64().unwrap_or(0))
     }
 
     /// Whether any of a campaign's email records is still PENDING or SENDING (index lookups, no scan).

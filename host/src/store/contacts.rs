@@ -574,6 +574,19 @@ impl Store {
 
     /// Records how far the subscribers got through an outbox row: `left` are the ids still to hand
     /// out; none left deletes the row.
+    /// Deletes the outbox rows whose events every subscriber has had, in one statement.
+    pub async fn outbox_done(&self, ids: &[String]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.write(|| async {
+            self.query("DELETE array::map($ids, |$i| type::record('outbox', $i)) RETURN NONE", vars! { "ids": ids })
+                .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     pub async fn outbox_progress(&self, id: &str, left: &[String]) -> Result<(), StoreError> {
         self.write(|| async {
             if left.is_empty() {

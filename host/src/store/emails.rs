@@ -45,6 +45,8 @@ pub struct EmailRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct DeliveryOutcome {
     pub id: String,
+    /// The email's campaign (a released claim checks its gate).
+    pub campaign: Option<String>,
     pub status: String,
     pub error: Option<String>,
     pub sent_at: Option<i64>,
@@ -56,6 +58,9 @@ pub struct DeliveryOutcome {
 /// finished, each time with its three indexes). A job's re-run delivers only what is still PENDING or
 /// SENDING, so a chunk retries safely.
 pub const SEND_JOB_CHUNK: usize = 32;
+
+/// Why a campaign email was not handed over after all.
+pub const CANCELLED_REASON: &str = "the campaign was cancelled before this email was handed over";
 
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
      subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
@@ -259,27 +264,6 @@ impl Store {
         Ok(rows)
     }
 
-    /// Marks emails as being sent, in one statement, and returns the ids that are now SENDING: those that
-    /// were PENDING, and those an interrupted earlier attempt left SENDING. A CANCELLED email (or one
-    /// whose outcome is recorded) is not among them, so it is never handed to a transport.
-    pub async fn mark_sending(&self, ids: &[String], now: i64) -> Result<Vec<String>, StoreError> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let v: Vec<Value> = self
-            .write(|| async {
-                self.query(
-                    "UPDATE array::map($ids, |$i| type::record('email', $i)) SET status = 'SENDING', updated_at = $now
-                     WHERE status IN ['PENDING', 'SENDING'] RETURN VALUE record::id(id)",
-                    vars! { "ids": ids, "now": now },
-                )
-                .await?
-                .all(0)
-            })
-            .await?;
-        Ok(v.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-    }
-
     /// Of these contact ids, the ones that are unsubscribed now (or deleted).
     pub async fn unsubscribed_of(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {
         if ids.is_empty() {
@@ -295,15 +279,29 @@ impl Store {
         Ok(v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect())
     }
 
-    /// Records the outcomes of a delivery batch and their events in one transaction.
-    pub async fn record_deliveries(
+    /// One round of the delivery ledger (`delivery::ledger`), in one transaction: the outcomes given
+    /// with their events, then the claims (email id, campaign id). Answers each claimed email that was
+    /// PENDING with its new status: SENDING (it may be handed to its transport now), or CANCELLED when
+    /// its campaign's gate is closed. An email not answered was not PENDING (cancelled, decided, or
+    /// claimed by another run) and must not be handed over.
+    ///
+    /// The round reads the gate of every campaign it claims or releases for with a locked read: a cancel
+    /// that closes a gate after this round read it open makes this round fail to commit (it is retried
+    /// and reads the gate closed), so no claim slips past a cancel, and claims never hold a cancel up.
+    ///
+    /// Outcomes never move an email down: SENT is written over PENDING, SENDING or UNCERTAIN only (a
+    /// provider's notification may have moved it further already), the other outcomes over PENDING or
+    /// SENDING only. A `PENDING` outcome releases a claim after a temporary failure: back to PENDING for
+    /// the job's next attempt, or CANCELLED when the campaign was cancelled meanwhile.
+    pub async fn delivery_round(
         &self,
+        claims: &[(String, String)],
         outcomes: &[DeliveryOutcome],
         events: &[super::contacts::Event],
         now: i64,
-    ) -> Result<(), StoreError> {
-        if outcomes.is_empty() && events.is_empty() {
-            return Ok(());
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        if claims.is_empty() && outcomes.is_empty() && events.is_empty() {
+            return Ok(vec![]);
         }
         // Every success takes one statement; the rest one each. A transport plugin's provider id goes to
         // `provider_message` only (the lookup reads it there; the email record keeps none).
@@ -313,15 +311,16 @@ impl Store {
             .filter(|o| o.status == "SENT" && o.provider_message_id.is_some())
             .map(|o| vars! { "id": o.id, "pid": o.provider_message_id })
             .collect();
-        let other: Vec<Value> = outcomes
-            .iter()
-            .filter(|o| o.status != "SENT")
-            .map(|o| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error }))
-            .collect();
+        let doc =
+            |o: &DeliveryOutcome| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error });
+        let released: Vec<Value> = outcomes.iter().filter(|o| o.status == "PENDING").map(doc).collect();
+        let other: Vec<Value> =
+            outcomes.iter().filter(|o| o.status != "SENT" && o.status != "PENDING").map(doc).collect();
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         if !sent.is_empty() {
             sql.push_str(
-                "UPDATE array::map($sent, |$i| type::record('email', $i)) SET status = 'SENT', sent_at = $now,
+                "UPDATE array::map($sent, |$i| type::record('email', $i)) SET sent_at = $now,
+                    status = IF status IN ['PENDING', 'SENDING', 'UNCERTAIN'] THEN 'SENT' ELSE status END,
                     updated_at = $now RETURN NONE;\n",
             );
         }
@@ -333,7 +332,26 @@ impl Store {
         if !other.is_empty() {
             sql.push_str(
                 "FOR $o IN $other { UPDATE type::record('email', $o.id) SET status = $o.status, error = $o.error,
-                    updated_at = $now RETURN NONE; };\n",
+                    updated_at = $now WHERE status IN ['PENDING', 'SENDING'] RETURN NONE; };\n",
+            );
+        }
+        // The gates of the campaigns claimed or released for (a locked read, see above).
+        let mut campaigns: Vec<&str> = claims.iter().map(|(_, c)| c.as_str()).collect();
+        campaigns.extend(outcomes.iter().filter(|o| o.status == "PENDING").filter_map(|o| o.campaign.as_deref()));
+        campaigns.sort_unstable();
+        campaigns.dedup();
+        if !campaigns.is_empty() {
+            sql.push_str(
+                "LET $open = array::filter($campaigns,
+                    |$c| (SELECT VALUE open FROM ONLY type::record('campaign_gate', $c) FOR UPDATE) = true);\n",
+            );
+        }
+        if !released.is_empty() {
+            sql.push_str(
+                "FOR $o IN $released { UPDATE type::record('email', $o.id) SET
+                    status = IF campaign IN $open THEN 'PENDING' ELSE 'CANCELLED' END,
+                    error = IF campaign IN $open THEN $o.error ELSE $cancelled END,
+                    updated_at = $now WHERE status = 'SENDING' RETURN NONE; };\n",
             );
         }
         let outbox = super::contacts::outbox_row(events.iter().map(|e| e.id.as_str()));
@@ -342,11 +360,34 @@ impl Store {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
             sql.push_str(super::contacts::OUTBOX_INSERT);
         }
+        if !claims.is_empty() {
+            sql.push_str(
+                "LET $claimed = (UPDATE array::map($claims, |$i| type::record('email', $i)) SET
+                    status = IF campaign IN $open THEN 'SENDING' ELSE 'CANCELLED' END,
+                    error = IF campaign IN $open THEN error ELSE $cancelled END,
+                    updated_at = $now
+                 WHERE status = 'PENDING' RETURN record::id(id) AS id, status);
+                 RETURN $claimed;\n",
+            );
+        }
         sql.push_str("COMMIT TRANSACTION;");
+        let claim_ids: Vec<&str> = claims.iter().map(|(id, _)| id.as_str()).collect();
         let v = vars! {
-            "sent": sent, "sent_pid": sent_pid, "other": other, "events": events, "outbox": outbox, "now": now,
+            "sent": sent, "sent_pid": sent_pid, "other": other, "released": released, "events": events,
+            "outbox": outbox, "claims": claim_ids, "campaigns": campaigns, "cancelled": CANCELLED_REASON, "now": now,
         };
-        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
+        let claimed = self
+            .write(|| async {
+                let mut rows = self.query(&sql, v.clone()).await?;
+                if claims.is_empty() { Ok(Value::Null) } else { rows.value_last() }
+            })
+            .await?;
+        Ok(claimed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some((r.get("id")?.as_str()?.to_string(), r.get("status")?.as_str()?.to_string())))
+            .collect())
     }
 
     pub async fn email(&self, project: &str, id: &str) -> Result<Option<EmailRow>, StoreError> {
@@ -426,6 +467,26 @@ impl Store {
             .await?
             .all(0)?;
         Ok(rows.first().and_then(email_key))
+    }
+
+    /// Records that the contact unsubscribed through a link of this email (the first time only).
+    pub async fn attribute_unsubscribe(
+        &self,
+        project: &str,
+        contact: &str,
+        email: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('email', $id) SET unsubscribed_at = unsubscribed_at ?? $now
+                 WHERE project = $p AND contact = $c RETURN NONE",
+                vars! { "id": email, "p": project, "c": contact, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
     }
 
     /// Moves an email's status up to `status` when it is one of `below` (decision 18's order).

@@ -28,6 +28,8 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0018_revoked_sessions.surql", include_str!("../../../migrations/0018_revoked_sessions.surql")),
     ("0019_domain_claims.surql", include_str!("../../../migrations/0019_domain_claims.surql")),
     ("0020_attachment_sets.surql", include_str!("../../../migrations/0020_attachment_sets.surql")),
+    ("0021_campaign_gates.surql", include_str!("../../../migrations/0021_campaign_gates.surql")),
+    ("0022_email_reports.surql", include_str!("../../../migrations/0022_email_reports.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -293,6 +293,12 @@ impl Store {
         Ok(Store { db, cache: Arc::default() })
     }
 
+    /// Another handle on the same database with caches of its own: what a second Herald process sharing
+    /// the database sees (tests run two processes' worth of Herald side by side with it).
+    pub fn sibling(&self) -> Store {
+        Store { db: self.db.clone(), cache: Arc::default() }
+    }
+
     /// Runs one query with bound variables (`vars` must be a JSON object) and checks every statement
     /// for errors.
     pub async fn query(&self, sql: &str, vars: Value) -> Result<Rows, StoreError> {

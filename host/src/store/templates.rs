@@ -60,6 +60,18 @@ impl Store {
         .map(|_| ())
     }
 
+    /// How many emails of the project were rendered from the template (index `email_project_template`).
+    pub async fn template_emails(&self, project: &str, id: &str) -> Result<i64, StoreError> {
+        let v = self
+            .query(
+                "RETURN count(SELECT VALUE id FROM email WHERE project = $p AND template = $t)",
+                vars! { "p": project, "t": id },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_i64().unwrap_or(0))
+    }
+
     pub async fn template(&self, project: &str, id: &str) -> Result<Option<TemplateRow>, StoreError> {
         self.query(
             &format!("SELECT {FIELDS} FROM template WHERE id = type::record('template', $id) AND project = $p"),
