@@ -16,6 +16,30 @@ pub fn herald(dir: &std::path::Path, port: u16) -> Command {
     c
 }
 
+/// A spawned `herald` that is killed when the test ends, passing or failing (a panicking test must not
+/// leave a server running).
+pub struct Serving(pub std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Serving {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Serving {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
 /// Polls `/health` for up to ten seconds.
 pub async fn wait_until_up(base: &str) -> bool {
     let http = reqwest::Client::new();
@@ -56,7 +80,8 @@ async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gra
     let out = herald(&dir, port).args(["domain", "add", "x.test", "--project", "nope"]).output().unwrap();
     assert!(!out.status.success(), "an unknown project is refused");
 
-    let mut server = herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut server =
+        Serving(herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     assert!(wait_until_up(&base).await, "herald serve answers /health");

@@ -11,6 +11,7 @@ use herald_host::config::Config;
 use herald_host::store::contacts::Contact;
 use serde_json::{Value, json};
 
+use crate::binary::Serving;
 use crate::harness::*;
 use crate::smtp_sink::SmtpSink;
 
@@ -150,16 +151,6 @@ fn herald(dir: &std::path::Path, port: u16, sink: &SmtpSink) -> Command {
 fn kill(child: &mut std::process::Child, signal: &str) {
     let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
     let _ = child.wait();
-}
-
-/// A `herald serve` child that is killed when the test ends, passing or failing.
-struct Serving(std::process::Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test]

@@ -35,7 +35,9 @@ async fn a_template_of_mutually_recursive_partials_is_refused_and_the_binary_kee
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let mut server = herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut server = crate::binary::Serving(
+        herald(&dir, port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
+    );
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
     assert!(crate::binary::wait_until_up(&base).await, "herald serve answers /health");
