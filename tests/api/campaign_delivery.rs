@@ -148,6 +148,11 @@ fn herald(dir: &std::path::Path, port: u16, sink: &SmtpSink) -> Command {
     c
 }
 
+/// `herald serve` on `dir`, killed when dropped.
+fn serve(dir: &std::path::Path, port: u16, sink: &SmtpSink) -> Serving {
+    Serving(herald(dir, port, sink).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
+}
+
 fn kill(child: &mut std::process::Child, signal: &str) {
     let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
     let _ = child.wait();
@@ -179,8 +184,7 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
 
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
-    let mut server =
-        Serving(herald(&dir, port, &sink).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let mut server = serve(&dir, port, &sink);
     assert!(crate::binary::wait_until_up(&base).await);
     let r: Value = http
         .post(format!("{base}/campaigns"))
@@ -208,8 +212,7 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
     assert!(at_kill < N, "the kill landed mid-send ({at_kill} of {N})");
 
     // Restarted on the same data: it finishes the campaign.
-    let mut server =
-        Serving(herald(&dir, port, &sink).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let mut server = serve(&dir, port, &sink);
     assert!(crate::binary::wait_until_up(&base).await);
     let started = Instant::now();
     let stats = loop {

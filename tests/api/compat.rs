@@ -28,17 +28,6 @@ async fn env() -> Env {
     Env { s, p, sink }
 }
 
-async fn wait_for(sink: &SmtpSink, n: usize) -> Vec<Received> {
-    for _ in 0..400 {
-        let got = sink.received();
-        if got.len() >= n {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("expected {n} messages, got {}", sink.received().len());
-}
-
 /// Every value of a header (unfolded), in order.
 fn all(m: &Received, name: &str) -> Vec<String> {
     let head = m.data.split("\r\n\r\n").next().unwrap_or("").replace("\r\n ", " ").replace("\r\n\t", " ");
@@ -68,7 +57,7 @@ async fn list_unsubscribe_follows_the_body_and_a_transactional_caller_may_set_it
     let own = json!({"List-Unsubscribe": "<mailto:leave@shop.test>"});
     assert_eq!(send("d@example.org", link, own.clone()).await.status, 200);
     assert_eq!(send("a@example.org", link, json!({})).await.status, 200);
-    let got = wait_for(&e.sink, 5).await;
+    let got = e.sink.wait_for(5).await;
     let of = |addr: &str| got.iter().filter(|m| to(m) == addr).collect::<Vec<_>>();
 
     // A transactional body offering the unsubscribe or manage link gets the one-click pair.
@@ -127,7 +116,7 @@ async fn campaign_mail_is_bulk_and_its_unsubscribes_and_complaints_count_in_its_
     });
     let id = c.post("/campaigns", body).await.json["data"]["id"].as_str().unwrap().to_string();
     assert_eq!(c.post(&format!("/campaigns/{id}/send"), json!({})).await.status, 200);
-    let got = wait_for(&e.sink, 2).await;
+    let got = e.sink.wait_for(2).await;
     for m in &got {
         assert_eq!(header(&m.data, "Precedence").as_deref(), Some("bulk"));
         assert_eq!(header(&m.data, "Auto-Submitted").as_deref(), Some("auto-generated"));

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::dns_server::DnsServer;
 use crate::harness::*;
-use crate::smtp_sink::{Received, SmtpSink, header, html_of};
+use crate::smtp_sink::{SmtpSink, header, html_of};
 
 struct Env {
     s: Server,
@@ -32,17 +32,6 @@ async fn env(tempfails: usize, run_jobs: bool) -> Env {
     // Publish the key so an independent verifier can check signatures.
     dns.txt(&format!("herald._domainkey.{}", d.name), &herald_host::dkim::txt_value(&d.dkim_public));
     Env { s, p, sink, dns }
-}
-
-async fn wait_for(sink: &SmtpSink, n: usize) -> Vec<Received> {
-    for _ in 0..400 {
-        let got = sink.received();
-        if got.len() >= n {
-            return got;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("expected {n} messages, got {}", sink.received().len());
 }
 
 async fn email_status(e: &Env, id: &str) -> String {
@@ -88,7 +77,7 @@ async fn a_send_arrives_with_headers_both_parts_attachments_and_a_valid_dkim_sig
     let emails = r.json["data"]["emails"].as_array().unwrap();
     assert_eq!(emails.len(), 2);
     assert_eq!(emails[1]["contact"]["email"], "bob@example.org");
-    let got = wait_for(&e.sink, 2).await;
+    let got = e.sink.wait_for(2).await;
     let m = got.iter().find(|m| m.to == ["ada@example.org"]).unwrap();
     assert_eq!(m.from, "news@shop.test");
     assert_eq!(header(&m.data, "From").as_deref(), Some("Shop <news@shop.test>"));
@@ -222,7 +211,7 @@ async fn templates_supply_fields_that_the_request_overrides_and_marketing_respec
     assert_eq!(e.p.secret.get("/contacts").await.json["total"], 0, "refused before any write");
     let r = e.p.secret.post("/v1/send", json!({ "to": "new@example.org", "template": tid, "subscribed": true, "subject": "Override {{name}}", "data": { "name": "Nia" } })).await;
     assert_eq!(r.status, 200, "{}", r.json);
-    let m = &wait_for(&e.sink, 1).await[0];
+    let m = &e.sink.wait_for(1).await[0];
     assert_eq!(header(&m.data, "Subject").as_deref(), Some("Override Nia"), "the request's subject wins");
     assert_eq!(header(&m.data, "From").as_deref(), Some("Deals <deals@shop.test>"), "the template's from and fromName");
     assert!(m.data.contains("<p>Nia</p>"));
@@ -256,7 +245,7 @@ async fn a_temporary_failure_is_retried_and_then_succeeds() {
             )
             .await;
     let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
-    wait_for(&e.sink, 1).await;
+    e.sink.wait_for(1).await;
     wait_status(&e, &id, "SENT").await;
     assert_eq!(e.sink.received().len(), 1, "delivered once");
     e.s.stop().await;
@@ -357,7 +346,7 @@ async fn marketing_mail_carries_signed_one_click_unsubscribe_and_the_pages_flip_
             .await;
     assert_eq!(r.status, 200, "{}", r.json);
     let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
-    let m = &wait_for(&e.sink, 1).await[0];
+    let m = &e.sink.wait_for(1).await[0];
     let lu = header(&m.data, "List-Unsubscribe").expect("marketing mail has List-Unsubscribe");
     assert_eq!(header(&m.data, "List-Unsubscribe-Post").as_deref(), Some("List-Unsubscribe=One-Click"));
     let url = lu.trim_matches(['<', '>']).to_string();
@@ -435,7 +424,7 @@ async fn opens_and_clicks_are_tracked_on_marketing_mail_with_signed_links() {
             .await;
     let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
     let cid = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
-    let m = &wait_for(&e.sink, 1).await[0];
+    let m = &e.sink.wait_for(1).await[0];
     let html = html_of(m);
     let base = &e.s.state.config.public_url;
     let pixels = attr_urls(&html, &format!("{base}/t/o/"));
@@ -500,16 +489,16 @@ async fn tracking_follows_the_project_mode() {
     };
     // Default MARKETING_ONLY: transactional mail is not tracked.
     send("TRANSACTIONAL").await;
-    let m = wait_for(&e.sink, 1).await;
+    let m = e.sink.wait_for(1).await;
     assert!(!html_of(&m[0]).contains("/t/o/"), "transactional mail has no pixel by default");
     let r = e.p.session.patch(&format!("/users/@me/projects/{}", e.p.id), json!({ "tracking": "DISABLED" })).await;
     assert_eq!(r.json["tracking"], "DISABLED", "{}", r.json);
     send("MARKETING").await;
-    let m = wait_for(&e.sink, 2).await;
+    let m = e.sink.wait_for(2).await;
     assert!(!html_of(&m[1]).contains("/t/o/"), "tracking disabled");
     e.p.session.patch(&format!("/users/@me/projects/{}", e.p.id), json!({ "tracking": "ENABLED" })).await;
     send("TRANSACTIONAL").await;
-    let m = wait_for(&e.sink, 3).await;
+    let m = e.sink.wait_for(3).await;
     assert!(html_of(&m[2]).contains("/t/o/"), "tracking enabled for all mail");
     assert_envelope(
         &e.p.session.patch(&format!("/users/@me/projects/{}", e.p.id), json!({ "tracking": "SOMETIMES" })).await,

@@ -50,6 +50,18 @@ impl SmtpSink {
         self.messages.lock().unwrap().clone()
     }
 
+    /// Waits (up to ten seconds) until at least `n` messages arrived, and answers them.
+    pub async fn wait_for(&self, n: usize) -> Vec<Received> {
+        for _ in 0..400 {
+            let got = self.received();
+            if got.len() >= n {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("expected {n} messages, got {}", self.received().len());
+    }
+
     async fn session(&self, stream: tokio::net::TcpStream) {
         let (r, mut w) = stream.into_split();
         let mut lines = BufReader::new(r).lines();
