@@ -174,9 +174,9 @@ impl Composer {
         // RFC 8058 one-click unsubscribe (covered by the DKIM signature at delivery): on marketing mail
         // always, and on any mail whose body offers the unsubscribe or manage link, unless the caller set
         // its own List-Unsubscribe (only transactional and headless mail may).
-        let caller_owned = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("List-Unsubscribe"));
-        let offered = html.contains(&links.unsubscribe) || html.contains(&links.manage);
-        if m.kind == "MARKETING" || (offered && !caller_owned) {
+        let caller_owned = || headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("List-Unsubscribe"));
+        let offered = || html.contains(&links.unsubscribe) || html.contains(&links.manage);
+        if m.kind == "MARKETING" || (!caller_owned() && offered()) {
             headers.retain(|(n, _)| {
                 !n.eq_ignore_ascii_case("List-Unsubscribe") && !n.eq_ignore_ascii_case("List-Unsubscribe-Post")
             });

@@ -16,7 +16,7 @@ use sha2::Sha256;
 
 use super::body::{MAX_BODY_BYTES, Reply};
 use super::state;
-use crate::domain::tracking::rank;
+use crate::domain::tracking::below;
 use crate::error::ApiError;
 use crate::ingest::set_subscribed;
 use crate::plugins::{Notification as PluginNotification, NotificationKind};
@@ -61,14 +61,6 @@ pub fn sign(key: &[u8], timestamp: i64, body: &[u8]) -> String {
     mac.update(b".");
     mac.update(body);
     format!("v1={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-fn below(status: &str) -> Vec<&'static str> {
-    let r = rank(status).unwrap_or(0);
-    ["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED", "OPENED", "CLICKED", "BOUNCED", "COMPLAINED"]
-        .into_iter()
-        .filter(|s| rank(s).is_some_and(|x| x < r))
-        .collect()
 }
 
 /// Receives a delivery, bounce or complaint notification for an email Herald sent.

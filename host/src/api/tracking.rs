@@ -11,7 +11,7 @@ use serde_json::Map;
 
 use super::state;
 use crate::compose::TrackingClaim as Claim;
-use crate::domain::tracking::rank;
+use crate::domain::tracking::below;
 use crate::error::ApiError;
 use crate::security::open_token;
 use crate::state::AppState;
@@ -32,11 +32,7 @@ const GIF: &[u8] = &[
 
 async fn record(st: &AppState, c: &Claim, click: bool) -> Result<(), ApiError> {
     let target = if click { "CLICKED" } else { "OPENED" };
-    let target_rank = rank(target).unwrap_or(0);
-    let below: Vec<&str> = ["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED", "OPENED", "CLICKED"]
-        .into_iter()
-        .filter(|s| rank(s).is_some_and(|r| r < target_rank))
-        .collect();
+    let below = below(target);
     let now = st.clock.now_ms();
     let Some(contact) = st.store.record_engagement(&c.p, &c.e, click, &below, now).await? else { return Ok(()) };
     let mut data = Map::new();

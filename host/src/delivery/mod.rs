@@ -247,7 +247,6 @@ fn outcome(
         campaign: e.campaign.clone(),
         status: status.to_string(),
         error,
-        sent_at: None,
         provider_message_id: pid,
     }
 }
@@ -371,7 +370,10 @@ impl Delivery {
                 }
             }
         };
-        let built = self.build_all(&store, clock.now_ms(), &todo).await;
+        // The emails of a cancelled campaign are not built or signed: their claim cancels them.
+        let to_build: Vec<Option<&EmailRow>> =
+            todo.iter().map(|e| e.filter(|e| e.campaign.as_ref().is_none_or(|c| !closed.contains(c)))).collect();
+        let built = self.build_all(&store, clock.now_ms(), &to_build).await;
         let sends = items.iter().zip(&todo).zip(built).map(|(((job, _, _), e), raw)| {
             let (store, clock) = (&store, &clock);
             let last = ctxs[*job].attempt >= DELIVER_ATTEMPTS;

@@ -18,6 +18,15 @@ pub fn rank(status: &str) -> Option<u8> {
     })
 }
 
+/// The statuses that rank below `status` (those an observation of `status` may move up), for a
+/// conditional write; none for a status outside the order.
+pub fn below(status: &str) -> Vec<&'static str> {
+    const RANKED: &[&str] =
+        &["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED", "OPENED", "CLICKED", "BOUNCED", "COMPLAINED"];
+    let Some(r) = rank(status) else { return vec![] };
+    RANKED.iter().copied().filter(|s| rank(s).is_some_and(|x| x < r)).collect()
+}
+
 /// The status after an observation: never moves down the order.
 pub fn advance<'a>(current: &'a str, observed: &'a str) -> &'a str {
     match (rank(current), rank(observed)) {
@@ -82,6 +91,13 @@ fn unescape(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn below_lists_the_lower_ranks() {
+        assert_eq!(below("OPENED"), vec!["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED"]);
+        assert_eq!(below("SENT"), vec!["PENDING", "SENDING"]);
+        assert!(below("FAILED").is_empty());
+    }
 
     #[test]
     fn status_only_moves_up() {

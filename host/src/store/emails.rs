@@ -49,7 +49,6 @@ pub struct DeliveryOutcome {
     pub campaign: Option<String>,
     pub status: String,
     pub error: Option<String>,
-    pub sent_at: Option<i64>,
     pub provider_message_id: Option<String>,
 }
 
