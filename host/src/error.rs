@@ -1,19 +1,17 @@
 //! The one table of public errors: each `ApiError` variant maps to an HTTP status, a machine-readable code
 //! and a message. This is the only place where response statuses for failures are chosen, and the only
-//! place that renders the error envelope of spec §7 (decisions 5-7).
+//! place that builds the error envelope; `api::errors` writes it into responses.
 //!
-//! Must not import: `surrealdb` (store errors arrive already classified as [`crate::store::StoreError`]).
+//! Must not import: salvo, surrealdb (store errors arrive already classified as
+//! [`crate::store::StoreError`]).
 
-use salvo::http::StatusCode;
-use salvo::oapi::{self, Components, EndpointOutRegister, Operation, ToSchema};
-use salvo::prelude::*;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::store::StoreError;
 
 /// One field-level problem in a request body (decision 6).
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize)]
 pub struct FieldError {
     /// Dotted path of the field, for example `to.0.email`.
     pub field: String,
@@ -86,59 +84,48 @@ impl ApiError {
     }
 
     /// Status, code and suggestion of each variant: the table.
-    fn parts(&self) -> (StatusCode, &'static str, Option<&'static str>) {
+    fn parts(&self) -> (u16, &'static str, Option<&'static str>) {
         use ApiError::*;
         match self {
-            BadRequest(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST", None),
-            MalformedBody(_) => (
-                StatusCode::BAD_REQUEST,
-                "BAD_REQUEST",
-                Some("Send a valid JSON object with Content-Type: application/json"),
-            ),
-            PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", None),
-            Validation(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "VALIDATION_ERROR",
-                Some("Check the errors array for the fields that need fixing"),
-            ),
-            BareBadRequest(_) => (StatusCode::BAD_REQUEST, "BAD_REQUEST", None),
-            MissingAuth(_) => {
-                (StatusCode::UNAUTHORIZED, "MISSING_AUTH", Some("Send the header Authorization: Bearer <API key>"))
+            BadRequest(_) => (400, "BAD_REQUEST", None),
+            MalformedBody(_) => {
+                (400, "BAD_REQUEST", Some("Send a valid JSON object with Content-Type: application/json"))
             }
+            PayloadTooLarge { .. } => (413, "PAYLOAD_TOO_LARGE", None),
+            Validation(_) => (422, "VALIDATION_ERROR", Some("Check the errors array for the fields that need fixing")),
+            BareBadRequest(_) => (400, "BAD_REQUEST", None),
+            MissingAuth(_) => (401, "MISSING_AUTH", Some("Send the header Authorization: Bearer <API key>")),
             InvalidApiKey(_) => (
-                StatusCode::UNAUTHORIZED,
+                401,
                 "INVALID_API_KEY",
                 Some("Use the project's current key; keys stop working as soon as they are regenerated"),
             ),
-            Unauthorized(_) => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED", Some("Log in with POST /auth/login")),
-            Forbidden(_) => (StatusCode::FORBIDDEN, "FORBIDDEN", None),
-            ProjectDisabled => (StatusCode::FORBIDDEN, "PROJECT_DISABLED", None),
-            NotFound { code, .. } => (StatusCode::NOT_FOUND, code, None),
-            RouteNotFound { .. } => (StatusCode::NOT_FOUND, "NOT_FOUND", Some("See /docs for the list of endpoints")),
-            Conflict(_) => (StatusCode::CONFLICT, "CONFLICT", None),
+            Unauthorized(_) => (401, "UNAUTHORIZED", Some("Log in with POST /auth/login")),
+            Forbidden(_) => (403, "FORBIDDEN", None),
+            ProjectDisabled => (403, "PROJECT_DISABLED", None),
+            NotFound { code, .. } => (404, code, None),
+            RouteNotFound { .. } => (404, "NOT_FOUND", Some("See /docs for the list of endpoints")),
+            Conflict(_) => (409, "CONFLICT", None),
             IdempotencyKeyReused { .. } => (
-                StatusCode::CONFLICT,
+                409,
                 "IDEMPOTENCY_KEY_REUSED",
                 Some("Use a new Idempotency-Key for a new request; keys are kept for 24 hours"),
             ),
-            RateLimited { .. } => {
-                (StatusCode::TOO_MANY_REQUESTS, "RATE_LIMIT_EXCEEDED", Some("Wait for the Retry-After seconds"))
+            RateLimited { .. } => (429, "RATE_LIMIT_EXCEEDED", Some("Wait for the Retry-After seconds")),
+            Internal(_) => (500, "INTERNAL_SERVER_ERROR", None),
+            PluginUnavailable(_) => {
+                (503, "PLUGIN_UNAVAILABLE", Some("GET /plugins shows each plugin's status and last error"))
             }
-            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_SERVER_ERROR", None),
-            PluginUnavailable(_) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "PLUGIN_UNAVAILABLE",
-                Some("GET /plugins shows each plugin's status and last error"),
-            ),
             SenderDomain { .. } => (
-                StatusCode::FORBIDDEN,
+                403,
                 "INTERNAL_SERVER_ERROR",
                 Some("Add the domain with POST /domains, publish its DNS records, then verify it"),
             ),
         }
     }
 
-    pub fn status(&self) -> StatusCode {
+    /// The HTTP status of this error.
+    pub fn status_code(&self) -> u16 {
         self.parts().0
     }
 
@@ -151,7 +138,7 @@ impl ApiError {
         let mut error = json!({
             "code": code,
             "message": self.to_string(),
-            "statusCode": status.as_u16(),
+            "statusCode": status,
             "requestId": request_id,
         });
         if let ApiError::Validation(errors) = self {
@@ -198,59 +185,5 @@ impl From<crate::segments::SegmentError> for ApiError {
             crate::segments::SegmentError::Store(s) => s.into(),
             crate::segments::SegmentError::Plugin(p) => ApiError::PluginUnavailable(p.to_string()),
         }
-    }
-}
-
-/// Request id of the current request (set by the request-context hoop).
-pub fn request_id(depot: &Depot) -> String {
-    depot.get::<String>(crate::api::REQUEST_ID).cloned().unwrap_or_default()
-}
-
-#[async_trait]
-impl Writer for ApiError {
-    async fn write(self, _req: &mut Request, depot: &mut Depot, res: &mut Response) {
-        if let ApiError::Internal(detail) = &self {
-            tracing::error!(error = %detail, "internal error");
-        }
-        if let ApiError::RateLimited { retry_after_secs, .. } = &self
-            && let Ok(v) = retry_after_secs.to_string().parse()
-        {
-            res.headers_mut().insert("Retry-After", v);
-        }
-        res.status_code(self.status());
-        res.render(Json(self.body(&request_id(depot))));
-    }
-}
-
-/// The error envelope as an OpenAPI schema (documentation only).
-#[derive(Serialize, ToSchema)]
-#[salvo(schema(name = "ErrorEnvelope"))]
-pub struct ErrorEnvelope {
-    pub success: bool,
-    pub error: ErrorBody,
-    pub timestamp: String,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub code: String,
-    pub message: String,
-    #[salvo(schema(rename = "statusCode"))]
-    #[serde(rename = "statusCode")]
-    pub status_code: u16,
-    #[salvo(schema(rename = "requestId"))]
-    #[serde(rename = "requestId")]
-    pub request_id: String,
-    pub errors: Option<Vec<FieldError>>,
-    pub details: Option<Value>,
-    pub suggestion: Option<String>,
-}
-
-impl EndpointOutRegister for ApiError {
-    fn register(components: &mut Components, operation: &mut Operation) {
-        let schema = ErrorEnvelope::to_schema(components);
-        let response =
-            oapi::Response::new("Error envelope (spec §7)").add_content("application/json", oapi::Content::new(schema));
-        operation.responses.insert("default", response);
     }
 }

@@ -34,9 +34,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use salvo::conn::tcp::TcpAcceptor;
-use salvo::server::ServerHandle;
-use salvo::{Listener, Server};
 use tokio::sync::watch;
 
 use crate::clock::{SharedClock, SystemClock};
@@ -254,11 +251,7 @@ impl App {
     /// Starts serving on `listener` and running jobs. Returns at once with a handle.
     pub async fn start(self, listener: tokio::net::TcpListener) -> Result<Running, BuildError> {
         let addr = listener.local_addr().map_err(BuildError::Listen)?;
-        let acceptor = TcpAcceptor::try_from(listener).map_err(BuildError::Listen)?;
-        let server = Server::new(acceptor);
-        let handle = server.handle();
-        let service = api::service(self.state.clone());
-        let server_task = tokio::spawn(server.serve(service));
+        let http = api::serve::serve(self.state.clone(), listener).map_err(BuildError::Listen)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let plugin_watch = match self.state.plugins.watch() {
             Ok(w) => Some(w),
@@ -273,7 +266,7 @@ impl App {
         } else {
             tokio::spawn(async {})
         };
-        Ok(Running { addr, state: self.state, handle, stop_tx, server_task, worker_task, _plugin_watch: plugin_watch })
+        Ok(Running { addr, state: self.state, http, stop_tx, worker_task, _plugin_watch: plugin_watch })
     }
 
     /// Binds the configured address and starts.
@@ -303,9 +296,8 @@ async fn watch_key_epoch(state: Arc<AppState>, mut stop: watch::Receiver<bool>) 
 pub struct Running {
     pub addr: SocketAddr,
     pub state: Arc<AppState>,
-    handle: ServerHandle,
+    http: api::serve::HttpServer,
     stop_tx: watch::Sender<bool>,
-    server_task: tokio::task::JoinHandle<()>,
     worker_task: tokio::task::JoinHandle<()>,
     _plugin_watch: Option<plugins::watch::Watcher>,
 }
@@ -314,13 +306,9 @@ impl Running {
     /// Graceful shutdown: stop accepting, let requests in flight finish (up to 30 s), let running jobs
     /// finish, release leases.
     pub async fn shutdown(self) {
-        self.handle.stop_graceful(Some(Duration::from_secs(30)));
+        self.http.stop(Duration::from_secs(30));
         let _ = self.stop_tx.send(true);
-        let _ = self.server_task.await;
+        self.http.stopped().await;
         let _ = self.worker_task.await;
     }
 }
-
-// `Listener` is imported for `TcpAcceptor`'s trait methods on some salvo versions.
-#[allow(unused_imports)]
-use Listener as _;

@@ -204,7 +204,7 @@ async fn the_sender_check_refuses_unregistered_foreign_and_unverified_domains() 
         ("news@pending.example", "DOMAIN_NOT_VERIFIED"),
     ] {
         let err = check(from).await.unwrap_err();
-        assert_eq!(err.status().as_u16(), 403, "{from}");
+        assert_eq!(err.status_code(), 403, "{from}");
         let body = err.body("rid");
         assert_eq!(body["error"]["code"], "INTERNAL_SERVER_ERROR", "decision 5's named exception");
         assert_eq!(body["error"]["statusCode"], 403);

@@ -49,7 +49,7 @@ where
     let result = work().await;
     let status = match &result {
         Ok(r) => r.status,
-        Err(e) => e.status(),
+        Err(e) => crate::api::errors::status(e),
     };
     let recorded = if status.is_client_error() {
         st.store.release_idempotency_key(project, &key).await

@@ -10,6 +10,7 @@ pub mod campaigns;
 pub mod cli;
 pub mod contacts;
 pub mod domains;
+pub mod errors;
 pub mod events;
 pub mod idempotency;
 pub mod notifications;
@@ -18,6 +19,7 @@ pub mod pagination;
 pub mod plugins;
 pub mod segments;
 pub mod send;
+pub mod serve;
 pub mod system;
 pub mod templates;
 pub mod tracking;
@@ -113,14 +115,14 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
             s if s.is_server_error() => ApiError::Internal(format!("unhandled {s}")),
             s => ApiError::BadRequest(s.canonical_reason().unwrap_or("Bad request").to_string()),
         };
-        let mut json = err.body(&crate::error::request_id(depot));
+        let mut json = err.body(&errors::request_id(depot));
         if status == StatusCode::METHOD_NOT_ALLOWED
             && let Some(e) = json.get_mut("error")
         {
             e["code"] = "METHOD_NOT_ALLOWED".into();
             e["statusCode"] = 405.into();
         }
-        res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { err.status() });
+        res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { errors::status(&err) });
         res.render(Json(json));
     });
     fut.await

@@ -59,7 +59,7 @@ pub fn start(host: Arc<PluginHost>) -> Result<Watcher, String> {
                     Some("toml") => Some(p.with_extension("wasm")),
                     _ => None,
                 })
-                .filter(|p| super::is_plugin_file(p))
+                .filter(|p| super::loading::is_plugin_file(p))
                 .collect();
             wasm.sort();
             wasm.dedup();

@@ -509,6 +509,15 @@ impl Store {
         .map(|_| ())
     }
 
+    /// Forgets the notification signatures that expired (the daily purge job).
+    pub async fn purge_seen_notifications(&self, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query("DELETE notification_seen WHERE expires_at <= $now", vars! { "now": now }).await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Remembers a notification signature until `expires_at`; false when it was seen already (a replay).
     pub async fn remember_notification(&self, signature: &str, expires_at: i64, now: i64) -> Result<bool, StoreError> {
         let r = self
