@@ -1,0 +1,164 @@
+//! The tidy check: the layering rules of ARCHITECTURE.md ("Invariants"), enforced on the host's source.
+//!
+//! - only `api/` imports salvo; only `store/` imports surrealdb or writes SurrealQL;
+//! - only `clock.rs` reads the wall clock (everything else asks the injected clock, so tests can move time);
+//! - `domain/` does no I/O (no async runtime, files, network, processes, mail, DNS, plugins or database);
+//! - no source file has more than [`MAX_LINES`] lines before its tests.
+//!
+//! Comments are not checked (they may name what a module must not import), nor are test modules.
+
+use std::path::{Path, PathBuf};
+
+/// Most lines a source file may have before its `#[cfg(test)]` module.
+const MAX_LINES: usize = 800;
+
+/// Statement openings that make a string literal SurrealQL.
+const SURREALQL: &[&str] = &[
+    "BEGIN TRANSACTION",
+    "COMMIT TRANSACTION",
+    "INSERT INTO ",
+    "UPSERT ",
+    "RELATE ",
+    "DEFINE TABLE",
+    "DEFINE FIELD",
+    "DEFINE INDEX",
+    "LET $",
+];
+
+/// Crates and modules that do I/O, refused in `domain/`.
+const IO: &[&str] = &[
+    "tokio",
+    "std::fs",
+    "std::net",
+    "std::process",
+    "reqwest",
+    "lettre",
+    "hickory",
+    "wasmtime",
+    "surrealdb",
+    "salvo",
+    "notify",
+];
+
+/// Wall-clock reads, refused outside `clock.rs`.
+const WALL_CLOCK: &[&str] = &["SystemTime::now", "Utc::now", "Local::now", "OffsetDateTime::now"];
+
+/// What is wrong with one source file (`rel`: its path under `host/src`, with `/`).
+fn violations(rel: &str, source: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let code: Vec<&str> = source.lines().take_while(|l| !l.trim_start().starts_with("#[cfg(test)]")).collect();
+    if code.len() > MAX_LINES {
+        found.push(format!("{rel}: {} lines before its tests (at most {MAX_LINES}): split it by role", code.len()));
+    }
+    let in_api = rel.starts_with("api/");
+    let in_store = rel.starts_with("store/");
+    let in_domain = rel.starts_with("domain/");
+    for (n, line) in code.iter().enumerate() {
+        let at = format!("{rel}:{}", n + 1);
+        let text = line.trim_start();
+        if text.starts_with("//") {
+            continue;
+        }
+        if !in_api && (text.contains("salvo::") || text.contains("salvo_oapi") || text.starts_with("use salvo")) {
+            found.push(format!("{at}: salvo outside api/"));
+        }
+        if !in_store && (text.contains("surrealdb::") || text.starts_with("use surrealdb")) {
+            found.push(format!("{at}: surrealdb outside store/"));
+        }
+        if !in_store && is_surrealql(text) {
+            found.push(format!("{at}: SurrealQL outside store/"));
+        }
+        if rel != "clock.rs" && WALL_CLOCK.iter().any(|w| text.contains(w)) {
+            found.push(format!("{at}: the wall clock outside clock.rs (use the injected clock)"));
+        }
+        if in_domain && IO.iter().any(|c| uses_path(text, c)) {
+            found.push(format!("{at}: I/O in domain/"));
+        }
+    }
+    found
+}
+
+/// Whether a line holds a string literal that opens a SurrealQL statement (`"SELECT ... FROM`,
+/// `"UPDATE $x SET`, `"DELETE table WHERE`, or one of [`SURREALQL`]).
+fn is_surrealql(text: &str) -> bool {
+    text.split('"').skip(1).step_by(2).any(|lit| {
+        let lit = lit.trim_start();
+        SURREALQL.iter().any(|k| lit.starts_with(k))
+            || (lit.starts_with("SELECT ") && lit.contains(" FROM "))
+            || ((lit.starts_with("UPDATE ") || lit.starts_with("DELETE ") || lit.starts_with("CREATE "))
+                && lit[7..].starts_with(|c: char| c.is_ascii_lowercase() || c == '$'))
+    })
+}
+
+/// Whether `text` names the crate or module `path` (as `path::`, `use path` or `path;`).
+fn uses_path(text: &str, path: &str) -> bool {
+    text.match_indices(path).any(|(i, _)| {
+        let before = text[..i].chars().last();
+        let after = &text[i + path.len()..];
+        before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+            && (after.starts_with("::") || after.starts_with(';') || after.starts_with(" as "))
+    })
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read the source folder").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_host_keeps_its_layering_rules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    assert!(files.len() > 50, "found only {} source files under {}", files.len(), root.display());
+    let mut found = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+        let source = std::fs::read_to_string(file).expect("read a source file");
+        found.extend(violations(&rel, &source));
+    }
+    assert!(found.is_empty(), "the layering rules of ARCHITECTURE.md are broken:\n{}", found.join("\n"));
+}
+
+#[test]
+fn each_rule_catches_what_it_forbids() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("lib.rs", "use salvo::Server;", "salvo outside api/"),
+        ("error.rs", "    let s = salvo::http::StatusCode::OK;", "salvo outside api/"),
+        ("state.rs", "use salvo_oapi::ToSchema;", "salvo outside api/"),
+        ("jobs/mod.rs", "use surrealdb::Surreal;", "surrealdb outside store/"),
+        ("jobs/mod.rs", r#"store.query("DELETE seen WHERE at <= $now", v)"#, "SurrealQL outside store/"),
+        ("campaigns.rs", r#"let q = "SELECT * FROM email";"#, "SurrealQL outside store/"),
+        ("campaigns.rs", r#"q("BEGIN TRANSACTION; COMMIT TRANSACTION;")"#, "SurrealQL outside store/"),
+        ("delivery/mod.rs", "let now = std::time::SystemTime::now();", "the wall clock outside clock.rs"),
+        ("api/send.rs", "let t = chrono::Utc::now();", "the wall clock outside clock.rs"),
+        ("domain/tracking.rs", "use tokio::sync::Mutex;", "I/O in domain/"),
+        ("domain/text.rs", "let f = std::fs::read(p);", "I/O in domain/"),
+    ];
+    for (rel, line, rule) in cases {
+        let found = violations(rel, line);
+        assert!(found.iter().any(|f| f.contains(rule)), "{rel}: {line:?} should break {rule:?}, found {found:?}");
+    }
+    let long = "let x = 1;\n".repeat(MAX_LINES + 1);
+    assert!(violations("big.rs", &long).iter().any(|f| f.contains("lines before its tests")));
+    // What each rule allows.
+    let allowed: &[(&str, &str)] = &[
+        ("api/send.rs", "use salvo::prelude::*;"),
+        ("store/emails.rs", r#"self.query("DELETE email WHERE id = $id", v)"#),
+        ("store/mod.rs", "use surrealdb::Surreal;"),
+        ("clock.rs", "let now = SystemTime::now();"),
+        ("jobs/mod.rs", "//! Must not import: salvo, surrealdb."),
+        ("api/contacts.rs", r#"#[endpoint(summary = "DELETE /contacts/:id removes a contact")]"#),
+        ("domain/tracking.rs", "let tokio_like = 1; // tokio is fine in a comment"),
+        ("big.rs", &format!("{}#[cfg(test)]\n{}", "let x = 1;\n".repeat(MAX_LINES), "let y = 2;\n".repeat(50))),
+    ];
+    for (rel, source) in allowed {
+        assert_eq!(violations(rel, source), Vec::<String>::new(), "{rel}: {source:?} is allowed");
+    }
+}
