@@ -63,6 +63,16 @@ pub fn generate_secret() -> String {
     hex::encode(random_bytes::<32>())
 }
 
+/// Characters a new password has, at least and at most (sign-up and the `project create` command alike).
+pub const PASSWORD_CHARS: (usize, usize) = (8, 256);
+
+/// Why a new password is refused, if it is.
+pub fn password_problem(password: &str) -> Option<String> {
+    let n = password.chars().count();
+    let (min, max) = PASSWORD_CHARS;
+    (n < min || n > max).then(|| format!("The password must be {min} to {max} characters"))
+}
+
 pub fn hash_password(password: &str) -> Result<String, String> {
     let salt = SaltString::encode_b64(&random_bytes::<16>()).map_err(|e| e.to_string())?;
     Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())

@@ -63,7 +63,7 @@ pub async fn verify(dns: &Dns, input: &str) -> Verification {
         reasons: vec![],
         suggested_email: None,
     };
-    if !crate::api::body::is_email(&email) {
+    if !crate::domain::contacts::is_email(&email) {
         v.reasons.push("The address is not valid email syntax".into());
         return v;
     }

@@ -64,6 +64,28 @@ async fn signup_validation_and_duplicates() {
 }
 
 #[tokio::test]
+async fn the_project_command_and_sign_up_refuse_the_same_passwords() {
+    let s = Server::start().await;
+    let long = "p".repeat(257);
+    for (i, pw) in ["short", "seven77", long.as_str()].into_iter().enumerate() {
+        let email = format!("pw{i}@example.com");
+        let r = s.client().post("/auth/signup", json!({ "email": email, "password": pw })).await;
+        assert_eq!(r.status, 422, "sign-up with a {}-character password: {}", pw.len(), r.json);
+        let cli = herald_host::api::cli::create_project(&s.state, "P", Some(&email), Some(pw)).await;
+        let err = cli.expect_err("the project command takes the password sign-up refuses");
+        assert!(err.to_string().contains("8 to 256 characters"), "{err}");
+    }
+    for pw in ["eight888", &"p".repeat(256)] {
+        let email = format!("ok{}@example.com", pw.len());
+        let r = s.client().post("/auth/signup", json!({ "email": email, "password": pw })).await;
+        assert_eq!(r.status, 201, "{}", r.json);
+        let cli = herald_host::api::cli::create_project(&s.state, "P", Some(&format!("cli-{email}")), Some(pw)).await;
+        assert!(cli.is_ok(), "{cli:?}");
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn signups_can_be_disabled() {
     let mut config = herald_host::config::Config::for_tests();
     config.disable_signups = true;

@@ -11,7 +11,7 @@ use super::body::{Fields, Reply, json_object_max};
 use super::state;
 use crate::error::ApiError;
 use crate::ratelimit::Decision;
-use crate::security::{self, KeyKind, SessionClaims};
+use crate::security::{self, KeyKind, PASSWORD_CHARS, SessionClaims};
 use crate::state::{AppState, KeyEntry};
 use crate::store::accounts::{Role, User};
 
@@ -98,7 +98,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
-        let password = f.string("password", true, 8, 256);
+        let password = f.string("password", true, PASSWORD_CHARS.0, PASSWORD_CHARS.1);
         let name = f.string("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
         f.finish()?;
         let (Some(email), Some(password)) = (email, password) else {
@@ -132,7 +132,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
-        let password = f.string("password", true, 1, 256);
+        let password = f.string("password", true, 1, PASSWORD_CHARS.1);
         f.finish()?;
         let (Some(email), Some(password)) = (email, password) else {
             return Err(ApiError::Internal("validated fields missing".into()));

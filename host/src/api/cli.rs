@@ -30,8 +30,8 @@ pub async fn create_project(
                     let pw = password.ok_or_else(|| {
                         ApiError::BadRequest(format!("User {email} does not exist yet: give --password to create it"))
                     })?;
-                    if pw.chars().count() < 8 {
-                        return Err(ApiError::BadRequest("The password must be at least 8 characters".into()));
+                    if let Some(problem) = crate::security::password_problem(pw) {
+                        return Err(ApiError::BadRequest(problem));
                     }
                     Some(super::auth::create_user(st, &email, pw, None).await?.id)
                 }

@@ -2,6 +2,35 @@
 
 use serde_json::{Map, Value};
 
+/// Syntax check of an address within RFC 5321 limits: one `@`, a local part of 1..64 characters without
+/// spaces or control characters, a domain of 1..253 characters with at least one dot and labels of
+/// letters, digits and hyphens.
+pub fn is_email(s: &str) -> bool {
+    if s.len() > 254 {
+        return false;
+    }
+    let Some((local, domain)) = s.rsplit_once('@') else { return false };
+    if local.is_empty() || local.len() > 64 || local.contains('@') {
+        return false;
+    }
+    if local.starts_with('.') || local.ends_with('.') || local.contains("..") {
+        return false;
+    }
+    if !local.chars().all(|c| c.is_ascii_graphic() && !"()<>[]\\,;:\"".contains(c)) {
+        return false;
+    }
+    if domain.len() > 253 || !domain.contains('.') {
+        return false;
+    }
+    domain.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    }) && !domain.rsplit('.').next().unwrap_or("").chars().all(|c| c.is_ascii_digit())
+}
+
 /// Keys that are never stored on a contact (spec 2.1 rule 5).
 pub const RESERVED_KEYS: &[&str] =
     &["id", "plunk_id", "plunk_email", "email", "unsubscribeUrl", "subscribeUrl", "manageUrl"];
