@@ -167,9 +167,20 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        // The database's own words name records and values: they go to the log, never to the client.
         match e {
-            StoreError::Conflict(m) => ApiError::Conflict(m),
-            StoreError::Validation(m) => ApiError::BadRequest(m),
+            StoreError::Conflict(m) => {
+                tracing::debug!(error = %m, "unique index");
+                ApiError::Conflict("This would duplicate a record that already exists".into())
+            }
+            StoreError::Validation(m) => {
+                tracing::debug!(error = %m, "refused by the schema");
+                let field = m.split_once("field `").and_then(|(_, rest)| rest.split_once('`')).map(|(f, _)| f);
+                ApiError::BadRequest(match field {
+                    Some(f) => format!("The value of {f} is not valid"),
+                    None => "A value is not valid".into(),
+                })
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

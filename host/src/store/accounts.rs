@@ -457,11 +457,7 @@ impl Store {
 }
 
 fn last_owner(e: StoreError) -> StoreError {
-    if e.to_string().contains("LAST_OWNER") {
-        StoreError::Conflict("A project must keep at least one OWNER".into())
-    } else {
-        e
-    }
+    if e.thrown("LAST_OWNER") { StoreError::Conflict("A project must keep at least one OWNER".into()) } else { e }
 }
 
 impl Store {

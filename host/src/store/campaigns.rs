@@ -158,7 +158,7 @@ const FIELDS: &str = "record::id(id) AS id, project, name, description, subject,
 const STATE: &str = "CAMPAIGN_STATE";
 
 fn is_state_error(e: &StoreError) -> bool {
-    e.to_string().contains(STATE)
+    e.thrown(STATE)
 }
 
 impl Store {

@@ -243,7 +243,7 @@ impl Store {
         );
         match self.query(&sql, v).await {
             Ok(_) => Ok(WriteResult::Done),
-            Err(e) if e.to_string().contains("STALE_CONTACT") => Ok(WriteResult::Stale),
+            Err(e) if e.thrown("STALE_CONTACT") => Ok(WriteResult::Stale),
             Err(StoreError::Busy(_)) => Ok(WriteResult::Stale),
             // A concurrent create of the same email, or an update to an email another contact took.
             Err(StoreError::Conflict(m)) if m.contains("contact_project_email") => match write {
@@ -318,7 +318,7 @@ impl Store {
         v["jobs"] = Value::Array(docs.jobs);
         match self.query(&sql, v).await {
             Ok(_) => Ok(WriteResult::Done),
-            Err(e) if e.to_string().contains("STALE_CONTACT") => Ok(WriteResult::Stale),
+            Err(e) if e.thrown("STALE_CONTACT") => Ok(WriteResult::Stale),
             Err(StoreError::Busy(_)) => Ok(WriteResult::Stale),
             Err(StoreError::Conflict(m)) if m.contains("contact_project_email") => Ok(WriteResult::Stale),
             Err(e) => Err(e),

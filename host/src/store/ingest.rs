@@ -326,11 +326,7 @@ impl Store {
                 let emails = created.iter().map(|c| c.email.as_str());
                 known.forget(project, emails.chain(updated.iter().map(|u| u.email.as_str())));
                 known.forget(project, unchanged.iter().map(|c| c.email.as_str()));
-                if e.to_string().contains("STALE_CONTACT") {
-                    Err(StoreError::Busy("a contact changed".into()))
-                } else {
-                    Err(e)
-                }
+                if e.thrown("STALE_CONTACT") { Err(StoreError::Busy("a contact changed".into())) } else { Err(e) }
             }
         }
     }

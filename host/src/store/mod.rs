@@ -53,11 +53,20 @@ pub enum StoreError {
     Decode(String),
     #[error("{0}")]
     Migration(String),
+    /// A query's own `THROW 'CODE: detail'`: a rule the statement checked (compare with
+    /// [`StoreError::thrown`], never by substring).
+    #[error("{0}")]
+    Thrown(String),
 }
 
 impl StoreError {
     fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Busy(_))
+    }
+
+    /// Whether this is the query's own `THROW` of `code` (alone or followed by `: detail`).
+    pub fn thrown(&self, code: &str) -> bool {
+        matches!(self, StoreError::Thrown(m) if m == code || m.strip_prefix(code).is_some_and(|r| r.starts_with(':')))
     }
 }
 
@@ -67,6 +76,11 @@ impl StoreError {
 fn classify(e: surrealdb::Error) -> StoreError {
     let msg = e.to_string();
     let lower = msg.to_lowercase();
+    // A `THROW` (SurrealDB words it "An error occurred: <what was thrown>").
+    const THROWN: &str = "An error occurred: ";
+    if let Some(at) = msg.find(THROWN) {
+        return StoreError::Thrown(msg[at + THROWN.len()..].trim().to_string());
+    }
     if lower.contains("can be retried") || lower.contains("transaction conflict") || lower.contains("write conflict") {
         StoreError::Busy(msg)
     } else if lower.contains("already contains") || e.is_already_exists() {
@@ -428,6 +442,40 @@ macro_rules! vars {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A query's own THROW comes back typed with what it threw; unique-index and schema refusals with
+    /// their kinds; and a client never sees the database's words for either.
+    #[tokio::test]
+    async fn store_errors_are_typed_where_they_arise() {
+        let store = Store::connect(&Config::for_tests()).await.unwrap();
+        let thrown = store
+            .query(
+                "BEGIN TRANSACTION; LET $x = 1; THROW 'CAMPAIGN_STATE: batch written'; COMMIT TRANSACTION;",
+                crate::vars! {},
+            )
+            .await
+            .err()
+            .expect("a THROW fails the query");
+        assert!(thrown.thrown("CAMPAIGN_STATE"), "{thrown:?}");
+        assert!(!thrown.thrown("CAMPAIGN"), "a code is matched whole: {thrown:?}");
+        assert!(!thrown.thrown("batch written"), "{thrown:?}");
+
+        store.create_project("p1", "One", "ph", "sh", None, 1).await.unwrap();
+        let q = "CREATE contact SET project = 'p1', email = 'a@example.com', subscribed = true, data = {},
+            version = 1, created_at = 1, updated_at = 1";
+        store.query(q, crate::vars! {}).await.unwrap();
+        let twice = store.query(q, crate::vars! {}).await.err().expect("a second contact with that email");
+        assert!(matches!(twice, StoreError::Conflict(_)), "{twice:?}");
+        let client = crate::error::ApiError::from(twice);
+        assert!(!client.to_string().contains("a@example.com") && !client.to_string().contains("contact:"), "{client}");
+
+        let bad =
+            store.query("CREATE email SET project = 1", crate::vars! {}).await.err().expect("a number for a string");
+        assert!(matches!(bad, StoreError::Validation(_)), "{bad:?}");
+        let client = crate::error::ApiError::from(bad);
+        assert_eq!(client.status_code(), 400);
+        assert!(!client.to_string().contains("email:"), "{client}");
+    }
 
     /// The read cache serves a row read moments ago (a write that bypasses the store is not seen at
     /// once), and a write through the store is seen by the very next read.
