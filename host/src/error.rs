@@ -173,6 +173,7 @@ impl From<StoreError> for ApiError {
                 tracing::debug!(error = %m, "unique index");
                 ApiError::Conflict("This would duplicate a record that already exists".into())
             }
+            StoreError::Refused(m) => ApiError::Conflict(m),
             StoreError::Validation(m) => {
                 tracing::debug!(error = %m, "refused by the schema");
                 let field = m.split_once("field `").and_then(|(_, rest)| rest.split_once('`')).map(|(f, _)| f);

@@ -168,8 +168,10 @@ async fn members_and_roles_follow_the_rules() {
     assert_envelope(&r, 403, "FORBIDDEN");
     let r = owner.patch(&format!("{members}/{owner_id}"), json!({ "role": "ADMIN" })).await;
     assert_envelope(&r, 409, "CONFLICT");
+    assert_eq!(r.json["error"]["message"], "A project must keep at least one OWNER", "{}", r.json);
     let r = owner.delete(&format!("{members}/{owner_id}")).await;
     assert_envelope(&r, 409, "CONFLICT");
+    assert_eq!(r.json["error"]["message"], "A project must keep at least one OWNER", "{}", r.json);
     // With a second OWNER the first may leave.
     let r = owner.patch(&format!("{members}/{admin_id}"), json!({ "role": "OWNER" })).await;
     assert_eq!(r.status, 200, "{}", r.json);

@@ -457,7 +457,7 @@ impl Store {
 }
 
 fn last_owner(e: StoreError) -> StoreError {
-    if e.thrown("LAST_OWNER") { StoreError::Conflict("A project must keep at least one OWNER".into()) } else { e }
+    if e.thrown("LAST_OWNER") { StoreError::Refused("A project must keep at least one OWNER".into()) } else { e }
 }
 
 impl Store {

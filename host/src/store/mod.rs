@@ -53,6 +53,9 @@ pub enum StoreError {
     Decode(String),
     #[error("{0}")]
     Migration(String),
+    /// A rule of the data that the store checked, worded for the client (answered 409 as it is).
+    #[error("{0}")]
+    Refused(String),
     /// A query's own `THROW 'CODE: detail'`: a rule the statement checked (compare with
     /// [`StoreError::thrown`], never by substring).
     #[error("{0}")]
