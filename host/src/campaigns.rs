@@ -142,7 +142,9 @@ fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64
 }
 
 impl Campaigns {
-    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
+    /// Registers the campaign jobs; the progress job runs every `progress_ms`.
+    pub fn register(self: &Arc<Self>, registry: &mut Registry, progress_ms: i64) {
+        registry.every(PROGRESS_JOB, progress_ms);
         let c = self.clone();
         registry.register(START_JOB, move |ctx: JobContext| {
             let c = c.clone();

@@ -92,8 +92,9 @@ impl EventBus {
         }
     }
 
-    /// Registers the dispatch job's handler.
-    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
+    /// Registers the dispatch job, run every `every_ms`.
+    pub fn register(self: &Arc<Self>, registry: &mut Registry, every_ms: i64) {
+        registry.every(DISPATCH_JOB, every_ms);
         let bus = self.clone();
         registry.register(DISPATCH_JOB, move |ctx: JobContext| {
             let bus = bus.clone();

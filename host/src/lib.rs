@@ -132,7 +132,7 @@ impl App {
         mut registry: Registry,
     ) -> Result<App, BuildError> {
         let bus = Arc::new(events::EventBus::default());
-        bus.register(&mut registry);
+        bus.register(&mut registry, config.event_dispatch_ms);
         let secret = match &config.secret {
             Some(s) => s.clone(),
             None => server_secret(&config.db, &store).await?,
@@ -150,6 +150,7 @@ impl App {
         });
         {
             let domains = domains.clone();
+            registry.every(DOMAIN_CHECK_JOB, config.domain_check_ms);
             registry.register(DOMAIN_CHECK_JOB, move |ctx: jobs::JobContext| {
                 let domains = domains.clone();
                 async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
@@ -201,12 +202,8 @@ impl App {
             wake: Default::default(),
             recounted: Default::default(),
         });
-        campaigns.register(&mut registry);
-        jobs::register_recurring(&store, &config, clock.now_ms()).await?;
-        store.ensure_recurring(segments::REFRESH_JOB, segments::REFRESH_MS, clock.now_ms()).await?;
-        store.ensure_recurring(segments::TRACK_JOB, segments::TRACK_MS, clock.now_ms()).await?;
-        store.ensure_recurring(DOMAIN_CHECK_JOB, config.domain_check_ms, clock.now_ms()).await?;
-        store.ensure_recurring(campaigns::PROGRESS_JOB, config.campaign_progress_ms, clock.now_ms()).await?;
+        campaigns.register(&mut registry, config.campaign_progress_ms);
+        jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
             clock.clone(),

@@ -321,8 +321,10 @@ impl Engine {
         Ok(done)
     }
 
-    /// Registers the recurring jobs' handlers.
+    /// Registers the recurring jobs.
     pub fn register(&self, registry: &mut crate::jobs::Registry) {
+        registry.every(REFRESH_JOB, REFRESH_MS);
+        registry.every(TRACK_JOB, TRACK_MS);
         let e = self.clone();
         registry.register(REFRESH_JOB, move |ctx: crate::jobs::JobContext| {
             let e = e.clone();

@@ -289,3 +289,45 @@ async fn a_job_whose_attempts_never_finish_is_dead_lettered_instead_of_crash_loo
     let job = store.job(&id).await.unwrap().unwrap();
     assert_eq!((job.status.as_str(), job.interrupted), ("completed", Some(1)));
 }
+
+/// Every recurring kind is declared by the module that handles it, and a started server has exactly one
+/// queued job of each, with its interval.
+#[tokio::test]
+async fn each_recurring_kind_is_queued_once_with_its_interval() {
+    let mut config = Config::for_tests();
+    config.run_jobs = false;
+    config.event_dispatch_ms = 1_234;
+    config.campaign_progress_ms = 2_345;
+    config.domain_check_ms = 3_456;
+    let s = crate::harness::Server::start_with(config, None).await;
+    let rows = s
+        .state
+        .store
+        .query(
+            "SELECT kind, interval_ms FROM job WHERE interval_ms != NONE AND status = 'queued' ORDER BY kind",
+            serde_json::json!({}),
+        )
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let got: Vec<(String, i64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap().to_string(), r["interval_ms"].as_i64().unwrap()))
+        .collect();
+    let want: Vec<(String, i64)> = [
+        ("campaigns.progress", 2_345),
+        ("domains.check", 3_456),
+        ("events.dispatch", 1_234),
+        ("jobs.purge", 3_600_000),
+        ("segments.refresh", 300_000),
+        ("segments.track", 2_000),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(got, want);
+    s.stop().await;
+}

@@ -45,11 +45,24 @@ pub struct Registry {
     batch: HashMap<String, (usize, BatchFn)>,
     /// Claim order of kinds: higher first (0 unless set). Within a kind, jobs run in `run_at` order.
     priority: HashMap<String, i64>,
+    /// Kinds that run on their own, every so many milliseconds ([`ensure_recurring`]).
+    recurring: std::collections::BTreeMap<String, i64>,
 }
 
 impl Registry {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes `kind` (registered by the same module) run on its own every `interval_ms`: one queued job per
+    /// kind in the whole cluster, ensured at start-up.
+    pub fn every(&mut self, kind: &str, interval_ms: i64) {
+        self.recurring.insert(kind.to_string(), interval_ms);
+    }
+
+    /// The recurring kinds with their intervals.
+    pub fn recurring(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.recurring.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
     pub fn register<F, Fut>(&mut self, kind: &str, f: F)
@@ -399,10 +412,12 @@ impl Worker {
     }
 }
 
-/// The recurring jobs every Herald process registers at start-up.
-pub async fn register_recurring(store: &Store, config: &crate::config::Config, now: i64) -> Result<(), StoreError> {
-    store.ensure_recurring(PURGE_JOBS, 3_600_000, now).await?;
-    store.ensure_recurring(crate::events::DISPATCH_JOB, config.event_dispatch_ms, now).await?;
+/// Ensures the recurring job of every kind the registry declares with [`Registry::every`] (at start-up;
+/// each kind keeps one queued job however many processes start).
+pub async fn ensure_recurring(store: &Store, registry: &Registry, now: i64) -> Result<(), StoreError> {
+    for (kind, interval_ms) in registry.recurring() {
+        store.ensure_recurring(kind, interval_ms, now).await?;
+    }
     Ok(())
 }
 
@@ -412,6 +427,7 @@ pub const PURGE_JOBS: &str = "jobs.purge";
 pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
     crate::projects::register(&mut r);
+    r.every(PURGE_JOBS, 3_600_000);
     r.register(PURGE_JOBS, |ctx: JobContext| async move {
         // Keep finished jobs for a week for inspection.
         let now = ctx.clock.now_ms();
