@@ -9,8 +9,6 @@ use std::fmt::Write;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::jobs::Outcome;
-
 const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 #[derive(Default)]
@@ -56,14 +54,10 @@ pub fn request_finished(method: &str, route: &str, status: u16, elapsed: Duratio
     });
 }
 
-pub fn job_finished(kind: &str, outcome: &Outcome, _elapsed: Duration) {
-    let label = match outcome {
-        Outcome::Completed => "completed",
-        Outcome::Retried { .. } => "retried",
-        Outcome::Dead => "dead",
-        Outcome::LeaseLost => "lease_lost",
-    };
-    with(|r| *r.jobs.entry((kind.to_string(), label)).or_default() += 1);
+/// Counts a finished job by kind and outcome (`completed`, `retried`, `dead`, `lease_lost`: the job
+/// queue's `Outcome::label`).
+pub fn job_finished(kind: &str, outcome: &'static str, _elapsed: Duration) {
+    with(|r| *r.jobs.entry((kind.to_string(), outcome)).or_default() += 1);
 }
 
 /// Counts delivery outcomes once they are recorded.

@@ -89,6 +89,17 @@ async fn metrics_count_requests_by_route_and_jobs_by_state() {
     };
     assert!(gauge("completed") >= 0 && gauge("dead") >= 0, "{text}");
     assert!(gauge("queued") + gauge("running") >= 2, "the recurring jobs are in the queue: {text}");
+    // Job runs are counted by kind and outcome (the event dispatch is due at start-up).
+    let mut runs = String::new();
+    for _ in 0..100 {
+        let _ = s.worker.run_once(10).await;
+        runs = c.http.get(format!("{}/metrics", s.base)).send().await.unwrap().text().await.unwrap();
+        if runs.contains("herald_job_runs_total{kind=\"events.dispatch\",outcome=\"completed\"}") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(runs.contains("herald_job_runs_total{kind=\"events.dispatch\",outcome=\"completed\"}"), "{runs}");
     s.stop().await;
 }
 

@@ -125,6 +125,18 @@ pub enum Outcome {
     LeaseLost,
 }
 
+impl Outcome {
+    /// The outcome's name in metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Retried { .. } => "retried",
+            Outcome::Dead => "dead",
+            Outcome::LeaseLost => "lease_lost",
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct WorkerOptions {
     pub id: String,
@@ -239,7 +251,7 @@ impl Worker {
             }
         }
         for (job, outcome) in &outcomes {
-            crate::metrics::job_finished(&job.kind, outcome, started.elapsed());
+            crate::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
         }
         outcomes
     }
@@ -302,7 +314,7 @@ impl Worker {
                 }
             }
         };
-        crate::metrics::job_finished(&job.kind, &outcome, started.elapsed());
+        crate::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
         outcome
     }
 
