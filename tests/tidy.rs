@@ -6,6 +6,10 @@
 //! - `domain/` does no I/O (no async runtime, files, network, processes, mail, DNS, plugins or database);
 //! - no source file has more than [`MAX_LINES`] lines before its tests.
 //!
+//! The plugin runtime (`host/plugin-runtime`, checked as `plugin-runtime/…`) keeps the same rules, so it imports
+//! neither salvo nor surrealdb and reads the wall clock only in its `clock.rs`; its manifest and the SDK test
+//! kit's depend on neither (a plugin author's `cargo test` must not compile the database).
+//!
 //! Comments are not checked (they may name what a module must not import), nor are test modules.
 
 use std::path::{Path, PathBuf};
@@ -72,7 +76,7 @@ fn violations(rel: &str, source: &str) -> Vec<String> {
         if !in_store && is_surrealql(text) {
             found.push(format!("{at}: SurrealQL outside store/"));
         }
-        if rel != "clock.rs" && WALL_CLOCK.iter().any(|w| text.contains(w)) {
+        if !matches!(rel, "clock.rs" | "plugin-runtime/clock.rs") && WALL_CLOCK.iter().any(|w| text.contains(w)) {
             found.push(format!("{at}: the wall clock outside clock.rs (use the injected clock)"));
         }
         if in_domain && IO.iter().any(|c| uses_path(text, c)) {
@@ -115,19 +119,58 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-#[test]
-fn the_host_keeps_its_layering_rules() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The violations of every source file under `root`, each path prefixed with `prefix`.
+fn check_tree(root: &Path, prefix: &str, at_least: usize) -> Vec<String> {
     let mut files = Vec::new();
-    sources(&root, &mut files);
-    assert!(files.len() > 50, "found only {} source files under {}", files.len(), root.display());
+    sources(root, &mut files);
+    assert!(files.len() >= at_least, "found only {} source files under {}", files.len(), root.display());
     let mut found = Vec::new();
     for file in &files {
-        let rel = file.strip_prefix(&root).expect("under the root").to_string_lossy().replace('\\', "/");
+        let rel = file.strip_prefix(root).expect("under the root").to_string_lossy().replace('\\', "/");
         let source = std::fs::read_to_string(file).expect("read a source file");
-        found.extend(violations(&rel, &source));
+        found.extend(violations(&format!("{prefix}{rel}"), &source));
     }
+    found
+}
+
+#[test]
+fn the_host_keeps_its_layering_rules() {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = check_tree(&host.join("src"), "", 50);
+    found.extend(check_tree(&host.join("plugin-runtime/src"), "plugin-runtime/", 7));
     assert!(found.is_empty(), "the layering rules of ARCHITECTURE.md are broken:\n{}", found.join("\n"));
+}
+
+/// The `[dependencies]` table of a Cargo manifest: the crate names it lists.
+fn dependencies(manifest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut inside = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == "[dependencies]";
+        } else if inside && let Some((name, _)) = line.split_once('=') {
+            names.push(name.trim().to_string());
+        }
+    }
+    names
+}
+
+/// Dependencies the plugin runtime and the test kit must not have.
+const NOT_FOR_PLUGIN_AUTHORS: &[&str] = &["surrealdb", "salvo", "salvo-oapi", "herald-host"];
+
+#[test]
+fn the_plugin_runtime_and_test_kit_need_no_database_or_server() {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for manifest in ["plugin-runtime/Cargo.toml", "../sdk/testkit/Cargo.toml"] {
+        let text = std::fs::read_to_string(host.join(manifest)).expect("read a manifest");
+        let deps = dependencies(&text);
+        assert!(!deps.is_empty(), "{manifest}: no [dependencies] found");
+        let bad: Vec<_> = deps.iter().filter(|d| NOT_FOR_PLUGIN_AUTHORS.contains(&d.as_str())).collect();
+        assert!(bad.is_empty(), "{manifest} depends on {bad:?}");
+    }
+    // The check itself: a manifest that pulls the host in is caught.
+    let sample = "[package]\nname = \"x\"\n\n[dependencies]\nherald-host = { path = \"../host\" }\ntokio = \"1\"\n";
+    assert_eq!(dependencies(sample), ["herald-host", "tokio"]);
 }
 
 #[test]
@@ -143,6 +186,9 @@ fn each_rule_catches_what_it_forbids() {
         ("campaigns.rs", r#"q("BEGIN TRANSACTION; COMMIT TRANSACTION;")"#, "SurrealQL outside store/"),
         ("delivery/mod.rs", "let now = std::time::SystemTime::now();", "the wall clock outside clock.rs"),
         ("api/send.rs", "let t = chrono::Utc::now();", "the wall clock outside clock.rs"),
+        ("plugin-runtime/lib.rs", "let t = chrono::Utc::now();", "the wall clock outside clock.rs"),
+        ("plugin-runtime/loading.rs", "use surrealdb::Surreal;", "surrealdb outside store/"),
+        ("plugin-runtime/http.rs", "use salvo::Router;", "salvo outside api/"),
         ("domain/tracking.rs", "use tokio::sync::Mutex;", "I/O in domain/"),
         ("domain/text.rs", "let f = std::fs::read(p);", "I/O in domain/"),
     ];
@@ -158,6 +204,7 @@ fn each_rule_catches_what_it_forbids() {
         ("store/emails.rs", r#"self.query("DELETE email WHERE id = $id", v)"#),
         ("store/mod.rs", "use surrealdb::Surreal;"),
         ("clock.rs", "let now = SystemTime::now();"),
+        ("plugin-runtime/clock.rs", "Utc::now().timestamp_millis()"),
         ("jobs/mod.rs", "//! Must not import: salvo, surrealdb."),
         ("api/contacts.rs", r#"#[endpoint(summary = "DELETE /contacts/:id removes a contact")]"#),
         ("domain/tracking.rs", "let tokio_like = 1; // tokio is fine in a comment"),

@@ -1,22 +1,12 @@
 //! Time. The rest of the host reads "now" through a [`Clock`] so tests can control it and never sleep.
-//! `wall_now_ms` is the single place that reads the system clock.
+//! The clock types live in the plugin runtime (plugins read time through them too) and are re-exported
+//! here; this module adds the date parsing the host needs.
 //!
 //! Must not import: salvo, surrealdb.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+pub use herald_plugin_runtime::clock::{Clock, ManualClock, SharedClock, SystemClock, rfc3339, wall_now_ms};
 
-use chrono::{DateTime, SecondsFormat, Utc};
-
-/// Milliseconds since the Unix epoch, UTC, read from the system clock.
-pub fn wall_now_ms() -> i64 {
-    Utc::now().timestamp_millis()
-}
-
-/// RFC 3339 UTC with milliseconds (decision "Names": times are RFC 3339 UTC with milliseconds).
-pub fn rfc3339(ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Millis, true)
-}
+use chrono::DateTime;
 
 /// Parses an RFC 3339 date-time into milliseconds since the epoch.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
@@ -28,60 +18,20 @@ pub fn is_date_only(s: &str) -> bool {
     s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()
 }
 
-pub trait Clock: Send + Sync + 'static {
-    fn now_ms(&self) -> i64;
-}
-
-/// The real clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        wall_now_ms()
-    }
-}
-
-/// A clock that only moves when told to. Used by tests and benchmarks.
-#[derive(Debug, Clone)]
-pub struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    pub fn new(start_ms: i64) -> Self {
-        Self(Arc::new(AtomicI64::new(start_ms)))
-    }
-    pub fn set(&self, ms: i64) {
-        self.0.store(ms, Ordering::SeqCst);
-    }
-    pub fn advance(&self, ms: i64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-pub type SharedClock = Arc<dyn Clock>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_has_milliseconds_and_z() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    fn rfc3339_round_trips() {
         assert_eq!(parse_rfc3339("2023-11-14T22:13:20.123Z"), Some(1_700_000_000_123));
+        assert_eq!(parse_rfc3339(&rfc3339(1_700_000_000_123)), Some(1_700_000_000_123));
     }
 
     #[test]
-    fn manual_clock_moves_only_when_told() {
-        let c = ManualClock::new(1000);
-        assert_eq!(c.now_ms(), 1000);
-        c.advance(500);
-        assert_eq!(c.now_ms(), 1500);
+    fn a_date_without_time_is_date_only() {
+        assert!(is_date_only("2026-01-15"));
+        assert!(!is_date_only("2026-01-15T10:00:00Z"));
+        assert!(!is_date_only("2026-13-15"));
     }
 }

@@ -7,6 +7,9 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// What the operator grants one plugin (`[plugin.<name>]`); defined by the plugin runtime.
+pub use herald_plugin_runtime::manifest::PluginGrant;
+
 use clap::Args;
 use serde::Deserialize;
 
@@ -151,28 +154,6 @@ pub struct Settings {
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-}
-
-/// What the operator of the server grants one plugin, beyond (or instead of) what its manifest asks for.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct PluginGrant {
-    /// Host patterns the plugin may call; replaces the manifest's list when given.
-    pub http: Option<Vec<String>>,
-    /// Lets the plugin reach private, loopback and link-local addresses (off by default).
-    #[serde(default)]
-    pub allow_private: bool,
-    /// Secret values; a secret is visible only when the manifest names it too.
-    #[serde(default)]
-    pub secrets: std::collections::BTreeMap<String, String>,
-    /// Config values, over the manifest's defaults.
-    #[serde(default)]
-    pub config: std::collections::BTreeMap<String, String>,
-    pub timeout_ms: Option<u64>,
-    pub memory_mb: Option<u64>,
-    pub fuel: Option<u64>,
-    /// Set to false to keep a plugin in the folder from loading.
-    pub enabled: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]

@@ -19,7 +19,6 @@ pub mod events;
 pub mod ingest;
 pub mod jobs;
 pub mod metrics;
-pub mod plugins;
 pub mod projects;
 pub mod ratelimit;
 pub mod security;
@@ -29,6 +28,9 @@ pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod verify;
+
+/// The plugin runtime (its own crate, `host/plugin-runtime`), where the host has always found it.
+pub use herald_plugin_runtime as plugins;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

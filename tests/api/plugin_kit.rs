@@ -5,8 +5,9 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
+
+use herald_plugin_testkit::artifacts;
 
 static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
@@ -14,49 +15,19 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root").to_path_buf()
 }
 
-/// The folder holding `herald_plugin_*.wasm` and `herald_fixture_*.wasm`, building them when needed.
+/// The folder holding `herald_plugin_*.wasm` and `herald_fixture_*.wasm`, building them when needed (with
+/// the SDK test kit's builder, which first adds the `wasm32-wasip2` target through rustup when the
+/// toolchain lacks it, so the README's test command is all the set-up there is).
 pub fn artifacts() -> &'static Path {
     let built = BUILT.get_or_init(|| {
         let target = std::env::var_os("HERALD_WASM_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("wasm-plugins"));
-        ensure_wasm_target()?;
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .arg("plugins")
-            .current_dir(repo_root())
-            .env("CARGO_TARGET_DIR", &target)
-            .output()
-            .map_err(|e| format!("cannot run cargo plugins: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("cargo plugins failed:\n{}", String::from_utf8_lossy(&out.stderr)));
-        }
-        Ok(target.join("wasm32-wasip2").join("release"))
+        artifacts::build(&repo_root(), &target, &["plugins"])
     });
     match built {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
-    }
-}
-
-/// Adds the `wasm32-wasip2` target through rustup when the active toolchain lacks it (a fresh machine with
-/// only rustup and cargo), so the README's test command is all the set-up there is. (The same check as the
-/// plugin SDK's test kit, which this crate does not depend on.)
-fn ensure_wasm_target() -> Result<(), String> {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out =
-        Command::new(rustc).args(["--print", "sysroot"]).output().map_err(|e| format!("cannot run rustc: {e}"))?;
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if sysroot.join("lib").join("rustlib").join("wasm32-wasip2").is_dir() {
-        return Ok(());
-    }
-    let out = Command::new("rustup")
-        .args(["target", "add", "wasm32-wasip2"])
-        .output()
-        .map_err(|e| format!("the wasm32-wasip2 target is missing and rustup cannot add it: {e}"))?;
-    match out.status.success() {
-        true => Ok(()),
-        false => Err(format!("rustup target add wasm32-wasip2 failed:\n{}", String::from_utf8_lossy(&out.stderr))),
     }
 }
 

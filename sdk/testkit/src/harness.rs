@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use herald_host::clock::{Clock, ManualClock, SharedClock, SystemClock};
-use herald_host::config::PluginGrant;
-use herald_host::plugins::manifest::Manifest;
-use herald_host::plugins::{
+use herald_plugin_runtime::clock::{Clock, ManualClock, SharedClock, SystemClock};
+use herald_plugin_runtime::manifest::Manifest;
+use herald_plugin_runtime::manifest::PluginGrant;
+use herald_plugin_runtime::{
     CallError, Kind, Loaded, Notification, Options, Outgoing, PluginHost, PluginStatus, SendOutcome, StepInput,
     StepOutcome, Value,
 };

@@ -4,7 +4,7 @@
 //! installs: the component, its manifest, the host's limits, grants, HTTP policy and ABI checks.
 //!
 //! - [`Harness`] loads one component with its manifest and a [`PluginGrant`] (the operator's
-//!   `[plugin.<name>]` settings) into a real [`herald_host::plugins::PluginHost`] in a private plugins
+//!   `[plugin.<name>]` settings) into a real [`herald_plugin_runtime::PluginHost`] in a private plugins
 //!   folder, and calls it: [`Harness::evaluate`], [`Harness::validate_operand`],
 //!   [`Harness::validate_step_config`], [`Harness::execute_step`], [`Harness::send`],
 //!   [`Harness::parse_notifications`]. The clock is the system's or a settable [`ManualClock`]
@@ -44,11 +44,11 @@ mod harness;
 pub use endpoint::{FakeEndpoint, Handler, ReceivedRequest, Reply};
 pub use harness::{Harness, HarnessBuilder, ManifestSource, TestClock};
 
-/// The host crate, for anything not re-exported here.
-pub use herald_host;
-pub use herald_host::clock::{ManualClock, SystemClock};
-pub use herald_host::config::PluginGrant;
-pub use herald_host::plugins::{
+/// The plugin runtime, for anything not re-exported here.
+pub use herald_plugin_runtime;
+pub use herald_plugin_runtime::clock::{ManualClock, SystemClock};
+pub use herald_plugin_runtime::manifest::PluginGrant;
+pub use herald_plugin_runtime::{
     Address, CallError, ContactPatch, Execution, Notification, NotificationKind, OutAttachment, Outgoing, PluginStatus,
     SendOutcome, StepContact, StepInput, StepOutcome, TriggerEvent, Value,
 };

@@ -1,7 +1,7 @@
 //! The operator suite.
 
-use herald_host::config::PluginGrant;
-use herald_host::plugins::Value;
+use herald_plugin_runtime::Value;
+use herald_plugin_runtime::manifest::PluginGrant;
 
 use super::{Report, json_ok, metadata_matches};
 use crate::harness::{Harness, HarnessBuilder};

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use herald_host::config::PluginGrant;
-use herald_host::plugins::{CallError, StepInput, StepOutcome};
+use herald_plugin_runtime::manifest::PluginGrant;
+use herald_plugin_runtime::{CallError, StepInput, StepOutcome};
 
 use super::{Report, json_ok, metadata_matches};
 use crate::endpoint::{FakeEndpoint, ReceivedRequest, Reply};

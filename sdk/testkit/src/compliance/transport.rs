@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_host::config::PluginGrant;
-use herald_host::plugins::{CallError, Notification, Outgoing, SendOutcome};
+use herald_plugin_runtime::manifest::PluginGrant;
+use herald_plugin_runtime::{CallError, Notification, Outgoing, SendOutcome};
 
 use super::{Report, metadata_matches};
 use crate::endpoint::{FakeEndpoint, ReceivedRequest, Reply};

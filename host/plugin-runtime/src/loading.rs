@@ -158,7 +158,11 @@ impl PluginHost {
             clock: self.clock.clone(),
             counters: self.counters.clone(),
         });
-        let exports = abi_v1::exported_kinds(&self.engine, &p.component);
+        let major = abi_major(&p.abi).ok_or_else(|| format!("unreadable ABI version {}", p.abi))?;
+        let exports = match major {
+            1 => abi_v1::exported_kinds(&self.engine, &p.component),
+            _ => return Err(format!("no binding for ABI major version {major}")),
+        };
         let kind = match exports.as_slice() {
             [k] => *k,
             [] => return Err("the component exports none of operators, steps or transports".into()),
@@ -170,8 +174,10 @@ impl PluginHost {
             return Err(format!("the manifest says kind {} but the component is a {} plugin", m.kind, kind.as_str()));
         }
         let pre = self.linker.instantiate_pre(&p.component).map_err(|e| format!("cannot link: {e:#}"))?;
-        let indices = abi_v1::Indices::new(&pre, kind).map_err(|e| format!("ABI mismatch: {e:#}"))?;
-        let probe = abi_v1::describe(self, &pre, &indices, &env).await?;
+        let (binding, probe) = match major {
+            1 => abi_v1::bind(self, &pre, kind, &env).await.map(|(b, probe)| (Binding::V1(b), probe))?,
+            _ => return Err(format!("no binding for ABI major version {major}")),
+        };
         if probe.metadata.name != p.stem {
             return Err(format!("the plugin calls itself {:?} but the file is {}.wasm", probe.metadata.name, p.stem));
         }
@@ -195,8 +201,7 @@ impl PluginHost {
             transport: probe.transport,
             env,
             pre,
-            indices,
-            warm: Mutex::new(Vec::new()),
+            binding,
         })
     }
 }

@@ -1,5 +1,9 @@
-//! Plugins: WebAssembly components in the plugins folder that add condition operators, workflow step
-//! types and delivery transports (ABI: `plugin-api/wit/<version>`).
+//! Herald's plugin runtime: WebAssembly components in the plugins folder that add condition operators,
+//! workflow step types and delivery transports (ABI: `plugin-api/wit/<version>`).
+//!
+//! A crate of its own so that it depends on neither the database nor the HTTP server: the host uses it
+//! (re-exported as `herald_host::plugins`), and so does the SDK's test kit, so a plugin author's
+//! `cargo test` compiles wasmtime but not SurrealDB.
 //!
 //! One wasmtime [`Engine`] per process (pooling allocator, epoch interruption, fuel). Each plugin is
 //! compiled off the request path (or loaded from the on-disk cache of precompiled artifacts, keyed by
@@ -12,9 +16,10 @@
 //! The registry swaps plugins atomically: a call holds an `Arc` of the version it started on, a plugin
 //! that fails to load leaves the previous version serving, and a removed file unloads its plugin.
 //!
-//! Must not import: salvo, surrealdb.
+//! Must not depend on: salvo, surrealdb (checked by `tests/tidy.rs`).
 
 pub mod abi_v1;
+pub mod clock;
 pub mod http;
 mod loading;
 pub mod manifest;
@@ -34,8 +39,8 @@ use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Reso
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::clock::SharedClock;
-use crate::config::PluginGrant;
+use clock::SharedClock;
+use manifest::PluginGrant;
 use manifest::{Grants, Manifest};
 pub use types::*;
 
@@ -145,9 +150,20 @@ pub struct Loaded {
     pub transport: Option<String>,
     env: Arc<PluginEnv>,
     pre: InstancePre<CallState>,
-    indices: abi_v1::Indices,
-    warm: Mutex<Vec<abi_v1::WarmOperator>>,
+    binding: Binding,
     stats: Arc<Stats>,
+}
+
+/// How a loaded plugin is called, by the major version of the ABI it was built against. Minor versions
+/// share their major's module; a new major version (2.0) adds a module and a variant beside `V1`, and the
+/// calls of [`PluginHost`] dispatch on it, so the 1.x code is never edited for it.
+enum Binding {
+    V1(abi_v1::Bound),
+}
+
+/// The major version of an ABI version string (`"1.1.0"` → 1).
+fn abi_major(abi: &str) -> Option<u64> {
+    abi.split('.').next()?.parse().ok()
 }
 
 /// A plugin file that did not load, and why.
@@ -438,7 +454,9 @@ impl PluginHost {
     pub async fn validate_operand(&self, operator: &str, operand: &Value) -> Result<Result<(), String>, CallError> {
         let p = self.operator(operator).ok_or_else(|| CallError::NotFound(format!("operator {operator}")))?;
         let started = Instant::now();
-        let r = abi_v1::validate_operand(self, &p, operator, operand).await;
+        let r = match &p.binding {
+            Binding::V1(b) => abi_v1::validate_operand(self, &p, b, operator, operand).await,
+        };
         self.record(&p, started, r.is_ok());
         r
     }
@@ -447,7 +465,10 @@ impl PluginHost {
     pub async fn evaluate(&self, operator: &str, operand: &Value, values: &[Value]) -> Result<Vec<bool>, CallError> {
         let p = self.operator(operator).ok_or_else(|| CallError::NotFound(format!("operator {operator}")))?;
         let started = Instant::now();
-        let r = abi_v1::evaluate(self, &p, operator, operand, values).await.and_then(|r| {
+        let r = match &p.binding {
+            Binding::V1(b) => abi_v1::evaluate(self, &p, b, operator, operand, values).await,
+        };
+        let r = r.and_then(|r| {
             let bools = r.map_err(|g| CallError::Guest {
                 plugin: p.metadata.name.clone(),
                 code: g.code,
@@ -474,7 +495,9 @@ impl PluginHost {
     ) -> Result<Result<(), Vec<String>>, CallError> {
         let p = self.step_type(step_type).ok_or_else(|| CallError::NotFound(format!("step type {step_type}")))?;
         let started = Instant::now();
-        let r = abi_v1::validate_step_config(self, &p, step_type, config).await;
+        let r = match &p.binding {
+            Binding::V1(b) => abi_v1::validate_step_config(self, &p, b, step_type, config).await,
+        };
         self.record(&p, started, r.is_ok());
         r
     }
@@ -485,7 +508,9 @@ impl PluginHost {
             .step_type(&input.step_type)
             .ok_or_else(|| CallError::NotFound(format!("step type {}", input.step_type)))?;
         let started = Instant::now();
-        let r = abi_v1::execute_step(self, &p, input).await;
+        let r = match &p.binding {
+            Binding::V1(b) => abi_v1::execute_step(self, &p, b, input).await,
+        };
         self.record(&p, started, r.is_ok());
         r
     }
@@ -494,7 +519,9 @@ impl PluginHost {
     pub async fn send(&self, transport: &str, msg: &Outgoing) -> Result<SendOutcome, CallError> {
         let p = self.transport(transport).ok_or_else(|| CallError::NotFound(format!("transport {transport}")))?;
         let started = Instant::now();
-        let r = abi_v1::send(self, &p, msg).await;
+        let r = match &p.binding {
+            Binding::V1(b) => abi_v1::send(self, &p, b, msg).await,
+        };
         self.record(&p, started, r.as_ref().is_ok_and(|o| matches!(o, SendOutcome::Accepted { .. })));
         r
     }
@@ -508,7 +535,9 @@ impl PluginHost {
     ) -> Result<Result<Vec<Notification>, String>, CallError> {
         let p = self.transport(transport).ok_or_else(|| CallError::NotFound(format!("transport {transport}")))?;
         let started = Instant::now();
-        let r = abi_v1::parse_notifications(self, &p, headers, body).await;
+        let r = match &p.binding {
+            Binding::V1(b) => abi_v1::parse_notifications(self, &p, b, headers, body).await,
+        };
         self.record(&p, started, r.is_ok());
         r
     }
@@ -533,7 +562,7 @@ impl PluginHost {
                         provides: p.metadata.provides.clone(),
                         status: "loaded".into(),
                         error: failure.map(|f| f.error.clone()),
-                        loaded_at: Some(crate::clock::rfc3339(p.loaded_at_ms)),
+                        loaded_at: Some(clock::rfc3339(p.loaded_at_ms)),
                         load_ms: Some(p.load_ms),
                         calls: p.stats.calls.load(Ordering::Relaxed),
                         failures: p.stats.failures.load(Ordering::Relaxed),

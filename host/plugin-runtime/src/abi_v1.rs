@@ -10,7 +10,7 @@
 #![allow(unsafe_code)]
 
 wasmtime::component::bindgen!({
-    path: "../plugin-api/wit/1.1.0",
+    path: "../../plugin-api/wit/1.1.0",
     inline: "
         package herald:host-v1;
         world all {
@@ -30,7 +30,7 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{HasSelf, InstancePre, Linker};
@@ -152,7 +152,7 @@ pub fn exported_kinds(engine: &Engine, component: &wasmtime::component::Componen
 }
 
 /// Export lookups done once per loaded plugin.
-pub struct Indices {
+struct Indices {
     plugin: plugin::GuestIndices,
     operators: Option<operators::GuestIndices>,
     steps: Option<steps::GuestIndices>,
@@ -160,7 +160,7 @@ pub struct Indices {
 }
 
 impl Indices {
-    pub fn new(pre: &InstancePre<CallState>, kind: t::Kind) -> wasmtime::Result<Indices> {
+    fn new(pre: &InstancePre<CallState>, kind: t::Kind) -> wasmtime::Result<Indices> {
         Ok(Indices {
             plugin: plugin::GuestIndices::new(pre)?,
             operators: if kind == t::Kind::Operator { Some(operators::GuestIndices::new(pre)?) } else { None },
@@ -170,17 +170,36 @@ impl Indices {
     }
 }
 
+/// What a plugin loaded through this ABI keeps for its calls: its export lookups and, for an operator
+/// plugin, the pool of warm instances.
+pub struct Bound {
+    indices: Indices,
+    warm: Mutex<Vec<WarmOperator>>,
+}
+
+/// Links a loaded 1.x plugin: looks its exports up once and asks it what it provides.
+pub async fn bind(
+    host: &PluginHost,
+    pre: &InstancePre<CallState>,
+    kind: t::Kind,
+    env: &Arc<PluginEnv>,
+) -> Result<(Bound, Probe), String> {
+    let indices = Indices::new(pre, kind).map_err(|e| format!("ABI mismatch: {e:#}"))?;
+    let probe = describe(host, pre, &indices, env).await?;
+    Ok((Bound { indices, warm: Mutex::new(Vec::new()) }, probe))
+}
+
 /// A warm operator instance with its store.
 pub struct WarmOperator {
     store: Store<CallState>,
     guest: operators::Guest,
 }
 
-async fn new_warm(host: &PluginHost, p: &Loaded) -> Result<WarmOperator, CallError> {
+async fn new_warm(host: &PluginHost, p: &Loaded, b: &Bound) -> Result<WarmOperator, CallError> {
     let mut store = host.store(&p.env, Some(p.env.grants.fuel));
     let started = async {
         let instance = p.pre.instantiate_async(&mut store).await?;
-        match &p.indices.operators {
+        match &b.indices.operators {
             Some(i) => i.load(&mut store, &instance),
             None => Err(wasmtime::format_err!("the plugin exports no operators")),
         }
@@ -193,11 +212,11 @@ async fn new_warm(host: &PluginHost, p: &Loaded) -> Result<WarmOperator, CallErr
 }
 
 /// A warm instance of an operator plugin with fresh fuel and deadline.
-async fn take_warm(host: &PluginHost, p: &Loaded) -> Result<WarmOperator, CallError> {
-    let warm = p.warm.lock().unwrap_or_else(|e| e.into_inner()).pop();
+async fn take_warm(host: &PluginHost, p: &Loaded, b: &Bound) -> Result<WarmOperator, CallError> {
+    let warm = b.warm.lock().unwrap_or_else(|e| e.into_inner()).pop();
     let mut w = match warm {
         Some(w) => w,
-        None => new_warm(host, p).await?,
+        None => new_warm(host, p, b).await?,
     };
     let _ = w.store.set_fuel(p.env.grants.fuel);
     w.store.set_epoch_deadline(super::deadline_ticks(p.env.grants.timeout));
@@ -207,8 +226,8 @@ async fn take_warm(host: &PluginHost, p: &Loaded) -> Result<WarmOperator, CallEr
 
 /// Returns a healthy instance to the pool. An instance whose call failed is dropped instead (its state
 /// is suspect).
-fn put_warm(p: &Loaded, w: WarmOperator) {
-    let mut pool = p.warm.lock().unwrap_or_else(|e| e.into_inner());
+fn put_warm(b: &Bound, w: WarmOperator) {
+    let mut pool = b.warm.lock().unwrap_or_else(|e| e.into_inner());
     if pool.len() < WARM_MAX {
         pool.push(w);
     }
@@ -221,10 +240,11 @@ fn timeout_error(env: &PluginEnv) -> CallError {
 pub async fn validate_operand(
     host: &PluginHost,
     p: &Loaded,
+    b: &Bound,
     operator: &str,
     operand: &t::Value,
 ) -> Result<Result<(), String>, CallError> {
-    let mut w = take_warm(host, p).await?;
+    let mut w = take_warm(host, p, b).await?;
     let operand = value_out(operand);
     let limit = p.env.grants.timeout + HOST_GRACE;
     let r = tokio::time::timeout(limit, w.guest.call_validate_operand(&mut w.store, operator, &operand)).await;
@@ -232,7 +252,7 @@ pub async fn validate_operand(
         Err(_) => Err(timeout_error(&p.env)),
         Ok(Err(e)) => Err(PluginHost::classify(&p.env, Some(&w.store), e)),
         Ok(Ok(v)) => {
-            put_warm(p, w);
+            put_warm(b, w);
             Ok(v)
         }
     }
@@ -241,11 +261,12 @@ pub async fn validate_operand(
 pub async fn evaluate(
     host: &PluginHost,
     p: &Loaded,
+    b: &Bound,
     operator: &str,
     operand: &t::Value,
     values: &[t::Value],
 ) -> Result<Result<Vec<bool>, t::GuestError>, CallError> {
-    let mut w = take_warm(host, p).await?;
+    let mut w = take_warm(host, p, b).await?;
     let operand = value_out(operand);
     let values: Vec<wit::Value> = values.iter().map(value_out).collect();
     let limit = p.env.grants.timeout + HOST_GRACE;
@@ -254,7 +275,7 @@ pub async fn evaluate(
         Err(_) => Err(timeout_error(&p.env)),
         Ok(Err(e)) => Err(PluginHost::classify(&p.env, Some(&w.store), e)),
         Ok(Ok(v)) => {
-            put_warm(p, w);
+            put_warm(b, w);
             Ok(v.map_err(guest_error))
         }
     }
@@ -267,13 +288,13 @@ enum Stage {
 
 /// Instantiates a plugin in a fresh store and runs one async call on its `$iface` export.
 macro_rules! fresh_call {
-    ($host:expr, $p:expr, $iface:ident, |$store:ident, $guest:ident| $body:expr) => {{
+    ($host:expr, $p:expr, $b:expr, $iface:ident, |$store:ident, $guest:ident| $body:expr) => {{
         let env: &Arc<PluginEnv> = &$p.env;
         let mut $store = $host.store(env, None);
         let limit = env.grants.timeout + HOST_GRACE;
         let r = tokio::time::timeout(limit, async {
             let instance = $p.pre.instantiate_async(&mut $store).await.map_err(Stage::Start)?;
-            let $guest = match &$p.indices.$iface {
+            let $guest = match &$b.indices.$iface {
                 Some(i) => i.load(&mut $store, &instance).map_err(Stage::Start)?,
                 None => return Err(Stage::Start(wasmtime::format_err!("missing export"))),
             };
@@ -314,7 +335,7 @@ fn metadata_in(m: wit::PluginMetadata) -> t::Metadata {
 }
 
 /// Instantiates a plugin once to read its metadata and what it provides.
-pub async fn describe(
+async fn describe(
     host: &PluginHost,
     pre: &InstancePre<CallState>,
     indices: &Indices,
@@ -361,15 +382,21 @@ pub async fn describe(
 pub async fn validate_step_config(
     host: &PluginHost,
     p: &Loaded,
+    b: &Bound,
     step_type: &str,
     config: &str,
 ) -> Result<Result<(), Vec<String>>, CallError> {
-    fresh_call!(host, p, steps, |store, guest| guest.call_validate_config(&mut store, step_type, config))
+    fresh_call!(host, p, b, steps, |store, guest| guest.call_validate_config(&mut store, step_type, config))
 }
 
-pub async fn execute_step(host: &PluginHost, p: &Loaded, input: &t::StepInput) -> Result<t::StepOutcome, CallError> {
+pub async fn execute_step(
+    host: &PluginHost,
+    p: &Loaded,
+    b: &Bound,
+    input: &t::StepInput,
+) -> Result<t::StepOutcome, CallError> {
     let input = step_input_out(input);
-    let r = fresh_call!(host, p, steps, |store, guest| guest.call_execute(&mut store, &input))?;
+    let r = fresh_call!(host, p, b, steps, |store, guest| guest.call_execute(&mut store, &input))?;
     match r {
         Ok(o) => Ok(t::StepOutcome {
             branch: o.branch,
@@ -388,9 +415,9 @@ pub async fn execute_step(host: &PluginHost, p: &Loaded, input: &t::StepInput) -
     }
 }
 
-pub async fn send(host: &PluginHost, p: &Loaded, msg: &t::Outgoing) -> Result<t::SendOutcome, CallError> {
+pub async fn send(host: &PluginHost, p: &Loaded, b: &Bound, msg: &t::Outgoing) -> Result<t::SendOutcome, CallError> {
     let out = outgoing_out(msg);
-    let r = fresh_call!(host, p, transports, |store, guest| guest.call_send(&mut store, &out))?;
+    let r = fresh_call!(host, p, b, transports, |store, guest| guest.call_send(&mut store, &out))?;
     Ok(match r {
         Ok(a) => t::SendOutcome::Accepted { provider_message_id: a.provider_message_id },
         Err(transports::SendError::Temporary(m)) => t::SendOutcome::Temporary(m),
@@ -402,11 +429,12 @@ pub async fn send(host: &PluginHost, p: &Loaded, msg: &t::Outgoing) -> Result<t:
 pub async fn parse_notifications(
     host: &PluginHost,
     p: &Loaded,
+    b: &Bound,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 ) -> Result<Result<Vec<t::Notification>, String>, CallError> {
     let req = transports::InboundRequest { headers, body };
-    let r = fresh_call!(host, p, transports, |store, guest| guest.call_parse_notifications(&mut store, &req))?;
+    let r = fresh_call!(host, p, b, transports, |store, guest| guest.call_parse_notifications(&mut store, &req))?;
     Ok(r.map(|list| {
         list.into_iter()
             .map(|n| t::Notification {

@@ -1,0 +1,76 @@
+//! Time as plugins and the host see it. Everything reads "now" through a [`Clock`] so tests can control it
+//! and never sleep; `wall_now_ms` is the single place that reads the system clock. The plugin runtime owns
+//! the clock because plugins read time through it (the `clock` import) and a plugin author's tests drive it
+//! with a [`ManualClock`]; the host re-exports these types from its own `clock` module.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+/// Milliseconds since the Unix epoch, UTC, read from the system clock.
+pub fn wall_now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// RFC 3339 UTC with milliseconds, the one form Herald writes times in.
+pub fn rfc3339(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> i64;
+}
+
+/// The real clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        wall_now_ms()
+    }
+}
+
+/// A clock that only moves when told to. Used by tests and benchmarks.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    pub fn new(start_ms: i64) -> Self {
+        Self(Arc::new(AtomicI64::new(start_ms)))
+    }
+    pub fn set(&self, ms: i64) {
+        self.0.store(ms, Ordering::SeqCst);
+    }
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+pub type SharedClock = Arc<dyn Clock>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_has_milliseconds_and_z() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let c = ManualClock::new(1000);
+        assert_eq!(c.now_ms(), 1000);
+        c.advance(500);
+        assert_eq!(c.now_ms(), 1500);
+    }
+}
