@@ -1,4 +1,4 @@
-//! Campaign sending (spec 3.1, 4.6; decisions 17, 18, 23, 24), on the durable job queue:
+//! Campaign sending (docs/behaviour.md#campaigns), on the durable job queue:
 //!
 //! - `send` (DRAFT → SENDING) or `schedule` (DRAFT → SCHEDULED, and a `campaign.start` job at the time)
 //!   start a new *run* of the campaign and enqueue its `campaign.resolve` job in the same transaction.
@@ -219,7 +219,7 @@ impl Campaigns {
         self.load(project, id).await
     }
 
-    /// Cancel (decision 23). Answers the campaign after.
+    /// Cancel (docs/behaviour.md#campaigns). Answers the campaign after.
     pub async fn cancel(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
         for _ in 0..8 {
             let c = self.load(project, id).await?;
@@ -355,7 +355,7 @@ impl Campaigns {
         }
         let now = self.clock.now_ms();
         let contacts = self.store.batch_contacts(&c.project, &p.contacts).await?;
-        // Decision 23: the audience is subscribed contacts only, checked again as each batch is written.
+        // The audience is subscribed contacts only, checked again as each batch is written.
         let contacts: Vec<_> = contacts.into_iter().filter(|k| k.subscribed).collect();
         let ids: Vec<String> = contacts.iter().map(|k| email_id(&c.id, &k.id)).collect();
         let existing: std::collections::HashSet<String> =
@@ -451,8 +451,8 @@ impl Campaigns {
         Ok(done)
     }
 
-    /// A test send (decision 24) to a member of the project: `[TEST] ` subject, `X-Herald-Test: true`,
-    /// no tracking, not counted. Answers the email record's id.
+    /// A test send (docs/behaviour.md#campaigns) to a member of the project: `[TEST] ` subject,
+    /// `X-Herald-Test: true`, no tracking, not counted. Answers the email record's id.
     pub async fn test_send(&self, project: &str, id: &str, to: &str) -> Result<String, CampaignError> {
         let c = self.load(project, id).await?;
         let members = self.store.members(project).await?;
@@ -468,7 +468,7 @@ impl Campaigns {
         let project_name = self.store.project(project).await?.map(|p| p.name);
         let from_name = c.from_name.clone().or(project_name);
         let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];
-        // Decision 24: not counted (no campaign), not tracked, marked as a test.
+        // A test send is not counted (no campaign), not tracked, and marked as a test.
         let message = Message {
             campaign: None,
             headers: &headers,

@@ -1,7 +1,8 @@
 //! Composing email records: one message rendered for one recipient, the way `/v1/send`, campaigns and
 //! test sends all do it. Variables are the contact's `data`, the request's one-off values, `id`, `email`
-//! and the three subscription links (decision 15); marketing mail gets the RFC 8058 one-click
-//! unsubscribe headers (decision 20); tracked mail gets its links rewritten and the pixel.
+//! and the three subscription links (docs/behaviour.md#templates); marketing mail gets the RFC 8058
+//! one-click unsubscribe headers (docs/behaviour.md#tracking-and-unsubscribe); tracked mail gets its links
+//! rewritten and the pixel.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -17,9 +18,9 @@ use crate::store::emails::EmailRow;
 /// Largest rendered subject or body.
 pub const MAX_RENDER_BYTES: usize = 20 * 1024 * 1024;
 
-/// Rendered bytes (subjects, HTML and text parts, over all recipients) one request may produce: spec 8's
-/// 40 MB for a whole message holds for the request, not per recipient, so a small request with a
-/// template that multiplies its data cannot make the server store gigabytes.
+/// Rendered bytes (subjects, HTML and text parts, over all recipients) one request may produce: the
+/// 40 MB limit of a whole message holds for the request, not per recipient (docs/behaviour.md#limits),
+/// so a small request with a template that multiplies its data cannot make the server store gigabytes.
 pub const MAX_REQUEST_RENDER_BYTES: usize = 40 * 1024 * 1024;
 
 /// Runs composing work on tokio's blocking pool: rendering a large message (or one whose loops use their

@@ -1,6 +1,7 @@
-//! DKIM keys and signing (decision 22). A domain gets an RSA-2048 key pair when it is added; the private
-//! key is kept encrypted at rest (AES-256-GCM with a key derived from the server secret); the public key
-//! is published as `v=DKIM1; k=rsa; p=<base64 SubjectPublicKeyInfo>`. [`Signer`] signs outgoing messages.
+//! DKIM keys and signing (docs/behaviour.md#domains). A domain gets an RSA-2048 key pair when it is added;
+//! the private key is kept encrypted at rest (AES-256-GCM with a key derived from the server secret); the
+//! public key is published as `v=DKIM1; k=rsa; p=<base64 SubjectPublicKeyInfo>`. [`Signer`] signs outgoing
+//! messages.
 //!
 //! Key generation uses aws-lc-rs (C code, optimised even in debug builds, so tests stay fast); signing
 //! uses mail-auth with ring (about 1,460 RSA-2048 signatures per second per core measured here).
@@ -77,7 +78,7 @@ pub fn storage_key(secret: &str) -> [u8; 32] {
     k
 }
 
-/// Headers covered by Herald's signatures (decision 20 adds the List-Unsubscribe pair on marketing mail).
+/// Headers covered by Herald's signatures (plus the List-Unsubscribe pair on mail that carries it).
 pub const SIGNED_HEADERS: &[&str] =
     &["From", "To", "Subject", "Date", "Message-ID", "Reply-To", "Cc", "MIME-Version", "Content-Type"];
 pub const LIST_UNSUBSCRIBE_HEADERS: &[&str] = &["List-Unsubscribe", "List-Unsubscribe-Post"];

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::store::StoreError;
 
-/// One field-level problem in a request body (decision 6).
+/// One field-level problem in a request body (docs/behaviour.md#errors).
 #[derive(Debug, Clone, Serialize)]
 pub struct FieldError {
     /// Dotted path of the field, for example `to.0.email`.
@@ -40,7 +40,7 @@ pub enum ApiError {
     PayloadTooLarge { limit: String },
     #[error("Validation failed")]
     Validation(Vec<FieldError>),
-    /// The bare `{ "error": "..." }` 400 responses that spec §7 lists.
+    /// The bare `{ "error": "..." }` 400 responses the interface lists (docs/behaviour.md#errors).
     #[error("{0}")]
     BareBadRequest(String),
     #[error("{0}")]
@@ -69,7 +69,8 @@ pub enum ApiError {
     /// A plugin needed for the request failed (trap, timeout); the message names it.
     #[error("{0}")]
     PluginUnavailable(String),
-    /// The sender check (decision 5): 403 with code INTERNAL_SERVER_ERROR, as the spec names it.
+    /// The sender check: 403 with code INTERNAL_SERVER_ERROR, as the interface names it
+    /// (docs/behaviour.md#errors).
     #[error("{message}")]
     SenderDomain { reason: &'static str, domain: String, message: String },
 }

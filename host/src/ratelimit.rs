@@ -1,6 +1,6 @@
-//! The API rate limit of decision 8: a token bucket per project holding `limit` requests that refills
-//! at `limit` per minute. Buckets live in this process's memory (a cluster-wide limit is part of the
-//! scale-out work).
+//! The API rate limit (docs/behaviour.md#limits): a token bucket per project holding `limit` requests
+//! that refills at `limit` per minute. Buckets live in this process's memory (a cluster-wide limit is part
+//! of the scale-out work).
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -70,8 +70,8 @@ impl RateLimiter {
     }
 }
 
-/// The sending throttle of decision 8: at most `per_second` messages per project handed to the
-/// transport each second (a bucket of one second's worth). Per process, like the API limit.
+/// The sending throttle (docs/behaviour.md#limits): at most `per_second` messages per project handed to
+/// the transport each second (a bucket of one second's worth). Per process, like the API limit.
 pub struct SendThrottle {
     per_second: u32,
     clock: SharedClock,

@@ -1,5 +1,5 @@
-//! Credentials: API keys (decision 2), password hashing (argon2) and the dashboard session token
-//! (an HS256 JWT, decision 4). Pure functions apart from drawing random bytes.
+//! Credentials: API keys, password hashing (argon2) and the dashboard session token (an HS256 JWT); the
+//! rules are in docs/behaviour.md#keys-and-authentication. Pure functions apart from drawing random bytes.
 //!
 //! Must not import: salvo, surrealdb.
 

@@ -338,7 +338,8 @@ impl Engine {
     }
 }
 
-/// `segment.<slug>.entry` and `segment.<slug>.exit` (decision 13).
+/// `segment.<slug>.entry` and `segment.<slug>.exit`; a name without slug characters uses the id
+/// (docs/behaviour.md#events).
 pub fn event_names(name: &str, id: &str) -> (String, String) {
     let mut slug = conditions::slug(name);
     if slug.is_empty() {

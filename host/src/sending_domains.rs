@@ -1,6 +1,6 @@
-//! Sender domains (decision 22): adding one (DKIM key pair, sealed private key, DNS records), checking
-//! its DNS now or on the recurring job, the one sender check every sending path uses, and the DKIM
-//! signer of a verified domain.
+//! Sender domains (docs/behaviour.md#domains): adding one (DKIM key pair, sealed private key, DNS
+//! records), checking its DNS now or on the recurring job, the one sender check every sending path uses,
+//! and the DKIM signer of a verified domain.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -22,7 +22,7 @@ pub enum DomainError {
     Dkim(#[from] dkim::DkimError),
 }
 
-/// Why a sender address is refused (decision 5: 403 with `details.reason`).
+/// Why a sender address is refused (403 with `details.reason`, docs/behaviour.md#errors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SenderRefusal {
     NotRegistered,

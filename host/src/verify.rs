@@ -1,6 +1,7 @@
-//! Address verification for `POST /v1/verify` (spec 2.7): syntax, disposable, alias, plus-addressing,
-//! personal provider, typo suggestion, and DNS facts (NS, A/AAAA, MX with RFC 7505 null MX) looked up in
-//! parallel through the host resolver. A DNS failure becomes a reason, never an error.
+//! Address verification for `POST /v1/verify` (docs/behaviour.md#address-verification): syntax,
+//! disposable, alias, plus-addressing, personal provider, typo suggestion, and DNS facts (NS, A/AAAA, MX
+//! with RFC 7505 null MX) looked up in parallel through the host resolver. A DNS failure becomes a reason,
+//! never an error.
 //!
 //! Must not import: salvo, surrealdb.
 

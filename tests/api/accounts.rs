@@ -1,4 +1,4 @@
-//! Accounts, sessions, projects, keys and members (spec §4.12, §5; decisions 1-4).
+//! Accounts, sessions, projects, keys and members (docs/behaviour.md#keys-and-authentication).
 
 use serde_json::json;
 

@@ -1,4 +1,4 @@
-//! Campaigns (spec 2.3, 3.1, 4.6; decisions 17, 23, 24) against a real SMTP server on loopback: the
+//! Campaigns (docs/behaviour.md#campaigns) against a real SMTP server on loopback: the
 //! endpoints and their errors, the state machine, audiences, scheduling with a controlled clock, cancel
 //! before and during sending, test sends, stats, and exactly-once sending across a restart, retried
 //! batches and two workers sharing one database.
@@ -180,7 +180,7 @@ async fn create_get_replace_list_duplicate_and_delete_with_their_errors() {
     for f in ["type", "subject", "body"] {
         assert!(fields.contains(&f), "{f} in {fields:?}");
     }
-    // An unverified sender domain: 403 with the code the spec names.
+    // An unverified sender domain: 403 with the code the interface names (docs/behaviour.md#errors).
     let mut b = campaign("x");
     b["from"] = json!("news@elsewhere.test");
     let r = c.post("/campaigns", b).await;
@@ -662,7 +662,7 @@ async fn a_contact_who_unsubscribes_while_the_campaign_is_queued_gets_nothing() 
     e.s.clock().advance(60_000);
     drain(&e.s.worker).await;
     let n = recipients(&e.sink);
-    assert_eq!(n.keys().collect::<Vec<_>>(), ["stay@example.org"], "decision 17: never to an unsubscribed contact");
+    assert_eq!(n.keys().collect::<Vec<_>>(), ["stay@example.org"], "marketing mail: never to an unsubscribed contact");
     let s = c.get(&format!("/campaigns/{id}/stats")).await.json;
     assert_eq!(
         (s["status"].as_str(), s["sentCount"].clone(), s["cancelledCount"].clone()),

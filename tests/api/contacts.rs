@@ -1,4 +1,4 @@
-//! Contacts (spec 2.1, 3.2, 4.2, 4.4; decisions 11-12).
+//! Contacts (docs/behaviour.md#contacts-and-data, docs/behaviour.md#pagination).
 
 use std::collections::HashSet;
 
@@ -37,7 +37,7 @@ async fn upsert_validation() {
     let p = proj(&s, "o@example.com").await;
     let r = p.secret.post("/contacts", json!({ "data": {} })).await;
     assert_eq!(r.status, 400);
-    assert!(r.json["error"].is_string(), "missing email is the bare error of spec §7: {}", r.json);
+    assert!(r.json["error"].is_string(), "missing email is a bare error: {}", r.json);
     assert!(r.json.get("success").is_none());
     let r = p.secret.post("/contacts", json!({ "email": "nope", "subscribed": "yes", "data": [1] })).await;
     assert_envelope(&r, 422, "VALIDATION_ERROR");

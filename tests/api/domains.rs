@@ -1,5 +1,6 @@
-//! Sender domains, DNS verification, the sender check, DKIM signing and /v1/verify (spec 2.7, 4.10;
-//! decisions 5, 22), against a real DNS server on loopback.
+//! Sender domains, DNS verification, the sender check, DKIM signing and /v1/verify, against a real DNS
+//! server on loopback (docs/behaviour.md#domains, docs/behaviour.md#errors for the sender check,
+//! docs/behaviour.md#address-verification).
 
 use std::sync::Arc;
 
@@ -206,7 +207,7 @@ async fn the_sender_check_refuses_unregistered_foreign_and_unverified_domains() 
         let err = check(from).await.unwrap_err();
         assert_eq!(err.status_code(), 403, "{from}");
         let body = err.body("rid");
-        assert_eq!(body["error"]["code"], "INTERNAL_SERVER_ERROR", "decision 5's named exception");
+        assert_eq!(body["error"]["code"], "INTERNAL_SERVER_ERROR", "the exception the interface names");
         assert_eq!(body["error"]["statusCode"], 403);
         assert_eq!(body["error"]["details"]["reason"], reason, "{from}");
     }

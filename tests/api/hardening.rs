@@ -247,7 +247,7 @@ async fn a_small_send_cannot_make_the_server_render_and_store_far_more_than_it_w
     let st = std::sync::Arc::clone(&s.state);
     st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
     let to: Vec<String> = (0..20).map(|i| format!("r{i}@example.com")).collect();
-    // ~3 MB per recipient from a request of a few KB: 60 MB for the request, past spec 8's 40 MB.
+    // ~3 MB per recipient from a request of a few KB: 60 MB for the request, past the 40 MB limit.
     let body = "{{#each a}}{{#each ../b}}<p>amplified amplified amplified amplified</p>{{/each}}{{/each}}";
     let r = p
         .secret

@@ -196,7 +196,7 @@ pub async fn proj(server: &Server, email: &str) -> Proj {
     }
 }
 
-/// Asserts the standard error envelope of spec §7.
+/// Asserts the standard error envelope (docs/behaviour.md#errors).
 pub fn assert_envelope(r: &Resp, status: u16, code: &str) {
     assert_eq!(r.status, status, "status of {}", r.json);
     assert_eq!(r.json["success"], false, "{}", r.json);

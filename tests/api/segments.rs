@@ -1,4 +1,4 @@
-//! Segments (spec 2.4, 2.5, 4.7, 6; decisions 13, 25, 26): every endpoint, tracked memberships with entry
+//! Segments (docs/behaviour.md#segments-and-conditions): every endpoint, tracked memberships with entry
 //! and exit events, static members, circular references, usage, plugin operators and project isolation.
 
 use serde_json::{Value, json};
@@ -42,7 +42,7 @@ async fn create_list_get_patch_delete() {
     contact(&p.secret, "ada@example.com", json!({"plan": "pro"})).await;
     contact(&p.secret, "bob@example.com", json!({"plan": "free"})).await;
 
-    // DYNAMIC without an object condition: the bare error of spec §7
+    // DYNAMIC without an object condition: a bare `{"error"}` 400 (docs/behaviour.md#errors)
     for body in [json!({"name": "x"}), json!({"name": "x", "type": "DYNAMIC", "condition": "plan=pro"})] {
         let r = p.secret.post("/segments", body).await;
         assert_eq!(r.status, 400, "{}", r.json);
@@ -66,7 +66,7 @@ async fn create_list_get_patch_delete() {
     assert_eq!(pro["projectId"], p.id.as_str());
     assert_eq!(pro["condition"], eq("data.plan", json!("pro")));
     assert!(pro["createdAt"].as_str().unwrap().ends_with('Z'));
-    // decision 26: a STATIC segment's condition is accepted and ignored
+    // A STATIC segment's condition is accepted and ignored (docs/behaviour.md#segments-and-conditions)
     let st = segment(&p.secret, json!({"name": "List", "type": "STATIC", "condition": {"nonsense": true}})).await;
     assert_eq!(st["condition"], Value::Null);
     assert_eq!(st["memberCount"], 0);

@@ -1,4 +1,5 @@
-//! `/v1/send` and delivery through a real SMTP server on loopback (spec 4.3; decisions 9, 16-19).
+//! `/v1/send` and delivery through a real SMTP server on loopback (docs/behaviour.md#sending,
+//! docs/behaviour.md#limits, docs/behaviour.md#delivery-and-email-statuses).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -683,8 +684,8 @@ async fn the_emails_of_one_send_share_a_delivery_job_whose_retry_sends_only_what
     assert_eq!(jobs("completed").await.len(), 1);
 }
 
-/// Issue 30: templates written for the interface's reserved names render them (spec: `plunk_id`,
-/// `plunk_email` are the contact's id and email).
+/// Issue 30: templates written for the interface's reserved names render them (`plunk_id`, `plunk_email`
+/// are the contact's id and email; docs/behaviour.md#templates).
 #[tokio::test]
 async fn the_reserved_contact_variables_render_the_contacts_id_and_email() {
     let s = Server::start_stepped().await;

@@ -1,4 +1,4 @@
-//! Templates (spec 2.2, 4.5; decisions 5, 15).
+//! Templates (docs/behaviour.md#templates, and the sender check of docs/behaviour.md#errors).
 
 use std::sync::Arc;
 
@@ -56,7 +56,7 @@ async fn create_get_patch_delete() {
 async fn validation_syntax_and_sender_checks() {
     let s = Server::start().await;
     let p = with_sender(&s, "o@example.com").await;
-    // Missing from: the bare error of spec §7.
+    // Missing from: a bare `{"error"}` 400 (docs/behaviour.md#errors).
     let r = p.secret.post("/templates", json!({ "name": "x", "subject": "s", "body": "b" })).await;
     assert_eq!(r.status, 400);
     assert!(r.json["error"].is_string(), "{}", r.json);

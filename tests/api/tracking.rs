@@ -1,5 +1,5 @@
-//! `/v1/track`, idempotency keys, the event endpoints and the event stream (spec 2.6, 3.2, 4.3, 4.9, 6;
-//! decisions 1, 10, 13).
+//! `/v1/track`, idempotency keys, the event endpoints and the event stream (docs/behaviour.md#events,
+//! docs/behaviour.md#idempotency, docs/behaviour.md#keys-and-authentication).
 
 use std::sync::{Arc, Mutex};
 
@@ -108,7 +108,7 @@ async fn track_subscription_rules() {
     };
     assert_eq!(names(p.secret.get(&format!("/events/contact/{id}")).await), vec!["visit"; 3]);
     p.public.post("/v1/track", t(Some(true))).await;
-    assert_eq!(get().await.json["subscribed"], false, "the public key never re-subscribes (decision 30)");
+    assert_eq!(get().await.json["subscribed"], false, "the public key never re-subscribes");
     p.secret.post("/v1/track", t(Some(true))).await;
     assert_eq!(get().await.json["subscribed"], true, "the secret key does");
     let got = names(p.secret.get(&format!("/events/contact/{id}")).await);
@@ -130,7 +130,7 @@ async fn keys_missing_wrong_type_invalid_and_revoked_get_401() {
             || r.json["error"]["message"].as_str().unwrap().contains("requires a secret key")
     );
     assert_envelope(&p.public.get("/events").await, 401, "INVALID_API_KEY");
-    // Secret key: everything, including track (decision 1).
+    // Secret key: everything, including track (docs/behaviour.md#keys-and-authentication).
     assert_eq!(p.secret.post("/v1/track", json!({ "email": "a@example.com", "event": "x" })).await.status, 200);
     // Missing and malformed keys.
     assert_envelope(&s.client().get("/contacts").await, 401, "MISSING_AUTH");

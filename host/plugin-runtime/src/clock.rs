@@ -13,7 +13,7 @@ pub fn wall_now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
-/// RFC 3339 UTC with milliseconds, the one form Herald writes times in.
+/// RFC 3339 UTC with milliseconds, the form of every time on the wire (docs/behaviour.md#names-and-formats).
 pub fn rfc3339(ms: i64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default().to_rfc3339_opts(SecondsFormat::Millis, true)
 }

@@ -1,6 +1,6 @@
 //! Account endpoints with a dashboard session: the current user, their projects, key regeneration and
-//! project members (spec §4.12, decisions 2-4). OWNER and ADMIN manage members and keys; only an OWNER
-//! deletes a project or makes someone OWNER; a project always keeps at least one OWNER.
+//! project members (docs/behaviour.md#keys-and-authentication). OWNER and ADMIN manage members and keys;
+//! only an OWNER deletes a project or makes someone OWNER; a project always keeps at least one OWNER.
 
 use salvo::oapi::ToSchema;
 use salvo::oapi::extract::PathParam;
@@ -17,7 +17,7 @@ use crate::state::AppState;
 use crate::store::accounts::{Member, Project, Role};
 
 /// A project. `public` and `secret` appear only when a project is created and when its keys are
-/// regenerated (decision 3); the store keeps only their digests.
+/// regenerated; the store keeps only their digests.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]

@@ -1,6 +1,6 @@
-//! Authentication: dashboard sessions (`/auth/*`, the `herald_token` cookie of decision 4) and API keys
-//! (`Authorization: Bearer pk_…|sk_…`, spec §5 and decisions 1-2), plus the per-project rate limit
-//! (decision 8) applied once the caller is known.
+//! Authentication: dashboard sessions (`/auth/*`, the `herald_token` cookie) and API keys
+//! (`Authorization: Bearer pk_…|sk_…`), see docs/behaviour.md#keys-and-authentication, plus the
+//! per-project rate limit (docs/behaviour.md#limits) applied once the caller is known.
 
 use salvo::http::cookie::{Cookie, SameSite, time::Duration as CookieDuration};
 use salvo::oapi::ToSchema;
@@ -277,11 +277,11 @@ pub struct ProjectCtx {
 pub enum KeyRule {
     /// Only the secret key (every endpoint but track).
     SecretOnly,
-    /// Public or secret key (`POST /v1/track`, decision 1).
+    /// Public or secret key (`POST /v1/track`; docs/behaviour.md#keys-and-authentication).
     AnyKey,
 }
 
-/// Middleware: authenticates by API key (or by session cookie plus `X-Project-Id`, decision 4), checks
+/// Middleware: authenticates by API key (or by session cookie plus `X-Project-Id`), checks
 /// the key type, applies the project's rate limit and puts a [`ProjectCtx`] in the depot.
 pub struct ApiKeyAuth(pub KeyRule);
 

@@ -1,7 +1,7 @@
 //! Reading request bodies and checking their fields, and the success reply type.
 //!
 //! Bodies are read as JSON objects (malformed JSON or a non-object: 400; over 50 MB: 413). Field checks
-//! collect every problem of a body before answering 422 with dotted field paths (decision 6).
+//! collect every problem of a body before answering 422 with dotted field paths (docs/behaviour.md#errors).
 
 use salvo::http::ParseError;
 use salvo::http::StatusCode;
@@ -118,7 +118,7 @@ impl<'a> Fields<'a> {
         Some(s)
     }
 
-    /// An email address: trimmed and lowercased (decision 11).
+    /// An email address: trimmed and lowercased (docs/behaviour.md#contacts-and-data).
     pub fn email(&mut self, name: &str, required: bool) -> Option<String> {
         let s = self.string(name, required, 0, 320)?;
         let e = s.trim().to_lowercase();

@@ -1,4 +1,4 @@
-//! Campaigns (spec 2.3, 3.1, 4.6; decisions 17, 23, 24): offset list with status filter, search and sort;
+//! Campaigns (docs/behaviour.md#campaigns): offset list with status filter, search and sort;
 //! create (wrapped), get, replace, delete, duplicate, send now or scheduled (wrapped, with a message),
 //! cancel, test send and stats. The sending itself is `crate::campaigns`.
 
@@ -88,7 +88,7 @@ impl From<&CampaignRow> for CampaignOut {
     }
 }
 
-/// `{ success: true, data }` (spec 4.1 item 2: create).
+/// `{ success: true, data }`: the create response is wrapped, unlike other dashboard-style responses.
 #[derive(Serialize, ToSchema)]
 pub struct Wrapped {
     success: bool,
@@ -105,7 +105,7 @@ pub struct SendData {
     scheduled_for: Option<String>,
 }
 
-/// `{ success, data: { id, name, status, scheduledFor }, message }` (spec 4.6: send).
+/// `{ success, data: { id, name, status, scheduledFor }, message }`: the send response.
 #[derive(Serialize, ToSchema)]
 pub struct SendOut {
     success: bool,
@@ -499,7 +499,7 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
     fut.await
 }
 
-/// Cancels a SCHEDULED or SENDING campaign (decision 23): back to DRAFT when no email reached a
+/// Cancels a SCHEDULED or SENDING campaign: back to DRAFT when no email reached a
 /// transport, else CANCELLED with every email not yet handed over cancelled. 409 in other states.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -512,7 +512,7 @@ pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result
     fut.await
 }
 
-/// Sends the campaign once to `email`, an address of a member of the project (decision 24): subject
+/// Sends the campaign once to `email`, an address of a member of the project: subject
 /// prefixed `[TEST] `, header `X-Herald-Test: true`, no tracking, not counted.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = TestOut)))]
 pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {

@@ -1,4 +1,4 @@
-//! Contacts (spec 2.1, 3.2, 4.2, 4.4; decisions 11-12): list with keyset cursors, upsert, get, patch,
+//! Contacts (docs/behaviour.md#contacts-and-data): list with keyset cursors, upsert, get, patch,
 //! delete, lookup, and the custom-field endpoints. Also the contact upsert that `/v1/track` (and later
 //! `/v1/send`) share.
 
@@ -161,7 +161,8 @@ fn not_found(id: &str) -> ApiError {
     ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found"))
 }
 
-/// Checks `data` (an object of bounded size) and parses it by the rules of spec 2.1.
+/// Checks `data` (an object of bounded size) and parses it by the data rules
+/// (docs/behaviour.md#contacts-and-data).
 pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> DataPatch {
     match body.get("data") {
         None | Some(Value::Null) => DataPatch::default(),

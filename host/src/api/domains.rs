@@ -1,4 +1,5 @@
-//! Sender domains (spec 4.10, decision 22) and address verification (`POST /v1/verify`, spec 2.7).
+//! Sender domains (docs/behaviour.md#domains) and address verification (`POST /v1/verify`,
+//! docs/behaviour.md#address-verification).
 //!
 //! Domain endpoints take a secret key (the project comes from the key) or a dashboard session; with a
 //! session the project comes from `X-Project-Id`, the body's `projectId` (create) or the path (listing),
@@ -226,8 +227,8 @@ pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
     fut.await
 }
 
-/// Removes a domain; 409 while a template or an active (SCHEDULED or SENDING) campaign sends from it
-/// (decision 22).
+/// Removes a domain; 409 while a template or a campaign not sent yet (DRAFT, SCHEDULED or SENDING) sends
+/// from it.
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainDeletedOut)))]
 pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
@@ -262,7 +263,7 @@ pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
     fut.await
 }
 
-/// The sender check of every sending path, as an API error (decision 5): 403 with code
+/// The sender check of every sending path, as an API error (docs/behaviour.md#errors): 403 with code
 /// INTERNAL_SERVER_ERROR and `details.reason`.
 pub async fn require_sender(st: &AppState, project_id: &str, from: &str) -> Result<DomainRow, ApiError> {
     let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or(from).to_lowercase();

@@ -1,4 +1,5 @@
-//! Event tracking and the event endpoints (spec 2.6, 4.3 track, 4.9, 6; decisions 1, 10, 13).
+//! Event tracking and the event endpoints: docs/behaviour.md#events, docs/behaviour.md#idempotency and,
+//! for which key may track, docs/behaviour.md#keys-and-authentication.
 
 use std::collections::BTreeMap;
 

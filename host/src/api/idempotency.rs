@@ -1,6 +1,7 @@
-//! The `Idempotency-Key` header of `/v1/send` and `/v1/track` (decision 10): 1..255 printable ASCII,
-//! scoped to the project, kept for the configured time. The claim is written before the work runs; any
-//! reuse answers 409 `IDEMPOTENCY_KEY_REUSED`; a 4xx outcome frees the key, 2xx and 5xx keep it.
+//! The `Idempotency-Key` header of `/v1/send` and `/v1/track` (docs/behaviour.md#idempotency): 1..255
+//! printable ASCII, scoped to the project, kept for the configured time. The claim is written before the
+//! work runs; any reuse answers 409 `IDEMPOTENCY_KEY_REUSED`; a 4xx outcome frees the key, 2xx and 5xx
+//! keep it.
 
 use std::future::Future;
 

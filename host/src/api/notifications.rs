@@ -1,5 +1,6 @@
-//! `POST /webhooks/notifications` (decision 21): delivery, bounce and complaint notifications in
-//! Herald's own signed JSON format. Transport plugins will add their providers' formats.
+//! `POST /webhooks/notifications` (docs/behaviour.md#delivery-notifications): delivery, bounce and
+//! complaint notifications in Herald's own signed JSON format. Transport plugins will add their providers'
+//! formats.
 //!
 //! Format: body `{"type": "delivery" | "bounce" | "complaint", "messageId": "<id@domain>", "permanent"?: bool,
 //! "reason"?: string}`; headers `X-Herald-Timestamp: <unix seconds>` and
@@ -136,7 +137,7 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
     fut.await
 }
 
-/// Applies one notification (decision 18's precedence, the event, and an unsubscribe for hard bounces and
+/// Applies one notification (the status only moves up, the event, and an unsubscribe for hard bounces and
 /// complaints). Returns the email's id, or None when no email matches.
 async fn apply(st: &crate::state::AppState, n: &PluginNotification) -> Result<Option<String>, ApiError> {
     let found = match (&n.message_id, &n.provider_message_id) {

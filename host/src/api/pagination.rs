@@ -1,5 +1,6 @@
-//! Cursor and offset pagination helpers (spec 4.2). A cursor is opaque to clients: base64url of the
-//! last row's sort value and id, so paging is keyset-based and stable under concurrent inserts.
+//! Cursor and offset pagination helpers (docs/behaviour.md#pagination). A cursor is opaque to clients:
+//! base64url of the last row's sort value and id, so paging is keyset-based and stable under concurrent
+//! inserts.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -1,4 +1,4 @@
-//! Segments (spec 2.4, 2.5, 4.7, 6; decisions 13, 25, 26): list, create, get, patch, delete, the live
+//! Segments (docs/behaviour.md#segments-and-conditions): list, create, get, patch, delete, the live
 //! contacts of a segment, static members, compute (tracked memberships with entry and exit events) and
 //! refresh (count only).
 
@@ -196,7 +196,7 @@ pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
 }
 
 /// Creates a segment (201). A DYNAMIC segment needs an object condition (else a bare 400); a STATIC
-/// segment's condition is ignored (decision 26). An invalid condition is a 400 naming the filter.
+/// segment's condition is ignored (stored as null). An invalid condition is a 400 naming the filter.
 #[endpoint(
     tags("segments"),
     security(("bearer" = [])),

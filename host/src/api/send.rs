@@ -1,4 +1,4 @@
-//! `POST /v1/send` (spec 4.3; decisions 9, 10, 16, 17): validates the request, upserts each recipient's
+//! `POST /v1/send` (docs/behaviour.md#sending): validates the request, upserts each recipient's
 //! contact in order, renders each recipient's email, and writes the email records together with their
 //! delivery jobs before answering. Delivery happens on the job queue (`delivery`).
 
@@ -41,7 +41,7 @@ const RESERVED_HEADERS: &[&str] = &[
     "return-path",
     "sender",
 ];
-/// The one-click unsubscribe pair: Herald's own on marketing mail (decision 20); transactional and
+/// The one-click unsubscribe pair: Herald's own on marketing mail; transactional and
 /// headless mail may set its own (the caller then owns both).
 const LIST_UNSUBSCRIBE: &[&str] = &["list-unsubscribe", "list-unsubscribe-post"];
 
@@ -64,7 +64,8 @@ pub struct SendBody {
     reply: Option<String>,
     /// for new contacts default false
     subscribed: Option<bool>,
-    /// template variables and contact data (spec 2.1)
+    /// template variables and contact data (null deletes a key, "" is ignored; `{value, persistent: false}`
+    /// is used for this send only)
     data: Option<Map<String, Value>>,
     /// custom headers
     headers: Option<Map<String, Value>>,
@@ -443,7 +444,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             }
             super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
 
-            // Marketing mail never goes to an unsubscribed contact (decision 17): check all before any write.
+            // Marketing mail never goes to an unsubscribed contact: check all before any write.
             if kind == "MARKETING" {
                 for (email, _) in &recipients {
                     let current = st.store.contact_by_email(&ctx.project_id, email).await?.map(|c| c.subscribed);

@@ -1,4 +1,4 @@
-//! Templates (spec 2.2, 4.5; decisions 5, 15, 16): offset-paginated list with type filter, search and
+//! Templates (docs/behaviour.md#templates): offset-paginated list with type filter, search and
 //! sort; create and patch with field checks, a Handlebars syntax check that names the line, and the
 //! sender check; get, delete, duplicate (`<name> (Copy)`) and usage.
 
@@ -169,7 +169,7 @@ fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow
     }
 }
 
-/// Creates a template. Missing `from`: the bare 400 of spec §7; an unverified sender domain: 403.
+/// Creates a template. Missing `from`: a bare `{"error": "..."}` 400; an unverified sender domain: 403.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut)))]
 pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {

@@ -1,8 +1,8 @@
-//! Herald's own open and click tracking (decision 20): `GET /t/o/:token` answers a 1×1 GIF and records
-//! an open; `GET /t/c/:token` records a click and redirects to the link the token was signed for, so the
-//! endpoint cannot be used as an open redirect. Tokens are HMAC-signed. Each open or click counts, the
-//! first times are kept, the status only moves up (decision 18), and `email.open` / `email.click` events
-//! are written.
+//! Herald's own open and click tracking (docs/behaviour.md#tracking-and-unsubscribe): `GET /t/o/:token`
+//! answers a 1×1 GIF and records an open; `GET /t/c/:token` records a click and redirects to the link the
+//! token was signed for, so the endpoint cannot be used as an open redirect. Tokens are HMAC-signed. Each
+//! open or click counts, the first times are kept, the status only moves up
+//! (docs/behaviour.md#delivery-and-email-statuses), and `email.open` / `email.click` events are written.
 
 use salvo::http::StatusCode;
 use salvo::oapi::extract::PathParam;

@@ -1,9 +1,9 @@
 //! Delivery: builds each email's MIME message, DKIM-signs it with its verified domain's key, and hands
 //! it to the project's transport: SMTP through lettre with pooled connections, `.eml` files in a folder,
 //! or a transport plugin (which receives the structured message and the signed raw bytes).
-//! Outcomes follow decision 19: accepted → SENT and `email.sent`; a temporary failure (4xx, connection)
-//! → retried with backoff, then FAILED; a permanent failure (5xx) → BOUNCED, the contact unsubscribed,
-//! `email.bounce` and `contact.unsubscribed`.
+//! Outcomes (docs/behaviour.md#delivery-and-email-statuses): accepted → SENT and `email.sent`; a
+//! temporary failure (4xx, connection) → retried with backoff, then FAILED; a permanent failure (5xx) →
+//! BOUNCED, the contact unsubscribed, `email.bounce` and `contact.unsubscribed`.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -312,8 +312,8 @@ impl Delivery {
                 wanted.then_some(*e)
             })
             .collect();
-        // Decision 17: a marketing campaign email never goes to a contact who unsubscribed after it was
-        // written (say, through an earlier email's one-click link): it is cancelled instead.
+        // Marketing mail never goes to an unsubscribed contact: a marketing campaign email whose contact
+        // unsubscribed after it was written (say, through an earlier email's one-click link) is cancelled.
         let marketing: Vec<String> = todo
             .iter()
             .flatten()
@@ -406,7 +406,7 @@ impl Delivery {
                 Err(msg) => results[*job] = Err(msg),
             }
         }
-        // A permanent bounce unsubscribes the contact (decision 19), with its event when it really flips.
+        // A permanent bounce unsubscribes the contact, with its event when it really flips.
         for e in bounced {
             if let Err(err) = crate::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await {
                 tracing::warn!(email = %e.id, error = %err, "cannot unsubscribe a bounced contact");

@@ -1,4 +1,4 @@
-//! Campaign rules (spec 2.3, 3.1; decisions 17, 23): statuses, which actions each allows, the date forms
+//! Campaign rules (docs/behaviour.md#campaigns): statuses, which actions each allows, the date forms
 //! `scheduledFor` accepts, the audience as a condition tree, the id of a campaign email, and the rates of
 //! the stats.
 //!
@@ -73,7 +73,7 @@ pub fn parse_when(v: &Value) -> Option<i64> {
     }
 }
 
-/// The audience of a campaign as one condition tree: always subscribed contacts only (decision 23),
+/// The audience of a campaign as one condition tree: always subscribed contacts only,
 /// members of the segment for SEGMENT, matching the condition for FILTERED.
 pub fn audience_tree(audience_type: &str, segment: Option<&str>, condition: Option<&Value>) -> Value {
     let mut filters = vec![json!({ "field": "subscribed", "operator": "equals", "value": true })];

@@ -1,7 +1,7 @@
-//! Condition trees (spec 2.5, decision 25): parsing and validation, the references a tree makes (fields,
-//! events, segments), the segment slug of emitted event names (decision 13), and the evaluation of an
-//! expanded tree over leaf results. The same engine serves segments now and campaign audiences and
-//! workflow conditions later. Translation to SurrealQL lives in `store::segments`.
+//! Condition trees (docs/behaviour.md#segments-and-conditions): parsing and validation, the references a
+//! tree makes (fields, events, segments), the segment slug of emitted event names
+//! (docs/behaviour.md#events), and the evaluation of an expanded tree over leaf results. The same engine
+//! serves segments now and campaign audiences and workflow conditions later. Translation to SurrealQL lives in `store::segments`.
 //!
 //! A tree is `{logic: AND|OR, groups: [{filters: [...], conditions?: tree}]}`; inside a group, the
 //! filters and the nested tree are ANDed, and the groups are combined with the tree's logic.
@@ -16,7 +16,7 @@ use crate::clock::parse_rfc3339;
 pub const MAX_DEPTH: usize = 5;
 pub const MAX_FILTERS: usize = 100;
 
-/// The email activities `email.<activity>` can name (the `email.*` events of decision 13).
+/// The email activities `email.<activity>` can name (the `email.*` events Herald emits).
 pub const EMAIL_ACTIVITIES: &[&str] = &["sent", "delivery", "open", "click", "bounce", "complaint"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -495,7 +495,8 @@ impl Node {
     }
 }
 
-/// Decision 13's slug: lowercase, spaces to `-`, other specials dropped, runs of `-` collapsed.
+/// The segment slug of event names (docs/behaviour.md#events): lowercase, spaces to `-`, other specials
+/// dropped, runs of `-` collapsed.
 pub fn slug(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.trim().to_lowercase().chars() {

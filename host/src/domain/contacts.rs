@@ -1,4 +1,4 @@
-//! Contact data and subscription rules (spec 2.1, 3.2, 6; decisions 11 and 13).
+//! Contact data and subscription rules (docs/behaviour.md#contacts-and-data, docs/behaviour.md#events).
 
 use serde_json::{Map, Value};
 
@@ -31,11 +31,11 @@ pub fn is_email(s: &str) -> bool {
     }) && !domain.rsplit('.').next().unwrap_or("").chars().all(|c| c.is_ascii_digit())
 }
 
-/// Keys that are never stored on a contact (spec 2.1 rule 5).
+/// Keys that are never stored on a contact (the interface reserves them; dropped silently).
 pub const RESERVED_KEYS: &[&str] =
     &["id", "plunk_id", "plunk_email", "email", "unsubscribeUrl", "subscribeUrl", "manageUrl"];
 
-/// What a request's `data` object asks for, after the rules of spec 2.1.
+/// What a request's `data` object asks for, after the data rules (docs/behaviour.md#contacts-and-data).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct DataPatch {
     /// Stored on the contact.
@@ -108,7 +108,7 @@ fn is_value_wrapper(o: &Map<String, Value>) -> bool {
         && o.get("persistent").is_none_or(Value::is_boolean)
 }
 
-/// True when `name` is one of the names Herald emits itself (spec section 6).
+/// True when `name` is one of the names Herald emits itself (docs/behaviour.md#events).
 pub fn is_reserved_event(name: &str) -> bool {
     if name.starts_with("email.") || name == "contact.subscribed" || name == "contact.unsubscribed" {
         return true;
@@ -123,7 +123,7 @@ pub fn is_reserved_event(name: &str) -> bool {
 pub const SUBSCRIBED_EVENT: &str = "contact.subscribed";
 pub const UNSUBSCRIBED_EVENT: &str = "contact.unsubscribed";
 
-/// The subscription state after a request, and the event to emit when it flips (spec 3.2). A new
+/// The subscription state after a request, and the event to emit when it flips. A new
 /// contact takes `requested`, else `default_for_new`, and emits nothing.
 pub fn subscription(
     current: Option<bool>,
@@ -139,12 +139,13 @@ pub fn subscription(
     }
 }
 
-/// Emails are trimmed and lowercased (decision 11).
+/// Emails are trimmed and lowercased (docs/behaviour.md#contacts-and-data).
 pub fn normalize_email(s: &str) -> String {
     s.trim().to_lowercase()
 }
 
-/// Segment slug of decision 13: lowercase, spaces to `-`, other specials dropped, runs of `-` collapsed.
+/// The segment slug of event names (docs/behaviour.md#events): lowercase, spaces to `-`, other specials
+/// dropped, runs of `-` collapsed.
 pub fn slug(name: &str) -> String {
     let mut out = String::new();
     for c in name.to_lowercase().chars() {

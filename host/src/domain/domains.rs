@@ -1,4 +1,5 @@
-//! Sender domains and address checks: pure rules (decision 22, spec 2.7).
+//! Sender domains and address checks: pure rules (docs/behaviour.md#domains,
+//! docs/behaviour.md#address-verification).
 
 use serde::{Deserialize, Serialize};
 
@@ -147,7 +148,7 @@ pub fn all_required_verified(records: &[DnsRecord]) -> bool {
     records.iter().filter(|r| r.required).all(|r| r.status == RecordStatus::Verified)
 }
 
-// ---- address checks (spec 2.7) ----
+// ---- address checks (docs/behaviour.md#address-verification) ----
 
 /// Large free mailbox providers.
 pub const PERSONAL_PROVIDERS: &[&str] = &[

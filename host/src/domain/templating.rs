@@ -1,8 +1,8 @@
-//! Template syntax and rendering (decision 15): Handlebars, where `{{var}}` is HTML-escaped in bodies and
-//! `{{{var}}}` is raw, unknown variables render empty, and `{{var ?? "fallback"}}` gives a default.
-//! Subjects render without HTML escaping. Partials and decorators are refused (a template could recurse
-//! through them without end), and rendering stops at an output size limit, so a hostile template cannot
-//! stall the host.
+//! Template syntax and rendering (docs/behaviour.md#templates): Handlebars, where `{{var}}` is
+//! HTML-escaped in bodies and `{{{var}}}` is raw, unknown variables render empty, and
+//! `{{var ?? "fallback"}}` gives a default. Subjects render without HTML escaping. Partials and decorators
+//! are refused (a template could recurse through them without end), and rendering stops at an output size
+//! limit, so a hostile template cannot stall the host.
 
 use handlebars::{Context, Handlebars, Output, RenderContext, Renderable, Template, handlebars_helper};
 use serde_json::Value;

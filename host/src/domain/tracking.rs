@@ -1,5 +1,5 @@
-//! Open and click tracking (decisions 18 and 20): status precedence, which mail is tracked, and
-//! rewriting an HTML body's links and adding the pixel.
+//! Open and click tracking (docs/behaviour.md#tracking-and-unsubscribe): status precedence, which mail is
+//! tracked, and rewriting an HTML body's links and adding the pixel.
 
 /// Rank of an email status in the order a status may only move up:
 /// PENDING/SENDING < SENT/UNCERTAIN < DELIVERED < OPENED < CLICKED < BOUNCED < COMPLAINED.

@@ -139,7 +139,7 @@ pub struct EmailCounts {
     pub unsubscribed: i64,
 }
 
-/// What a cancel did (decision 23).
+/// What a cancel did (docs/behaviour.md#campaigns).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancelled {
     /// Nothing had reached a transport: back to DRAFT.
@@ -392,7 +392,7 @@ impl Store {
         Ok(v.as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect())
     }
 
-    /// Cancels a SCHEDULED or SENDING campaign read at `status` and `run` (decision 23): its gate closes,
+    /// Cancels a SCHEDULED or SENDING campaign read at `status` and `run`: its gate closes,
     /// so no email of it is claimed for hand-over from then on; when none had been handed over, the
     /// campaign goes back to DRAFT (its never-sent emails removed), else it is CANCELLED and every email
     /// not handed over becomes CANCELLED.

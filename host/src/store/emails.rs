@@ -488,7 +488,8 @@ impl Store {
         .map(|_| ())
     }
 
-    /// Moves an email's status up to `status` when it is one of `below` (decision 18's order).
+    /// Moves an email's status up to `status` when it is one of `below` (the order of
+    /// docs/behaviour.md#delivery-and-email-statuses).
     pub async fn advance_email(
         &self,
         project: &str,

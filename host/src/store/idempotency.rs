@@ -1,5 +1,5 @@
-//! Idempotency keys (decision 10): a claim row per (project, key), written before the handler runs so
-//! that of two concurrent requests with one key exactly one runs.
+//! Idempotency keys (docs/behaviour.md#idempotency): a claim row per (project, key), written before the
+//! handler runs so that of two concurrent requests with one key exactly one runs.
 
 use serde::Deserialize;
 

@@ -4,7 +4,7 @@
 //! at least one real change (a non-empty `updates` or a subscribe/unsubscribe action).
 //!
 //! `updates` is handed to the host as the patch's data unchanged: the host merges it with the data
-//! rules of the API (spec 2.1: `null` deletes a key, an empty string is ignored, reserved keys are
+//! rules of the API (`null` deletes a key, an empty string is ignored, reserved keys are
 //! filtered out). The step's output lists the keys it sent and the subscription it set.
 #![warn(missing_docs)]
 

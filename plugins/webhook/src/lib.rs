@@ -1,4 +1,4 @@
-//! The `WEBHOOK` workflow step (decision 27): calls an HTTP endpoint and continues.
+//! The `WEBHOOK` workflow step (docs/behaviour.md#workflows): calls an HTTP endpoint and continues.
 //!
 //! Config: `{"url": "https://…", "method"?: "POST", "headers"?: {"Name": "value"}, "body"?: "text" | JSON}`.
 //!

@@ -563,8 +563,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    //! The semantics of decision 25, case by case, against the real database (`mem://`), so the SurrealQL
-    //! translation is what is tested.
+    //! The semantics of every condition operator (docs/behaviour.md#segments-and-conditions), case by
+    //! case, against the real database (`mem://`), so the SurrealQL translation is what is tested.
 
     use std::collections::HashMap;
 
