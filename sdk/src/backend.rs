@@ -1,11 +1,11 @@
 //! The host imports, as the generated bindings call them (`wasm32` builds only). Native builds use
 //! [`crate::mock`] in this module's place.
 //!
-//! `log`, `config` and `clock` are imported by every world and come from the operator world's
+//! `log`, `config`, `clock` and `metrics` are imported by every world and come from the operator world's
 //! bindings; `http` comes from the step world's (the transport world imports the same interface).
 //! wit-component keeps only the imports a plugin actually calls.
 
-use herald_sdk_bindings_operator::herald::plugin::{clock, config, log as host_log, types::LogLevel};
+use herald_sdk_bindings_operator::herald::plugin::{clock, config, log as host_log, metrics, types::LogLevel};
 use herald_sdk_bindings_step::herald::plugin::http as host_http;
 
 use crate::http::{HttpError, Request, Response};
@@ -33,6 +33,10 @@ pub(crate) fn config_secret(name: &str) -> Option<String> {
 
 pub(crate) fn now_ms() -> i64 {
     clock::now_ms()
+}
+
+pub(crate) fn counter(name: &str, delta: u64) {
+    metrics::counter(name, delta)
 }
 
 pub(crate) fn fetch(request: &Request) -> Result<Response, HttpError> {

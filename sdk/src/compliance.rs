@@ -18,7 +18,7 @@
 //!
 //! ```toml
 //! name = "webhook"        # the plugin's name, equal to metadata().name
-//! abi = "1.0.0"           # the herald:plugin version it was built against
+//! abi = "1.1.0"           # the herald:plugin version it was built against
 //! kind = "step"           # operator | step | transport
 //! [capabilities]
 //! http = ["*"]            # hosts it may call: "*" (any public host), "api.example.com", "*.amazonaws.com", "host:port"
@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn a_good_operator_passes() {
         check_operator::<Good>();
-        check_manifest("name = \"good-ops\"\nabi = \"1.0.0\"\nkind = \"operator\"\n", &Good::metadata());
+        check_manifest("name = \"good-ops\"\nabi = \"1.1.0\"\nkind = \"operator\"\n", &Good::metadata());
     }
 
     #[test]

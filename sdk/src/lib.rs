@@ -4,7 +4,7 @@
 //! A plugin is one crate (`crate-type = ["cdylib", "rlib"]`) that implements one of the three traits
 //! — [`Operator`], [`Step`] or [`Transport`] — on a type and hands that type to the matching macro —
 //! [`export_operator!`], [`export_step!`] or [`export_transport!`]. The macro wires the type into the
-//! exports of the `herald:plugin@1.0.0` WIT world of that kind ([`ABI_VERSION`]).
+//! exports of the `herald:plugin@1.1.0` WIT world of that kind ([`ABI_VERSION`]).
 //!
 //! ```
 //! use herald_sdk::{Metadata, Operator, OperatorInfo, PluginError, PluginKind, Value};
@@ -32,8 +32,8 @@
 //! # fn main() {}
 //! ```
 //!
-//! Plugins reach the host only through the typed imports: [`log`], [`config`], [`clock`] and (steps
-//! and transports) [`http`]. In a `wasm32` build they call the host; in a native build (`cargo test`)
+//! Plugins reach the host only through the typed imports: [`log`], [`config`], [`clock`], [`metrics`]
+//! (new in 1.1.0) and (steps and transports) [`http`]. In a `wasm32` build they call the host; in a native build (`cargo test`)
 //! they go to the thread-local [`mock::MockHost`], so plugin logic is tested without a Herald server.
 //! [`compliance`] has the checks every plugin of a kind should pass.
 //!
@@ -63,6 +63,7 @@ pub mod compliance;
 pub mod config;
 pub mod http;
 pub mod log;
+pub mod metrics;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod mock;
 mod operator;
@@ -82,12 +83,14 @@ pub use types::{Metadata, PluginError, PluginKind, Value};
 /// Re-exported so plugins use the same `serde_json` as the SDK's types.
 pub use serde_json;
 
-/// The version of the `herald:plugin` WIT package this SDK builds plugins against. A plugin's
-/// manifest states it as `abi = "1.0.0"`.
-pub const ABI_VERSION: &str = "1.0.0";
+/// The version of the `herald:plugin` WIT package this SDK builds plugins against: the newest 1.x, so
+/// every 1.x import is reachable. A plugin's manifest states it as `abi = "1.1.0"`; it loads on any Herald
+/// whose supported versions include 1.1.0 (wit-component keeps only the imports a plugin calls, but the
+/// exports carry this version).
+pub const ABI_VERSION: &str = "1.1.0";
 
 /// Exports `$plugin` (a type implementing [`Operator`]) as the plugin of this crate, for the
-/// `herald:plugin/operator@1.0.0` world. Use it once per crate, at module level.
+/// `herald:plugin/operator@1.1.0` world. Use it once per crate, at module level.
 ///
 /// ```ignore
 /// herald_sdk::export_operator!(MyOperators);
@@ -113,7 +116,7 @@ macro_rules! export_operator {
 }
 
 /// Exports `$plugin` (a type implementing [`Step`]) as the plugin of this crate, for the
-/// `herald:plugin/step@1.0.0` world. Use it once per crate, at module level.
+/// `herald:plugin/step@1.1.0` world. Use it once per crate, at module level.
 ///
 /// ```ignore
 /// herald_sdk::export_step!(Webhook);
@@ -139,7 +142,7 @@ macro_rules! export_step {
 }
 
 /// Exports `$plugin` (a type implementing [`Transport`]) as the plugin of this crate, for the
-/// `herald:plugin/transport@1.0.0` world. Use it once per crate, at module level.
+/// `herald:plugin/transport@1.1.0` world. Use it once per crate, at module level.
 ///
 /// ```ignore
 /// herald_sdk::export_transport!(HttpTransport);

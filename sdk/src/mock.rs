@@ -49,6 +49,7 @@ struct State {
     handler: Option<Handler>,
     requests: Vec<Request>,
     logs: Vec<LogRecord>,
+    counters: HashMap<String, u64>,
 }
 
 thread_local! {
@@ -160,6 +161,11 @@ impl MockGuard {
         self.state.borrow().logs.clone()
     }
 
+    /// The value of a plugin-defined counter ([`crate::metrics::counter`]), 0 when never added to.
+    pub fn counter(&self, name: &str) -> u64 {
+        self.state.borrow().counters.get(name).copied().unwrap_or(0)
+    }
+
     /// Moves the frozen clock.
     pub fn set_now_ms(&self, now_ms: i64) {
         self.state.borrow_mut().now_ms = Some(now_ms);
@@ -180,11 +186,12 @@ impl MockGuard {
         self.state.borrow_mut().responses.push_back(Err(error));
     }
 
-    /// Forgets the recorded requests and logs.
+    /// Forgets the recorded requests, logs and counters.
     pub fn clear(&self) {
         let mut s = self.state.borrow_mut();
         s.requests.clear();
         s.logs.clear();
+        s.counters.clear();
     }
 }
 
@@ -225,6 +232,13 @@ pub(crate) fn now_ms() -> i64 {
     with_state(|s| s.now_ms).unwrap_or_else(|| {
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     })
+}
+
+pub(crate) fn counter(name: &str, delta: u64) {
+    with_state(|s| {
+        let c = s.counters.entry(name.to_owned()).or_default();
+        *c = c.saturating_add(delta);
+    });
 }
 
 pub(crate) fn fetch(request: &Request) -> Result<Response, HttpError> {
@@ -269,6 +283,17 @@ mod tests {
         assert_eq!(config::secret("s").as_deref(), Some("x"));
         assert!(config::require("b").is_err());
         assert_eq!(clock::now_ms(), 42);
+    }
+
+    #[test]
+    fn counters_add_up_per_name() {
+        let host = MockHost::new().install();
+        crate::metrics::counter("sent", 2);
+        crate::metrics::counter("sent", 3);
+        crate::metrics::counter("failed", 1);
+        assert_eq!((host.counter("sent"), host.counter("failed"), host.counter("other")), (5, 1, 0));
+        host.clear();
+        assert_eq!(host.counter("sent"), 0);
     }
 
     #[test]

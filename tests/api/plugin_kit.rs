@@ -66,6 +66,8 @@ pub const WRONG_ABI: Artifact = Artifact {
     manifest: "plugins/fixtures/wrong-abi/manifest.toml",
     name: "wrong-abi",
 };
+pub const ABI_1_0: Artifact =
+    Artifact { file: "herald_fixture_abi_1_0", manifest: "plugins/fixtures/abi-1-0/manifest.toml", name: "abi-1-0" };
 pub const VERSION_A: Artifact = Artifact {
     file: "herald_fixture_version_a",
     manifest: "plugins/fixtures/version-a/manifest.toml",

@@ -54,7 +54,8 @@ fn step_input(step_type: &str, config: serde_json::Value) -> StepInput {
 
 #[tokio::test]
 async fn plugins_load_list_and_a_wrong_abi_is_refused_with_the_supported_versions() {
-    let s = Server::start_with(config_with(&[plugin_kit::OPERATORS, plugin_kit::WRONG_ABI]), None).await;
+    let s = Server::start_with(config_with(&[plugin_kit::OPERATORS, plugin_kit::WRONG_ABI, plugin_kit::ABI_1_0]), None)
+        .await;
     let p = proj(&s, "plugins@example.com").await;
     assert_eq!(s.client().get("/plugins").await.status, 401, "needs a session or a key");
     let r = p.secret.get("/plugins").await;
@@ -64,7 +65,11 @@ async fn plugins_load_list_and_a_wrong_abi_is_refused_with_the_supported_version
     let ops = list.iter().find(|p| p["name"] == "operators").expect("operators listed");
     assert_eq!(ops["status"], "loaded", "{ops}");
     assert_eq!(ops["kind"], "operator");
-    assert_eq!(ops["abiVersion"], "1.0.0", "a guest built against 1.0.0 loads on a host whose newest is 1.1.0");
+    assert_eq!(ops["abiVersion"], "1.1.0", "the SDK builds against the newest 1.x");
+    let old = list.iter().find(|p| p["name"] == "abi-1-0").expect("abi-1-0 listed");
+    assert_eq!((&old["status"], &old["abiVersion"]), (&json!("loaded"), &json!("1.0.0")), "{old}");
+    let got = s.state.plugins.evaluate("oldAbi", &Value::Null, &[Value::Null, Value::Integer(2)]).await;
+    assert_eq!(got.unwrap(), vec![true, true], "a guest built against 1.0.0 runs on a host whose newest is 1.1.0");
     for name in ["matchesRegex", "domainIs", "semverAtLeast", "anniversaryWithin"] {
         assert!(ops["provides"].as_array().unwrap().iter().any(|v| v == name), "{name} in {ops}");
     }

@@ -412,7 +412,7 @@ async fn a_plugin_that_does_not_load_says_why() {
     let err = wrong.load(PluginGrant::default()).await.unwrap_err();
     assert!(err.contains("wrong-abi") && err.contains("2.0.0"), "{err}");
     // a manifest given as text, naming another kind
-    let manifest = "name = \"operators\"\nabi = \"1.0.0\"\nkind = \"step\"\n";
+    let manifest = "name = \"operators\"\nabi = \"1.1.0\"\nkind = \"step\"\n";
     let err = Harness::load(release_dir().join("herald_plugin_operators.wasm"), manifest, PluginGrant::default())
         .await
         .unwrap_err();
