@@ -6,24 +6,22 @@
 //! contact changed meanwhile (or a concurrent request created it), everything is planned and rendered
 //! again.
 //!
-//! [`Accepter`] groups concurrent requests (group commit, as [`crate::ingest::Ingester`] does for
-//! tracking): a lane takes every request waiting, reads all their contacts in one query, applies the
-//! requests in arrival order, and writes the lot in one transaction, so the per-statement cost of the
-//! database is shared by the batch. A request whose message cannot be rendered fails alone (its contact
-//! changes are not written). If the batch transaction fails (a contact changed through another path),
-//! the lane falls back to [`accept_one`] for each request of that batch, so nothing is lost or written
-//! twice.
+//! [`Accepter`] groups concurrent requests through the group-commit engine ([`crate::batching`], as
+//! [`crate::ingest::Ingester`] does for tracking): a batch reads all its contacts in one query, applies
+//! the requests in arrival order, and writes the lot in one transaction. A request whose message cannot
+//! be rendered fails alone (its contact changes are not written). A failed batch forgets its contacts,
+//! so the engine's second attempt reads them; after that it falls back to [`accept_one`] per request, so
+//! nothing is lost or written twice.
 //!
 //! Must not import: salvo, surrealdb.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
 
+use crate::batching::{Batch, GroupCommit, Options};
 use crate::clock::SharedClock;
 use crate::compose::{Composer, MAX_REQUEST_RENDER_BYTES, Message, Recipient};
 use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB};
@@ -172,113 +170,50 @@ pub async fn accept_one(
     Err(StoreError::Busy("the contacts kept changing; gave up after 16 attempts".into()).into())
 }
 
-type Reply = oneshot::Sender<Result<Vec<Accepted>, AcceptError>>;
-
-struct Pending {
-    req: Arc<SendRequest>,
-    reply: Reply,
-}
-
-/// Group-commit front of [`accept_one`].
-pub struct Accepter {
-    lanes: Vec<mpsc::Sender<Pending>>,
-}
-
-/// Most requests one batch takes.
-const MAX_BATCH: usize = 128;
-/// How long a lane under load waits for more requests before writing a batch.
-const LINGER_MICROS: u64 = 1500;
-
-#[derive(Clone)]
-struct Deps {
+/// The group-commit writer of send requests (see [`crate::batching`]).
+struct Sends {
     store: Store,
     clock: SharedClock,
     composer: Arc<Composer>,
 }
 
+impl Batch for Sends {
+    type Request = SendRequest;
+    type Output = Vec<Accepted>;
+    type Error = AcceptError;
+
+    fn project(r: &SendRequest) -> &str {
+        &r.project
+    }
+
+    async fn together(
+        &self,
+        project: &str,
+        requests: &[Arc<SendRequest>],
+    ) -> Result<Vec<Result<Vec<Accepted>, AcceptError>>, StoreError> {
+        grouped(self, project, requests).await
+    }
+
+    async fn one(&self, r: &Arc<SendRequest>) -> Result<Vec<Accepted>, AcceptError> {
+        accept_one(&self.store, &self.clock, &self.composer, r).await
+    }
+}
+
+/// Group-commit front of [`accept_one`].
+pub struct Accepter(GroupCommit<Sends>);
+
 impl Accepter {
     /// Starts `lanes` lane tasks on the current runtime.
     pub fn start(store: Store, clock: SharedClock, composer: Arc<Composer>, lanes: usize) -> Accepter {
-        let deps = Deps { store, clock, composer };
-        let lanes = (0..lanes.max(1))
-            .map(|_| {
-                let (tx, rx) = mpsc::channel::<Pending>(4096);
-                tokio::spawn(lane(rx, deps.clone()));
-                tx
-            })
-            .collect();
-        Accepter { lanes }
+        let options = Options { name: "accept", lanes, max_batch: 128, linger: Duration::from_micros(1500) };
+        Accepter(GroupCommit::start(Sends { store, clock, composer }, options))
     }
 
     /// Queues a request and waits for its outcome. Requests for the same first recipient take the same
     /// lane, so repeated sends to one contact do not conflict with each other.
     pub async fn submit(&self, req: SendRequest) -> Result<Vec<Accepted>, AcceptError> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (req.project.as_str(), req.recipients.first().map(|r| r.0.as_str())).hash(&mut h);
-        let lane = &self.lanes[(h.finish() % self.lanes.len() as u64) as usize];
-        let (reply, rx) = oneshot::channel();
-        lane.send(Pending { req: Arc::new(req), reply })
-            .await
-            .map_err(|_| StoreError::Db("the send lane stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Db("the send lane dropped the request".into()))?
-    }
-}
-
-async fn lane(mut rx: mpsc::Receiver<Pending>, deps: Deps) {
-    let mut last_size = 0;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        drain(&mut rx, &mut batch);
-        // Under load (the previous batch was not a lone request), give concurrent requests a moment to
-        // join: larger batches share the per-transaction cost. With no load there is no wait.
-        if last_size >= 4 && batch.len() < MAX_BATCH / 2 {
-            tokio::time::sleep(std::time::Duration::from_micros(LINGER_MICROS)).await;
-            drain(&mut rx, &mut batch);
-        }
-        last_size = batch.len();
-        // A panic while processing fails this batch's requests (their reply channels drop); the lane goes on.
-        let run = std::panic::AssertUnwindSafe(process(batch, &deps)).catch_unwind();
-        if run.await.is_err() {
-            tracing::error!("send batch panicked");
-        }
-    }
-}
-
-fn drain(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) {
-    while batch.len() < MAX_BATCH {
-        match rx.try_recv() {
-            Ok(p) => batch.push(p),
-            Err(_) => break,
-        }
-    }
-}
-
-async fn process(batch: Vec<Pending>, deps: &Deps) {
-    let mut by_project: HashMap<String, Vec<Pending>> = HashMap::new();
-    for p in batch {
-        by_project.entry(p.req.project.clone()).or_default().push(p);
-    }
-    for (project, items) in by_project {
-        if items.len() > 1 {
-            // A failed batch forgets its contacts, so the second attempt reads them (see `crate::ingest`).
-            let mut outcome = grouped(deps, &project, &items).await;
-            if matches!(outcome, Err(StoreError::Busy(_) | StoreError::Conflict(_))) {
-                outcome = grouped(deps, &project, &items).await;
-            }
-            match outcome {
-                Ok(results) => {
-                    for (p, r) in items.into_iter().zip(results) {
-                        let _ = p.reply.send(r);
-                    }
-                    continue;
-                }
-                Err(e) => tracing::debug!(error = %e, size = items.len(), "send batch failed; one at a time"),
-            }
-        }
-        for p in items {
-            let r = accept_one(&deps.store, &deps.clock, &deps.composer, &p.req).await;
-            let _ = p.reply.send(r);
-        }
+        let key = (req.project.clone(), req.recipients.first().map(|r| r.0.clone()));
+        self.0.submit(key, req).await
     }
 }
 
@@ -286,17 +221,17 @@ async fn process(batch: Vec<Pending>, deps: &Deps) {
 /// email, and writes the lot in one transaction. A request that cannot be rendered gets its error and
 /// leaves no trace; the others are written.
 async fn grouped(
-    deps: &Deps,
+    deps: &Sends,
     project: &str,
-    items: &[Pending],
+    items: &[Arc<SendRequest>],
 ) -> Result<Vec<Result<Vec<Accepted>, AcceptError>>, StoreError> {
-    let mut emails: Vec<String> = items.iter().flat_map(|p| p.req.recipients.iter().map(|r| r.0.clone())).collect();
+    let mut emails: Vec<String> = items.iter().flat_map(|r| r.recipients.iter().map(|r| r.0.clone())).collect();
     emails.sort();
     emails.dedup();
     let read = deps.store.group_contacts(project, &emails).await?;
     let original: HashMap<String, Contact> = read.contacts.iter().map(|c| (c.email.clone(), c.clone())).collect();
     let now = deps.clock.now_ms();
-    let reqs: Vec<Arc<SendRequest>> = items.iter().map(|p| p.req.clone()).collect();
+    let reqs: Vec<Arc<SendRequest>> = items.to_vec();
     let (composer, project_id, start) = (deps.composer.clone(), project.to_string(), original.clone());
     // Planning is cheap, rendering is not: the whole loop runs on the blocking pool.
     let (current, events, rows, results) = crate::compose::off_async(move || {

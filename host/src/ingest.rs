@@ -3,23 +3,21 @@
 //! [`upsert`] does one request: read the contact, apply the rules of `domain::contacts`, write the
 //! contact and its events in one transaction, retry when the contact changed meanwhile.
 //!
-//! [`Ingester`] groups concurrent requests (group commit): requests queue on a few lanes (a contact's
-//! email always maps to the same lane); a lane takes everything waiting, reads all the contacts in one
-//! query, applies the requests in arrival order, and writes the lot in one transaction. Under load a
-//! batch holds many requests, so the per-statement cost is shared; with no load a batch holds one
-//! request and adds no wait. Contacts the store remembers from earlier batches are not read again; the
-//! batch's transaction writes or checks each at its version. If the transaction fails (a contact changed
-//! through another path), the batch runs once more on fresh reads, then falls back to [`upsert`] for
-//! each of its requests, so nothing is lost or applied twice.
+//! [`Ingester`] groups concurrent requests through the group-commit engine ([`crate::batching`]; a
+//! contact's email always maps to the same lane): a batch reads all its contacts in one query, applies
+//! the requests in arrival order, and writes the lot in one transaction. Contacts the store remembers
+//! from earlier batches are not read again; the batch's transaction writes or checks each at its version.
+//! A failed batch forgets its contacts (see `Store::write_contact_batch`), so the engine's second attempt
+//! reads them: a contact changed by another path or process costs one retry, not a request at a time.
 //!
 //! Must not import: salvo, surrealdb.
 
-use futures_util::FutureExt;
 use serde_json::Map;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+use std::time::Duration;
 
+use crate::batching::{Batch, GroupCommit, Options};
 use crate::clock::SharedClock;
 use crate::domain::contacts::{DataPatch, subscription};
 use crate::store::contacts::{Contact, ContactWrite, Event, WriteResult};
@@ -184,115 +182,55 @@ pub async fn set_subscribed(
     Err(StoreError::Busy("the contact kept changing; gave up after 16 attempts".into()))
 }
 
-struct Pending {
+/// One upsert waiting on a group-commit lane.
+pub struct Request {
     project: String,
     upsert: Upsert,
-    reply: oneshot::Sender<Result<Upserted, StoreError>>,
+}
+
+/// The group-commit writer of upserts (see [`crate::batching`]).
+struct Upserts {
+    store: Store,
+    clock: SharedClock,
+}
+
+impl Batch for Upserts {
+    type Request = Request;
+    type Output = Upserted;
+    type Error = StoreError;
+
+    fn project(r: &Request) -> &str {
+        &r.project
+    }
+
+    async fn together(
+        &self,
+        project: &str,
+        requests: &[Arc<Request>],
+    ) -> Result<Vec<Result<Upserted, StoreError>>, StoreError> {
+        let upserts: Vec<&Upsert> = requests.iter().map(|r| &r.upsert).collect();
+        Ok(grouped(&self.store, &self.clock, project, &upserts).await?.into_iter().map(Ok).collect())
+    }
+
+    async fn one(&self, r: &Arc<Request>) -> Result<Upserted, StoreError> {
+        upsert(&self.store, &self.clock, &r.project, &r.upsert).await
+    }
 }
 
 /// Group-commit front of [`upsert`].
-pub struct Ingester {
-    lanes: Vec<mpsc::Sender<Pending>>,
-}
-
-/// Most requests one batch takes.
-const MAX_BATCH: usize = 256;
-/// How long a lane under load waits for more requests before writing a batch.
-const LINGER_MICROS: u64 = 1500;
+pub struct Ingester(GroupCommit<Upserts>);
 
 impl Ingester {
     /// Starts `lanes` lane tasks on the current runtime.
     pub fn start(store: Store, clock: SharedClock, lanes: usize) -> Ingester {
-        let lanes = (0..lanes.max(1))
-            .map(|_| {
-                let (tx, rx) = mpsc::channel::<Pending>(4096);
-                tokio::spawn(lane(rx, store.clone(), clock.clone()));
-                tx
-            })
-            .collect();
-        Ingester { lanes }
+        let options = Options { name: "ingest", lanes, max_batch: 256, linger: Duration::from_micros(1500) };
+        Ingester(GroupCommit::start(Upserts { store, clock }, options))
     }
 
-    /// Queues an upsert and waits for its outcome.
+    /// Queues an upsert and waits for its outcome. Upserts of one email take the same lane.
     pub async fn submit(&self, project: &str, upsert: Upsert) -> Result<Upserted, StoreError> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (project, upsert.email.as_str()).hash(&mut h);
-        let lane = &self.lanes[(h.finish() % self.lanes.len() as u64) as usize];
-        let (reply, rx) = oneshot::channel();
-        lane.send(Pending { project: project.to_string(), upsert, reply })
-            .await
-            .map_err(|_| StoreError::Db("the ingest lane stopped".into()))?;
-        rx.await.map_err(|_| StoreError::Db("the ingest lane dropped the request".into()))?
-    }
-}
-
-async fn lane(mut rx: mpsc::Receiver<Pending>, store: Store, clock: SharedClock) {
-    let mut last_size = 0;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        drain(&mut rx, &mut batch);
-        // Under load (the previous batch was not a lone request), give concurrent requests a moment
-        // to join: larger batches share the per-transaction cost. With no load there is no wait.
-        if last_size >= 4 && batch.len() < MAX_BATCH / 2 {
-            tokio::time::sleep(std::time::Duration::from_micros(LINGER_MICROS)).await;
-            drain(&mut rx, &mut batch);
-        }
-        last_size = batch.len();
-        // A panic while processing fails this batch's requests (their reply channels drop); the lane goes on.
-        let run = std::panic::AssertUnwindSafe(process(batch, &store, &clock)).catch_unwind();
-        if run.await.is_err() {
-            tracing::error!("ingest batch panicked");
-        }
-    }
-}
-
-fn drain(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) {
-    while batch.len() < MAX_BATCH {
-        match rx.try_recv() {
-            Ok(p) => batch.push(p),
-            Err(_) => break,
-        }
-    }
-}
-
-async fn process(batch: Vec<Pending>, store: &Store, clock: &SharedClock) {
-    let mut by_project: HashMap<String, Vec<Pending>> = HashMap::new();
-    for p in batch {
-        by_project.entry(p.project.clone()).or_default().push(p);
-    }
-    for (project, items) in by_project {
-        let started = std::time::Instant::now();
-        let size = items.len();
-        if items.len() == 1 {
-            for p in items {
-                let r = upsert(store, clock, &project, &p.upsert).await;
-                let _ = p.reply.send(r);
-            }
-            crate::metrics::ingest_batch(size, false, started.elapsed());
-            continue;
-        }
-        // A failed batch forgets its contacts (see `Store::write_contact_batch`), so a second attempt reads
-        // them: a contact changed by another path or process costs one retry, not a request at a time.
-        let mut outcome = grouped(store, clock, &project, &items).await;
-        if matches!(outcome, Err(StoreError::Busy(_) | StoreError::Conflict(_))) {
-            outcome = grouped(store, clock, &project, &items).await;
-        }
-        match outcome {
-            Ok(results) => {
-                crate::metrics::ingest_batch(size, false, started.elapsed());
-                for (p, r) in items.into_iter().zip(results) {
-                    let _ = p.reply.send(Ok(r));
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, size = items.len(), "batch write failed; applying one at a time");
-                for p in items {
-                    let r = upsert(store, clock, &project, &p.upsert).await;
-                    let _ = p.reply.send(r);
-                }
-                crate::metrics::ingest_batch(size, true, started.elapsed());
-            }
-        }
+        let key = (project.to_string(), upsert.email.clone());
+        self.0.submit(key, Request { project: project.to_string(), upsert }).await
     }
 }
 
@@ -301,9 +239,9 @@ async fn grouped(
     store: &Store,
     clock: &SharedClock,
     project: &str,
-    items: &[Pending],
+    items: &[&Upsert],
 ) -> Result<Vec<Upserted>, StoreError> {
-    let mut emails: Vec<String> = items.iter().map(|p| p.upsert.email.clone()).collect();
+    let mut emails: Vec<String> = items.iter().map(|u| u.email.clone()).collect();
     emails.sort();
     emails.dedup();
     let read = store.group_contacts(project, &emails).await?;
@@ -312,11 +250,11 @@ async fn grouped(
     let now = clock.now_ms();
     let mut events = Vec::new();
     let mut results = Vec::with_capacity(items.len());
-    for p in items {
-        let a = apply(project, current.get(&p.upsert.email), &p.upsert, now);
+    for u in items {
+        let a = apply(project, current.get(&u.email), u, now);
         events.extend(a.events);
         results.push(Upserted { contact: a.contact.clone(), is_new: a.is_new, event_id: a.event_id });
-        current.insert(p.upsert.email.clone(), a.contact);
+        current.insert(u.email.clone(), a.contact);
     }
     let mut created = Vec::new();
     let mut updated = Vec::new();

@@ -6,6 +6,7 @@
 
 pub mod accept;
 pub mod api;
+pub mod batching;
 pub mod campaigns;
 pub mod clock;
 pub mod compose;

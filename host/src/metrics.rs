@@ -25,10 +25,16 @@ struct Registry {
     jobs: BTreeMap<(String, &'static str), u64>,
     /// Recorded delivery outcomes by status (SENT, BOUNCED, FAILED, CANCELLED).
     deliveries: BTreeMap<String, u64>,
-    ingest_batches: u64,
-    ingest_requests: u64,
-    ingest_fallbacks: u64,
-    ingest_write_seconds: f64,
+    /// Group-commit batches by engine name.
+    group_commit: BTreeMap<&'static str, GroupCommit>,
+}
+
+#[derive(Default)]
+struct GroupCommit {
+    batches: u64,
+    requests: u64,
+    fallbacks: u64,
+    write_seconds: f64,
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
@@ -74,13 +80,15 @@ pub fn deliveries_recorded<'a>(statuses: impl IntoIterator<Item = &'a str>) {
     });
 }
 
-/// Records one group-commit batch: its size, whether it fell back to single writes, and its write time.
-pub fn ingest_batch(size: usize, fell_back: bool, elapsed: Duration) {
+/// Records one group-commit batch of an engine: its size, whether it fell back to single writes, and its
+/// write time.
+pub fn group_commit(engine: &'static str, size: usize, fell_back: bool, elapsed: Duration) {
     with(|r| {
-        r.ingest_batches += 1;
-        r.ingest_requests += size as u64;
-        r.ingest_fallbacks += u64::from(fell_back);
-        r.ingest_write_seconds += elapsed.as_secs_f64();
+        let g = r.group_commit.entry(engine).or_default();
+        g.batches += 1;
+        g.requests += size as u64;
+        g.fallbacks += u64::from(fell_back);
+        g.write_seconds += elapsed.as_secs_f64();
     });
 }
 
@@ -131,12 +139,21 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         for (status, n) in &r.deliveries {
             let _ = writeln!(out, "herald_emails_delivered_total{{status=\"{}\"}} {n}", esc(status));
         }
-        out.push_str("# HELP herald_ingest_batches_total Group-commit batches of contact upserts.\n");
-        out.push_str("# TYPE herald_ingest_batches_total counter\n");
-        let _ = writeln!(out, "herald_ingest_batches_total {}", r.ingest_batches);
-        let _ = writeln!(out, "herald_ingest_requests_total {}", r.ingest_requests);
-        let _ = writeln!(out, "herald_ingest_fallbacks_total {}", r.ingest_fallbacks);
-        let _ = writeln!(out, "herald_ingest_write_seconds_total {}", r.ingest_write_seconds);
+        let series: [(&str, &str, fn(&GroupCommit) -> f64); 4] = [
+            ("batches", "Group-commit batches written, by engine (ingest: /v1/track, accept: /v1/send).", |g| {
+                g.batches as f64
+            }),
+            ("requests", "Requests in those batches.", |g| g.requests as f64),
+            ("fallbacks", "Batches that fell back to one request at a time.", |g| g.fallbacks as f64),
+            ("write_seconds", "Time spent writing batches.", |g| g.write_seconds),
+        ];
+        for (name, help, value) in series {
+            let _ = writeln!(out, "# HELP herald_group_commit_{name}_total {help}");
+            let _ = writeln!(out, "# TYPE herald_group_commit_{name}_total counter");
+            for (engine, g) in &r.group_commit {
+                let _ = writeln!(out, "herald_group_commit_{name}_total{{engine=\"{engine}\"}} {}", value(g));
+            }
+        }
     });
     out.push_str("# HELP herald_jobs Jobs in the queue by state.\n");
     out.push_str("# TYPE herald_jobs gauge\n");

@@ -605,7 +605,7 @@ async fn signed_notifications_update_emails_and_replays_and_bad_signatures_are_r
 }
 
 #[tokio::test]
-async fn concurrent_sends_to_one_new_recipient_make_one_contact_and_every_email() {
+async fn concurrent_sends_to_one_new_recipient_make_one_contact_and_every_email_and_are_counted() {
     let e = env(0, false).await;
     let sends = (0..8).map(|i| {
         let c = e.p.secret.clone();
@@ -626,6 +626,21 @@ async fn concurrent_sends_to_one_new_recipient_make_one_contact_and_every_email(
     assert_eq!(contacts.len(), 1, "one contact for one email, whatever the concurrency");
     let list = e.p.secret.get("/contacts?search=same@example.org").await;
     assert_eq!(list.json["data"].as_array().map(Vec::len), Some(1), "{}", list.json);
+    // Sends and tracks go through one group-commit engine, each counted under its own name.
+    let tracks = (0..8).map(|i| {
+        let c = e.p.secret.clone();
+        async move { c.post("/v1/track", json!({ "email": format!("t{i}@example.org"), "event": "visit" })).await }
+    });
+    for r in futures_util::future::join_all(tracks).await {
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    let metrics = e.s.client().http.get(format!("{}/metrics", e.s.base)).send().await.unwrap().text().await.unwrap();
+    let count = |engine: &str| -> u64 {
+        let prefix = format!("herald_group_commit_requests_total{{engine=\"{engine}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    assert!(count("accept") >= 8 && count("ingest") >= 8, "{metrics}");
+    assert!(metrics.contains("herald_group_commit_batches_total{engine=\"accept\"}"), "{metrics}");
 }
 
 #[tokio::test]
