@@ -2,7 +2,7 @@
 //!
 //! - only `api/` imports salvo; only `store/` imports surrealdb or writes SurrealQL; nothing below the API
 //!   reaches up into `api/` (`lib.rs` and `main.rs` wire it);
-//! - only `clock.rs` reads the wall clock (everything else asks the injected clock, so tests can move time);
+//! - only the clock (`infra/clock.rs`, and the plugin runtime's `clock.rs`) reads the wall clock (everything else asks the injected clock, so tests can move time);
 //! - `domain/` does no I/O (no async runtime, files, network, processes, mail, DNS, plugins or database);
 //! - no source file has more than [`MAX_LINES`] lines before its tests.
 //!
@@ -76,8 +76,8 @@ fn violations(rel: &str, source: &str) -> Vec<String> {
         if !in_store && is_surrealql(text) {
             found.push(format!("{at}: SurrealQL outside store/"));
         }
-        if !matches!(rel, "clock.rs" | "plugin-runtime/clock.rs") && WALL_CLOCK.iter().any(|w| text.contains(w)) {
-            found.push(format!("{at}: the wall clock outside clock.rs (use the injected clock)"));
+        if !matches!(rel, "infra/clock.rs" | "plugin-runtime/clock.rs") && WALL_CLOCK.iter().any(|w| text.contains(w)) {
+            found.push(format!("{at}: the wall clock outside the clock (use the injected clock)"));
         }
         if in_domain && IO.iter().any(|c| uses_path(text, c)) {
             found.push(format!("{at}: I/O in domain/"));
@@ -179,14 +179,14 @@ fn each_rule_catches_what_it_forbids() {
         ("lib.rs", "use salvo::Server;", "salvo outside api/"),
         ("error.rs", "    let s = salvo::http::StatusCode::OK;", "salvo outside api/"),
         ("state.rs", "use salvo_oapi::ToSchema;", "salvo outside api/"),
-        ("jobs/mod.rs", "use surrealdb::Surreal;", "surrealdb outside store/"),
-        ("verify.rs", "if !crate::api::body::is_email(&e) {", "reaches up into api/"),
-        ("jobs/mod.rs", r#"store.query("DELETE seen WHERE at <= $now", v)"#, "SurrealQL outside store/"),
-        ("campaigns.rs", r#"let q = "SELECT * FROM email";"#, "SurrealQL outside store/"),
-        ("campaigns.rs", r#"q("BEGIN TRANSACTION; COMMIT TRANSACTION;")"#, "SurrealQL outside store/"),
-        ("delivery/mod.rs", "let now = std::time::SystemTime::now();", "the wall clock outside clock.rs"),
-        ("api/send.rs", "let t = chrono::Utc::now();", "the wall clock outside clock.rs"),
-        ("plugin-runtime/lib.rs", "let t = chrono::Utc::now();", "the wall clock outside clock.rs"),
+        ("infra/jobs/mod.rs", "use surrealdb::Surreal;", "surrealdb outside store/"),
+        ("services/verify.rs", "if !crate::api::body::is_email(&e) {", "reaches up into api/"),
+        ("infra/jobs/mod.rs", r#"store.query("DELETE seen WHERE at <= $now", v)"#, "SurrealQL outside store/"),
+        ("services/campaigns.rs", r#"let q = "SELECT * FROM email";"#, "SurrealQL outside store/"),
+        ("services/campaigns.rs", r#"q("BEGIN TRANSACTION; COMMIT TRANSACTION;")"#, "SurrealQL outside store/"),
+        ("services/delivery/mod.rs", "let now = std::time::SystemTime::now();", "the wall clock outside the clock"),
+        ("api/send.rs", "let t = chrono::Utc::now();", "the wall clock outside the clock"),
+        ("plugin-runtime/lib.rs", "let t = chrono::Utc::now();", "the wall clock outside the clock"),
         ("plugin-runtime/loading.rs", "use surrealdb::Surreal;", "surrealdb outside store/"),
         ("plugin-runtime/http.rs", "use salvo::Router;", "salvo outside api/"),
         ("domain/tracking.rs", "use tokio::sync::Mutex;", "I/O in domain/"),
@@ -203,9 +203,9 @@ fn each_rule_catches_what_it_forbids() {
         ("api/send.rs", "use salvo::prelude::*;"),
         ("store/emails.rs", r#"self.query("DELETE email WHERE id = $id", v)"#),
         ("store/mod.rs", "use surrealdb::Surreal;"),
-        ("clock.rs", "let now = SystemTime::now();"),
+        ("infra/clock.rs", "let now = SystemTime::now();"),
         ("plugin-runtime/clock.rs", "Utc::now().timestamp_millis()"),
-        ("jobs/mod.rs", "//! Must not import: salvo, surrealdb."),
+        ("infra/jobs/mod.rs", "//! Must not import: salvo, surrealdb."),
         ("api/contacts.rs", r#"#[endpoint(summary = "DELETE /contacts/:id removes a contact")]"#),
         ("domain/tracking.rs", "let tokio_like = 1; // tokio is fine in a comment"),
         ("big.rs", &format!("{}#[cfg(test)]\n{}", "let x = 1;\n".repeat(MAX_LINES), "let y = 2;\n".repeat(50))),

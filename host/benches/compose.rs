@@ -16,8 +16,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use herald_host::compose::{Composer, Message, Recipient};
 use herald_host::domain::templating::{Engine, Mode};
+use herald_host::services::compose::{Composer, Message, Recipient};
 use serde_json::{Map, Value, json};
 
 mod common;

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use herald_host::clock::SystemClock;
 use herald_host::config::PluginGrant;
+use herald_host::infra::clock::SystemClock;
 use herald_host::plugins::{
     Address, Execution, Options, Outgoing, PluginHost, SendOutcome, StepContact, StepInput, Value,
 };

@@ -6,7 +6,7 @@
 //!    5%), `score` (0-999), `country` (12 values), `signup` (an ISO 8601 date), `beta` (bool) and `rank`
 //!    (the contact's number). Events: 40% of the contacts have a `purchase` (a third of those within
 //!    the last 30 days, some with two), 30% a `login`.
-//! 2. Through the segment engine (`herald_host::segments::Engine`, what the API calls), on a DYNAMIC
+//! 2. Through the segment engine (`herald_host::services::segments::Engine`, what the API calls), on a DYNAMIC
 //!    segment `plan = pro AND score > 500 AND purchase within 30 days`: counts it (cold, then warm),
 //!    pages its first 100 members (the page query alone, and the contacts endpoint's work: page + total).
 //! 3. Computes a tracked segment `rank < TRACKED` in the same project: the first compute (TRACKED
@@ -32,9 +32,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use herald_host::clock::{SystemClock, rfc3339, wall_now_ms};
+use herald_host::infra::clock::{SystemClock, rfc3339, wall_now_ms};
 use herald_host::plugins::{Options, PluginHost};
-use herald_host::segments::Engine;
+use herald_host::services::segments::Engine;
 use herald_host::store::Store;
 use herald_host::store::segments::SegmentWrite;
 use serde_json::{Value, json};

@@ -174,7 +174,7 @@ async fn main() {
                 let mut rng = Rng(0xABCD ^ (w + 1));
                 let counter = AtomicUsize::new(0);
                 while Instant::now() < raw_deadline {
-                    let now = herald_host::clock::wall_now_ms();
+                    let now = herald_host::infra::clock::wall_now_ms();
                     let mut events = Vec::with_capacity(batch);
                     let mut contacts = Vec::with_capacity(batch);
                     for _ in 0..batch {

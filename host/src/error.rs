@@ -149,7 +149,7 @@ impl ApiError {
             error["details"] = json!({
                 "key": key,
                 "originalRequest": request,
-                "originalRequestAt": crate::clock::rfc3339(*at_ms),
+                "originalRequestAt": crate::infra::clock::rfc3339(*at_ms),
                 "originalStatusCode": status,
             });
         }
@@ -162,7 +162,7 @@ impl ApiError {
         if let Some(s) = suggestion {
             error["suggestion"] = json!(s);
         }
-        json!({ "success": false, "error": error, "timestamp": crate::clock::rfc3339(crate::clock::wall_now_ms()) })
+        json!({ "success": false, "error": error, "timestamp": crate::infra::clock::rfc3339(crate::infra::clock::wall_now_ms()) })
     }
 }
 
@@ -188,15 +188,15 @@ impl From<StoreError> for ApiError {
     }
 }
 
-impl From<crate::segments::SegmentError> for ApiError {
-    fn from(e: crate::segments::SegmentError) -> Self {
+impl From<crate::services::segments::SegmentError> for ApiError {
+    fn from(e: crate::services::segments::SegmentError) -> Self {
         match e {
-            crate::segments::SegmentError::Invalid(m) => ApiError::BadRequest(m),
-            crate::segments::SegmentError::TooLarge(m) => {
+            crate::services::segments::SegmentError::Invalid(m) => ApiError::BadRequest(m),
+            crate::services::segments::SegmentError::TooLarge(m) => {
                 ApiError::field("condition", "too_big", &m, serde_json::Value::Null)
             }
-            crate::segments::SegmentError::Store(s) => s.into(),
-            crate::segments::SegmentError::Plugin(p) => ApiError::PluginUnavailable(p.to_string()),
+            crate::services::segments::SegmentError::Store(s) => s.into(),
+            crate::services::segments::SegmentError::Plugin(p) => ApiError::PluginUnavailable(p.to_string()),
         }
     }
 }

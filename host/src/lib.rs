@@ -1,34 +1,19 @@
 //! Herald host: the server behind the `herald` binary. [`App::build`] assembles the whole application
 //! from a [`Config`] so tests boot the real thing in-process on an ephemeral port.
 //!
-//! Module map (see ARCHITECTURE.md): `api` (salvo, HTTP only) → `state`/`security`/`ratelimit`/`jobs`
-//! → `store` (the only module that imports surrealdb). `clock` is the only reader of the wall clock.
+//! Module map (see ARCHITECTURE.md): `api` (salvo, HTTP only: parses, calls a service, renders) →
+//! `services` (one module per capability: its rules, transactions and jobs) → `store` (the only module
+//! that imports surrealdb); `domain` holds pure rules, `infra` what every capability builds on (clock,
+//! job queue, group commit, metrics, security, DNS, DKIM).
 
-pub mod accept;
 pub mod api;
-pub mod batching;
-pub mod campaigns;
-pub mod clock;
-pub mod compose;
 pub mod config;
-pub mod delivery;
-pub mod dkim;
-pub mod dns;
 pub mod domain;
 pub mod error;
-pub mod events;
-pub mod ingest;
-pub mod jobs;
-pub mod metrics;
-pub mod projects;
-pub mod ratelimit;
-pub mod security;
-pub mod segments;
-pub mod sending_domains;
+pub mod infra;
+pub mod services;
 pub mod state;
 pub mod store;
-pub mod telemetry;
-pub mod verify;
 
 /// The plugin runtime (its own crate, `host/plugin-runtime`), where the host has always found it.
 pub use herald_plugin_runtime as plugins;
@@ -39,9 +24,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::{SharedClock, SystemClock};
+use crate::infra::{dkim, dns, jobs, ratelimit, security};
+use crate::services::{accept, campaigns, compose, delivery, events, ingest, segments, sending_domains};
+
 use crate::config::Config;
-use crate::jobs::{Registry, Worker, WorkerOptions};
+use crate::infra::clock::{SharedClock, SystemClock};
+use crate::infra::jobs::{Registry, Worker, WorkerOptions};
 use crate::state::{AppState, KeyCache};
 use crate::store::{Store, StoreError};
 

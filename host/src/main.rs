@@ -6,9 +6,10 @@ use clap::{Parser, Subcommand};
 /// malloc/free took about a third of the server's CPU in the track benchmark.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use herald_host::App;
 use herald_host::config::Settings;
+use herald_host::infra::telemetry;
 use herald_host::store::Store;
-use herald_host::{App, telemetry};
 
 #[derive(Parser)]
 #[command(name = "herald", version, about = "Herald: self-hostable email messaging service")]

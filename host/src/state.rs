@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::events::EventBus;
-use crate::ratelimit::RateLimiter;
+use crate::infra::clock::SharedClock;
+use crate::infra::ratelimit::RateLimiter;
+use crate::services::events::EventBus;
 use crate::store::Store;
 
 /// What an API key resolved to.
@@ -67,16 +67,16 @@ pub struct AppState {
     pub notifications_key: Vec<u8>,
     pub limiter: RateLimiter,
     /// Failed logins per account and per address (`/auth/login` slows down after repeated failures).
-    pub login_failures: crate::ratelimit::FailureThrottle,
+    pub login_failures: crate::infra::ratelimit::FailureThrottle,
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).
     pub bus: Arc<EventBus>,
     /// Group-commit contact upserts (`/v1/track`).
-    pub ingest: crate::ingest::Ingester,
+    pub ingest: crate::services::ingest::Ingester,
     /// Group-commit accepted sends (`/v1/send`).
-    pub accepter: crate::accept::Accepter,
+    pub accepter: crate::services::accept::Accepter,
     /// Sender domains: DNS, DKIM key storage, record settings.
-    pub domains: Arc<crate::sending_domains::Domains>,
+    pub domains: Arc<crate::services::sending_domains::Domains>,
     /// Template syntax checks and rendering.
     pub templates: crate::domain::templating::Engine,
     /// Wakes the job worker after enqueueing urgent work (deliveries).
@@ -84,9 +84,9 @@ pub struct AppState {
     /// The plugin runtime (operators, step types, transports).
     pub plugins: Arc<crate::plugins::PluginHost>,
     /// The segment engine (conditions, counts, tracked memberships).
-    pub segments: crate::segments::Engine,
+    pub segments: crate::services::segments::Engine,
     /// Renders email records (`/v1/send`, campaigns, test sends).
-    pub composer: Arc<crate::compose::Composer>,
+    pub composer: Arc<crate::services::compose::Composer>,
     /// Campaign sending: audiences, batches, progress, cancel.
-    pub campaigns: Arc<crate::campaigns::Campaigns>,
+    pub campaigns: Arc<crate::services::campaigns::Campaigns>,
 }

@@ -6,8 +6,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_host::clock::SharedClock;
 use herald_host::config::Config;
+use herald_host::infra::clock::SharedClock;
 use herald_host::store::contacts::Contact;
 use serde_json::{Value, json};
 
@@ -72,11 +72,15 @@ async fn cancel_mid_send(second_process: bool) {
     let other = if second_process {
         let mut config = Config::for_tests();
         config.run_jobs = false;
-        let clock: SharedClock = Arc::new(herald_host::clock::SystemClock);
-        let app =
-            herald_host::App::from_store(config, st.store.sibling(), clock, herald_host::jobs::builtin_registry())
-                .await
-                .unwrap();
+        let clock: SharedClock = Arc::new(herald_host::infra::clock::SystemClock);
+        let app = herald_host::App::from_store(
+            config,
+            st.store.sibling(),
+            clock,
+            herald_host::infra::jobs::builtin_registry(),
+        )
+        .await
+        .unwrap();
         Some(Server::serve(app, None).await)
     } else {
         None
@@ -238,7 +242,10 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
     let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "{} contacts got the campaign twice: {:?}", twice.len(), &twice[..twice.len().min(5)]);
     let uncertain = stats["uncertainCount"].as_u64().unwrap() as usize;
-    assert!(uncertain <= herald_host::delivery::HANDOVERS, "at most one uncertain hand-over per slot: {stats}");
+    assert!(
+        uncertain <= herald_host::services::delivery::HANDOVERS,
+        "at most one uncertain hand-over per slot: {stats}"
+    );
     assert_eq!(stats["sentCount"], json!(N - uncertain), "{stats}");
     assert_eq!(stats["pendingCount"], 0, "{stats}");
     assert!(

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_host::clock::ManualClock;
 use herald_host::config::Config;
+use herald_host::infra::clock::ManualClock;
 use herald_host::store::contacts::Contact;
 use serde_json::{Value, json};
 
@@ -102,7 +102,7 @@ async fn wait_status(e: &Env, id: &str, want: &str) -> Value {
 }
 
 /// Runs the queue (stepped servers) until nothing is left to do now.
-async fn drain(w: &herald_host::jobs::Worker) {
+async fn drain(w: &herald_host::infra::jobs::Worker) {
     for _ in 0..200 {
         if w.run_once(50).await.unwrap().is_empty() {
             return;
@@ -592,13 +592,15 @@ async fn a_campaign_interrupted_by_a_restart_gives_every_subscribed_contact_exac
         config.run_jobs = false;
         config.send_rate_per_second = 0;
         config.campaign_batch_size = 50;
-        let clock: herald_host::clock::SharedClock = Arc::new(e.s.clock().clone());
+        let clock: herald_host::infra::clock::SharedClock = Arc::new(e.s.clock().clone());
         async move {
-            herald_host::App::from_store(config, store, clock, herald_host::jobs::builtin_registry()).await.unwrap()
+            herald_host::App::from_store(config, store, clock, herald_host::infra::jobs::builtin_registry())
+                .await
+                .unwrap()
         }
     };
     let (a, b) = (start(store.clone()).await, start(store.clone()).await);
-    let run = |w: herald_host::jobs::Worker| async move {
+    let run = |w: herald_host::infra::jobs::Worker| async move {
         for _ in 0..400 {
             if w.run_once(64).await.unwrap().is_empty() {
                 return;

@@ -124,7 +124,7 @@ async fn the_recurring_check_verifies_domains_in_the_background() {
     let dns = DnsServer::start().await;
     let mut config = config_with(&dns);
     config.run_jobs = false;
-    let s = Server::start_with(config, Some(herald_host::clock::ManualClock::new(1_800_000_000_000))).await;
+    let s = Server::start_with(config, Some(herald_host::infra::clock::ManualClock::new(1_800_000_000_000))).await;
     let p = proj(&s, "o@example.com").await;
     let d = p.secret.post("/domains", json!({ "domain": "bg.example" })).await.json;
     publish(&dns, &d);
@@ -370,7 +370,7 @@ async fn dns_failures_degrade_to_a_reason_never_a_500() {
 #[tokio::test]
 async fn a_squatted_pending_domain_does_not_keep_its_owner_out() {
     let dns = DnsServer::start().await;
-    let clock = herald_host::clock::ManualClock::new(1_800_000_000_000);
+    let clock = herald_host::infra::clock::ManualClock::new(1_800_000_000_000);
     let s = Server::start_with(config_with(&dns), Some(clock.clone())).await;
     let squatter = proj(&s, "squatter@example.com").await;
     let owner = proj(&s, "owner@example.com").await;
@@ -399,7 +399,7 @@ async fn a_squatted_pending_domain_does_not_keep_its_owner_out() {
     assert_envelope(&late.secret.post("/domains", json!({ "domain": "brand.example" })).await, 409, "CONFLICT");
     // A pending domain that never verified expires with the check job after 7 days; a verified one stays.
     dns.remove("herald._domainkey.brand.example", RecordType::TXT);
-    clock.advance(herald_host::sending_domains::PENDING_DOMAIN_TTL_MS + 1);
+    clock.advance(herald_host::services::sending_domains::PENDING_DOMAIN_TTL_MS + 1);
     let st = std::sync::Arc::clone(&s.state);
     st.domains.check_all(&st.store, st.clock.now_ms()).await.unwrap();
     let listed = squatter.secret.get(&format!("/domains/project/{}", squatter.id)).await;

@@ -270,7 +270,7 @@ async fn deleting_a_project_removes_everything_it_owns_and_sends_nothing_it_had_
     let mut config = herald_host::config::Config::for_tests();
     config.smtp_url = Some(sink.url());
     config.run_jobs = false;
-    let s = Server::start_with(config, Some(herald_host::clock::ManualClock::new(1_800_000_000_000))).await;
+    let s = Server::start_with(config, Some(herald_host::infra::clock::ManualClock::new(1_800_000_000_000))).await;
     let p = proj(&s, "o@example.com").await;
     let other = proj(&s, "other@example.com").await;
     let st = std::sync::Arc::clone(&s.state);

@@ -4,20 +4,20 @@
 
 use std::sync::Arc;
 
-use herald_host::clock::{ManualClock, SharedClock, SystemClock};
 use herald_host::config::Config;
+use herald_host::infra::clock::{ManualClock, SharedClock, SystemClock};
 use herald_host::{App, Running};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
 #[allow(unused_imports)]
-use herald_host::clock::Clock;
+use herald_host::infra::clock::Clock;
 
 pub struct Server {
     pub base: String,
     pub running: Option<Running>,
     pub clock: Option<ManualClock>,
-    pub worker: herald_host::jobs::Worker,
+    pub worker: herald_host::infra::jobs::Worker,
     pub state: Arc<herald_host::state::AppState>,
 }
 
@@ -52,7 +52,8 @@ impl Server {
             Some(c) => Arc::new(c.clone()),
             None => Arc::new(SystemClock),
         };
-        let app = App::build_with(config, shared, herald_host::jobs::builtin_registry()).await.expect("build app");
+        let app =
+            App::build_with(config, shared, herald_host::infra::jobs::builtin_registry()).await.expect("build app");
         Self::serve(app, clock).await
     }
 

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_host::clock::{Clock, ManualClock};
 use herald_host::config::Config;
-use herald_host::jobs::{Outcome, Registry, Worker, WorkerOptions};
+use herald_host::infra::clock::{Clock, ManualClock};
+use herald_host::infra::jobs::{Outcome, Registry, Worker, WorkerOptions};
 use herald_host::store::Store;
 use herald_host::store::jobs::NewJob;
 use serde_json::json;

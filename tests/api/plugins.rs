@@ -297,7 +297,7 @@ async fn email_status(s: &Server, project: &str, id: &str) -> String {
 
 async fn post_notification(s: &Server, transport: &str, body: &serde_json::Value, key: &[u8]) -> crate::harness::Resp {
     let raw = serde_json::to_vec(body).unwrap();
-    let ts = herald_host::clock::wall_now_ms() / 1000;
+    let ts = herald_host::infra::clock::wall_now_ms() / 1000;
     let sig = herald_host::api::notifications::sign(key, ts, &raw);
     let res = reqwest::Client::new()
         .post(format!("{}/webhooks/notifications/{transport}", s.base))

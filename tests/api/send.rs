@@ -31,7 +31,7 @@ async fn env(tempfails: usize, run_jobs: bool) -> Env {
     let st = Arc::clone(&s.state);
     let d = st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
     // Publish the key so an independent verifier can check signatures.
-    dns.txt(&format!("herald._domainkey.{}", d.name), &herald_host::dkim::txt_value(&d.dkim_public));
+    dns.txt(&format!("herald._domainkey.{}", d.name), &herald_host::infra::dkim::txt_value(&d.dkim_public));
     Env { s, p, sink, dns }
 }
 
@@ -294,8 +294,8 @@ async fn an_email_accepted_before_a_crash_is_delivered_once_after_the_restart() 
     let app = herald_host::App::from_store(
         config,
         store,
-        Arc::new(herald_host::clock::SystemClock),
-        herald_host::jobs::builtin_registry(),
+        Arc::new(herald_host::infra::clock::SystemClock),
+        herald_host::infra::jobs::builtin_registry(),
     )
     .await
     .unwrap();
@@ -547,7 +547,7 @@ async fn signed_notifications_update_emails_and_replays_and_bad_signatures_are_r
     let (id, _) = send("a@example.org").await;
     wait_status(&e, &id, "SENT").await;
     let mid = e.s.state.store.email(&e.p.id, &id).await.unwrap().unwrap().message_id;
-    let now = herald_host::clock::wall_now_ms() / 1000;
+    let now = herald_host::infra::clock::wall_now_ms() / 1000;
     let delivery = json!({ "type": "delivery", "messageId": mid });
     let r = notify(&e, &delivery, now, None).await;
     assert_eq!(r.status, 200, "{}", r.json);

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
-use herald_host::events::{Subscriber, SubscriberFuture};
+use herald_host::services::events::{Subscriber, SubscriberFuture};
 use herald_host::store::contacts::Event;
 use serde_json::json;
 
@@ -433,7 +433,7 @@ async fn every_stored_event_reaches_subscribers_at_least_once_even_after_failure
     // First dispatch run: the subscriber fails, nothing is lost, the job is retried later.
     let ran = s.worker.run_once(10).await.unwrap();
     assert!(
-        ran.iter().any(|(j, o)| j.kind == "events.dispatch" && matches!(o, herald_host::jobs::Outcome::Retried { .. })),
+        ran.iter().any(|(j, o)| j.kind == "events.dispatch" && matches!(o, herald_host::infra::jobs::Outcome::Retried { .. })),
         "{ran:?}"
     );
     assert!(rec.seen.lock().unwrap().is_empty());
@@ -512,10 +512,14 @@ async fn events_stored_before_a_crash_are_dispatched_after_the_restart() {
     let mut config = herald_host::config::Config::for_tests();
     config.run_jobs = false;
     drop(s);
-    let app =
-        herald_host::App::from_store(config, store, Arc::new(clock.clone()), herald_host::jobs::builtin_registry())
-            .await
-            .unwrap();
+    let app = herald_host::App::from_store(
+        config,
+        store,
+        Arc::new(clock.clone()),
+        herald_host::infra::jobs::builtin_registry(),
+    )
+    .await
+    .unwrap();
     let rec = Recorder::new(0);
     app.state.bus.subscribe(rec.clone());
     clock.advance(60_000);
@@ -601,8 +605,8 @@ async fn keys_regenerated_through_one_process_stop_working_in_another() {
     let app = herald_host::App::from_store(
         config,
         a.state.store.clone(),
-        Arc::new(herald_host::clock::SystemClock),
-        herald_host::jobs::builtin_registry(),
+        Arc::new(herald_host::infra::clock::SystemClock),
+        herald_host::infra::jobs::builtin_registry(),
     )
     .await
     .unwrap();

@@ -10,9 +10,9 @@ use serde::Serialize;
 use super::auth::{UserOut, require_session, role_in, user};
 use super::body::{Fields, Reply, json_object};
 use super::state;
-use crate::clock::rfc3339;
 use crate::error::ApiError;
-use crate::security;
+use crate::infra::clock::rfc3339;
+use crate::infra::security;
 use crate::state::AppState;
 use crate::store::accounts::{Member, Project, Role};
 
@@ -281,7 +281,7 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
         let id = id.into_inner();
         need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
         let now = st.clock.now_ms();
-        st.store.delete_project(&id, &crate::projects::purge_job(&id, now), now).await?;
+        st.store.delete_project(&id, &crate::services::projects::purge_job(&id, now), now).await?;
         st.job_wake.notify_one();
         st.keys.invalidate_project(&id);
         st.store.bump_keys_epoch().await?;

@@ -10,8 +10,8 @@ use serde::Serialize;
 use super::body::{Fields, Reply, json_object_max};
 use super::state;
 use crate::error::ApiError;
-use crate::ratelimit::Decision;
-use crate::security::{self, KeyKind, PASSWORD_CHARS, SessionClaims};
+use crate::infra::ratelimit::Decision;
+use crate::infra::security::{self, KeyKind, PASSWORD_CHARS, SessionClaims};
 use crate::state::{AppState, KeyEntry};
 use crate::store::accounts::{Role, User};
 
@@ -35,7 +35,7 @@ impl From<&User> for UserOut {
             id: u.id.clone(),
             email: u.email.clone(),
             name: u.name.clone(),
-            created_at: crate::clock::rfc3339(u.created_at),
+            created_at: crate::infra::clock::rfc3339(u.created_at),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Campaigns (docs/behaviour.md#campaigns): offset list with status filter, search and sort;
 //! create (wrapped), get, replace, delete, duplicate, send now or scheduled (wrapped, with a message),
-//! cancel, test send and stats. The sending itself is `crate::campaigns`.
+//! cancel, test send and stats. The sending itself is `crate::services::campaigns`.
 
 use salvo::http::StatusCode;
 use salvo::oapi::ToSchema;
@@ -13,10 +13,10 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
-use crate::campaigns::CampaignError;
-use crate::clock::rfc3339;
 use crate::domain::campaigns::{AUDIENCES, Action, STATUSES, allowed, parse_when, rate};
 use crate::error::ApiError;
+use crate::infra::clock::rfc3339;
+use crate::services::campaigns::CampaignError;
 use crate::state::AppState;
 use crate::store::campaigns::{CampaignQuery, CampaignRow};
 
@@ -286,10 +286,10 @@ async fn read_campaign(
         && let Err(e) = st.segments.check(project, cond, None).await
     {
         return Err(match e {
-            crate::segments::SegmentError::Invalid(m) => {
+            crate::services::segments::SegmentError::Invalid(m) => {
                 ApiError::field("audienceCondition", "invalid_condition", &m, cond.clone())
             }
-            crate::segments::SegmentError::TooLarge(m) => {
+            crate::services::segments::SegmentError::TooLarge(m) => {
                 ApiError::field("audienceCondition", "too_big", &m, Value::Null)
             }
             other => other.into(),

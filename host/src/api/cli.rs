@@ -30,7 +30,7 @@ pub async fn create_project(
                     let pw = password.ok_or_else(|| {
                         ApiError::BadRequest(format!("User {email} does not exist yet: give --password to create it"))
                     })?;
-                    if let Some(problem) = crate::security::password_problem(pw) {
+                    if let Some(problem) = crate::infra::security::password_problem(pw) {
                         return Err(ApiError::BadRequest(problem));
                     }
                     Some(super::auth::create_user(st, &email, pw, None).await?.id)

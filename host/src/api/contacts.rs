@@ -15,10 +15,10 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{bool_param, decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::state;
-use crate::clock::{parse_rfc3339, rfc3339};
 use crate::domain::contacts::{DataPatch, normalize_email, subscription};
 use crate::error::ApiError;
-use crate::ingest::{Upsert, upsert};
+use crate::infra::clock::{parse_rfc3339, rfc3339};
+use crate::services::ingest::{Upsert, upsert};
 use crate::state::AppState;
 use crate::store::contacts::{Contact, ContactQuery, ContactWrite, Event, WriteResult};
 
@@ -406,7 +406,7 @@ fn type_of(v: &Value) -> &'static str {
     match v {
         Value::Bool(_) => "boolean",
         Value::Number(_) => "number",
-        Value::String(s) if parse_rfc3339(s).is_some() || crate::clock::is_date_only(s) => "date",
+        Value::String(s) if parse_rfc3339(s).is_some() || crate::infra::clock::is_date_only(s) => "date",
         Value::String(_) => "string",
         Value::Object(_) | Value::Array(_) => "object",
         Value::Null => "string",

@@ -14,10 +14,10 @@ use serde_json::Value;
 use super::auth::{ApiKeyAuth, COOKIE, KeyRule, apply_rate_limit, authenticate, project, session_user};
 use super::body::{Fields, Reply, json_object, json_object_max};
 use super::state;
-use crate::clock::rfc3339;
 use crate::domain::domains::DnsRecord;
 use crate::error::ApiError;
-use crate::sending_domains::{DomainError, SenderRefusal, check_sender, parse_records};
+use crate::infra::clock::rfc3339;
+use crate::services::sending_domains::{DomainError, SenderRefusal, check_sender, parse_records};
 use crate::state::AppState;
 use crate::store::domains::DomainRow;
 
@@ -298,7 +298,7 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply,
                 Value::String(email),
             ));
         }
-        let v = crate::verify::verify(&st.domains.dns, &email).await;
+        let v = crate::services::verify::verify(&st.domains.dns, &email).await;
         Reply::ok(&serde_json::json!({ "success": true, "data": v }))
     });
     fut.await

@@ -14,10 +14,10 @@ use super::body::{Fields, Reply, json_object};
 use super::contacts::data_patch;
 use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::{idempotency, state};
-use crate::clock::{parse_rfc3339, rfc3339};
 use crate::domain::contacts::is_reserved_event;
 use crate::error::ApiError;
-use crate::ingest::Upsert;
+use crate::infra::clock::{parse_rfc3339, rfc3339};
+use crate::services::ingest::Upsert;
 use crate::store::contacts::{Event, EventQuery};
 
 #[derive(Serialize, ToSchema)]

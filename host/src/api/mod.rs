@@ -83,7 +83,7 @@ async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Respons
             p => format!("/{}", p.trim_start_matches('/')),
         };
         let elapsed = started.elapsed();
-        crate::metrics::request_finished(req.method().as_str(), &route, status, elapsed);
+        crate::infra::metrics::request_finished(req.method().as_str(), &route, status, elapsed);
         tracing::info!(
             method = %req.method(),
             route = %route,

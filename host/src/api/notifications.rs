@@ -19,8 +19,8 @@ use super::body::{MAX_BODY_BYTES, Reply};
 use super::state;
 use crate::domain::tracking::below;
 use crate::error::ApiError;
-use crate::ingest::set_subscribed;
 use crate::plugins::{Notification as PluginNotification, NotificationKind};
+use crate::services::ingest::set_subscribed;
 use crate::store::contacts::{ContactWrite, Event};
 use salvo::oapi::extract::PathParam;
 

@@ -9,8 +9,8 @@ use salvo::prelude::*;
 
 use super::state;
 use crate::error::ApiError;
-use crate::ingest::set_subscribed;
-use crate::security::open_contact_token;
+use crate::infra::security::open_contact_token;
+use crate::services::ingest::set_subscribed;
 use crate::state::AppState;
 
 pub fn router() -> Router {

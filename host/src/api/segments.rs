@@ -13,10 +13,10 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::ContactOut;
 use super::state;
-use crate::clock::rfc3339;
 use crate::domain::contacts::{DataPatch, normalize_email};
 use crate::error::ApiError;
-use crate::ingest::{Upsert, upsert};
+use crate::infra::clock::rfc3339;
+use crate::services::ingest::{Upsert, upsert};
 use crate::store::segments::{Segment, SegmentWrite};
 
 /// Most emails one members call takes.
@@ -443,7 +443,7 @@ fn static_only(s: &Segment) -> Result<(), ApiError> {
 /// The entry or exit event of a tracked static segment.
 fn member_event(s: &Segment, entry: bool) -> Option<(String, Value)> {
     s.track.then(|| {
-        let (e, x) = crate::segments::event_names(&s.name, &s.id);
+        let (e, x) = crate::services::segments::event_names(&s.name, &s.id);
         (if entry { e } else { x }, json!({ "segmentId": s.id, "segmentName": s.name }))
     })
 }

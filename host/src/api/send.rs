@@ -13,12 +13,12 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::data_patch;
 use super::{idempotency, state};
-use crate::accept::{AcceptError, SendRequest};
-use crate::clock::rfc3339;
-use crate::delivery::StoredAttachment;
 use crate::domain::templating::Mode;
 use crate::domain::tracking::tracked;
 use crate::error::{ApiError, FieldError};
+use crate::infra::clock::rfc3339;
+use crate::services::accept::{AcceptError, SendRequest};
+use crate::services::delivery::StoredAttachment;
 
 pub const MAX_RECIPIENTS: usize = 100;
 pub const MAX_ATTACHMENTS: usize = 10;
@@ -390,7 +390,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
             // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
             let (composer, subject_owned, html_owned) = (st.composer.clone(), subject_src.clone(), html_src.clone());
-            let (subject_prepared, html_prepared) = crate::compose::off_async(move || {
+            let (subject_prepared, html_prepared) = crate::services::compose::off_async(move || {
                 (
                     composer.templates.prepare(&subject_owned, Mode::Text),
                     composer.templates.prepare(&html_owned, Mode::Html),

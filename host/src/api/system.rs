@@ -90,7 +90,7 @@ pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiErr
             salvo::http::header::CONTENT_TYPE,
             salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         );
-        let mut body = crate::metrics::render(&counts);
+        let mut body = crate::infra::metrics::render(&counts);
         body.push_str(&st.plugins.render_metrics());
         res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(())

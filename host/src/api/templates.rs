@@ -13,9 +13,9 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
-use crate::clock::rfc3339;
 use crate::domain::templating::Engine;
 use crate::error::ApiError;
+use crate::infra::clock::rfc3339;
 use crate::store::templates::{TemplateQuery, TemplateRow};
 
 pub const TYPES: &[&str] = &["TRANSACTIONAL", "MARKETING", "HEADLESS"];

@@ -10,10 +10,10 @@ use salvo::prelude::*;
 use serde_json::Map;
 
 use super::state;
-use crate::compose::TrackingClaim as Claim;
 use crate::domain::tracking::below;
 use crate::error::ApiError;
-use crate::security::open_token;
+use crate::infra::security::open_token;
+use crate::services::compose::TrackingClaim as Claim;
 use crate::state::AppState;
 use crate::store::contacts::{ContactWrite, Event};
 

@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::clock::parse_rfc3339;
+use crate::infra::clock::parse_rfc3339;
 
 /// Deepest nesting of trees, and most filters in one tree (with its nested trees).
 pub const MAX_DEPTH: usize = 5;

@@ -80,7 +80,10 @@ pub async fn apply_list(store: &Store, list: &[(&str, &str)]) -> Result<Vec<Stri
         let sql = format!(
             "BEGIN TRANSACTION;\n{text}\nCREATE migration SET name = $name, checksum = $checksum, applied_at = $now;\nCOMMIT TRANSACTION;"
         );
-        match store.query(&sql, vars! { "name": name, "checksum": sum, "now": crate::clock::wall_now_ms() }).await {
+        match store
+            .query(&sql, vars! { "name": name, "checksum": sum, "now": crate::infra::clock::wall_now_ms() })
+            .await
+        {
             Ok(_) => {
                 tracing::info!(migration = %name, "applied migration");
                 applied_now.push(name.to_string());

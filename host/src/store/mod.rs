@@ -491,7 +491,7 @@ mod tests {
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None, "served from the cache");
         store.set_project_tracking("p1", "ENABLED", 2).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking.as_deref(), Some("ENABLED"));
-        store.delete_project("p1", &crate::projects::purge_job("p1", 3), 3).await.unwrap();
+        store.delete_project("p1", &crate::services::projects::purge_job("p1", 3), 3).await.unwrap();
         assert!(store.project_cached("p1").await.unwrap().is_none(), "a deleted project is gone from the cache");
 
         assert!(store.domains_named_cached("example.com").await.unwrap().is_empty());

@@ -569,9 +569,9 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::clock::rfc3339;
     use crate::config::Config;
     use crate::domain::conditions::parse;
+    use crate::infra::clock::rfc3339;
 
     const NOW: i64 = 1_800_000_000_000;
     const MIN: i64 = 60_000;

@@ -6,8 +6,8 @@
 //! contact changed meanwhile (or a concurrent request created it), everything is planned and rendered
 //! again.
 //!
-//! [`Accepter`] groups concurrent requests through the group-commit engine ([`crate::batching`], as
-//! [`crate::ingest::Ingester`] does for tracking): a batch reads all its contacts in one query, applies
+//! [`Accepter`] groups concurrent requests through the group-commit engine ([`crate::infra::batching`], as
+//! [`crate::services::ingest::Ingester`] does for tracking): a batch reads all its contacts in one query, applies
 //! the requests in arrival order, and writes the lot in one transaction. A request whose message cannot
 //! be rendered fails alone (its contact changes are not written). A failed batch forgets its contacts,
 //! so the engine's second attempt reads them; after that it falls back to [`accept_one`] per request, so
@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::batching::{Batch, GroupCommit, Options};
-use crate::clock::SharedClock;
-use crate::compose::{Composer, MAX_REQUEST_RENDER_BYTES, Message, Recipient};
-use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB};
 use crate::domain::contacts::DataPatch;
 use crate::domain::templating::Prepared;
-use crate::ingest::{Upsert, plan};
+use crate::infra::batching::{Batch, GroupCommit, Options};
+use crate::infra::clock::SharedClock;
+use crate::services::compose::{Composer, MAX_REQUEST_RENDER_BYTES, Message, Recipient};
+use crate::services::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB};
+use crate::services::ingest::{Upsert, plan};
 use crate::store::contacts::{Contact, Event, WriteResult};
 use crate::store::emails::EmailRow;
 use crate::store::ingest::VersionedUpdate;
@@ -107,7 +107,7 @@ pub enum AcceptError {
 }
 
 /// One request, on its own: planned, rendered and written in one transaction, again when a contact
-/// changed meanwhile. Rendering runs on the blocking pool ([`crate::compose::off_async`]).
+/// changed meanwhile. Rendering runs on the blocking pool ([`crate::services::compose::off_async`]).
 pub async fn accept_one(
     store: &Store,
     clock: &SharedClock,
@@ -134,7 +134,7 @@ pub async fn accept_one(
             recipients.push((contact, email.clone(), name.clone()));
         }
         let (composer, owned) = (composer.clone(), req.clone());
-        let (rows, out) = crate::compose::off_async(move || -> Result<_, AcceptError> {
+        let (rows, out) = crate::services::compose::off_async(move || -> Result<_, AcceptError> {
             let message = owned.message();
             let mut budget = MAX_REQUEST_RENDER_BYTES;
             let mut rows = Vec::with_capacity(recipients.len());
@@ -170,7 +170,7 @@ pub async fn accept_one(
     Err(StoreError::Busy("the contacts kept changing; gave up after 16 attempts".into()).into())
 }
 
-/// The group-commit writer of send requests (see [`crate::batching`]).
+/// The group-commit writer of send requests (see [`crate::infra::batching`]).
 struct Sends {
     store: Store,
     clock: SharedClock,
@@ -234,7 +234,7 @@ async fn grouped(
     let reqs: Vec<Arc<SendRequest>> = items.to_vec();
     let (composer, project_id, start) = (deps.composer.clone(), project.to_string(), original.clone());
     // Planning is cheap, rendering is not: the whole loop runs on the blocking pool.
-    let (current, events, rows, results) = crate::compose::off_async(move || {
+    let (current, events, rows, results) = crate::services::compose::off_async(move || {
         let mut current = start;
         let mut events: Vec<Event> = Vec::new();
         let mut rows: Vec<(i64, EmailRow)> = Vec::new();
@@ -250,7 +250,7 @@ async fn grouped(
             let mut budget = MAX_REQUEST_RENDER_BYTES;
             for (email, name) in &req.recipients {
                 if !touched.contains_key(email) {
-                    let a = crate::ingest::apply(&project_id, current.get(email), &req.upsert(email), now);
+                    let a = crate::services::ingest::apply(&project_id, current.get(email), &req.upsert(email), now);
                     own_events.extend(a.events);
                     touched.insert(email.clone(), a.contact);
                 }
@@ -285,7 +285,7 @@ async fn grouped(
     for (email, c) in &current {
         match original.get(email) {
             None => created.push(c.clone()),
-            Some(o) if crate::ingest::changed(o, c) => updated.push(VersionedUpdate {
+            Some(o) if crate::services::ingest::changed(o, c) => updated.push(VersionedUpdate {
                 id: o.id.clone(),
                 version: o.version,
                 email: o.email.clone(),

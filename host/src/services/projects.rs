@@ -9,7 +9,7 @@
 
 use serde_json::json;
 
-use crate::jobs::{JobContext, Registry};
+use crate::infra::jobs::{JobContext, Registry};
 use crate::store::jobs::NewJob;
 
 pub const PURGE_PROJECT_JOB: &str = "project.purge";

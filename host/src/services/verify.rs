@@ -10,8 +10,8 @@ use std::sync::LazyLock;
 
 use serde::Serialize;
 
-use crate::dns::{Dns, Lookup};
 use crate::domain::domains::{PERSONAL_PROVIDERS, is_alias_domain, is_null_mx, typo_of};
+use crate::infra::dns::{Dns, Lookup};
 
 /// Disposable domains from the `mailchecker` data set (about 55,000 domains, kept up to date upstream).
 static DISPOSABLE: LazyLock<HashSet<&'static str>> = LazyLock::new(|| mailchecker::blacklist().into_iter().collect());

@@ -13,7 +13,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::clock::SharedClock;
+use crate::infra::clock::SharedClock;
 use crate::store::Store;
 use crate::store::contacts::Event;
 use crate::store::emails::DeliveryOutcome;
@@ -170,7 +170,9 @@ async fn write(store: &Store, entries: &[Entry], now: i64) -> Result<Vec<(String
     let result = store.delivery_round(&claims, &outcomes, &events, now).await.map_err(|e| e.to_string());
     if result.is_ok() {
         // A released claim (back to PENDING for a retry) is not an outcome.
-        crate::metrics::deliveries_recorded(outcomes.iter().map(|o| o.status.as_str()).filter(|s| *s != "PENDING"));
+        crate::infra::metrics::deliveries_recorded(
+            outcomes.iter().map(|o| o.status.as_str()).filter(|s| *s != "PENDING"),
+        );
     }
     result
 }

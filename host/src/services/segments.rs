@@ -322,16 +322,16 @@ impl Engine {
     }
 
     /// Registers the recurring jobs.
-    pub fn register(&self, registry: &mut crate::jobs::Registry) {
+    pub fn register(&self, registry: &mut crate::infra::jobs::Registry) {
         registry.every(REFRESH_JOB, REFRESH_MS);
         registry.every(TRACK_JOB, TRACK_MS);
         let e = self.clone();
-        registry.register(REFRESH_JOB, move |ctx: crate::jobs::JobContext| {
+        registry.register(REFRESH_JOB, move |ctx: crate::infra::jobs::JobContext| {
             let e = e.clone();
             async move { e.refresh_all(ctx.clock.now_ms()).await }
         });
         let e = self.clone();
-        registry.register(TRACK_JOB, move |ctx: crate::jobs::JobContext| {
+        registry.register(TRACK_JOB, move |ctx: crate::infra::jobs::JobContext| {
             let e = e.clone();
             async move { e.compute_changed(ctx.clock.now_ms()).await.map(|_| ()) }
         });

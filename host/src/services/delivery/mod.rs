@@ -19,8 +19,8 @@ use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
 use serde::{Deserialize, Serialize};
 use serde_json::Map;
 
-use crate::jobs::{JobContext, Registry};
-use crate::sending_domains::Domains;
+use crate::infra::jobs::{JobContext, Registry};
+use crate::services::sending_domains::Domains;
 use crate::store::contacts::Event;
 use crate::store::emails::EmailRow;
 
@@ -110,13 +110,13 @@ fn cores() -> usize {
 
 /// The message of an email, DKIM-signed when a signer is given (with the List-Unsubscribe headers in
 /// the signature of any email that carries them).
-fn build_signed(e: &EmailRow, signer: Option<&crate::dkim::Signer>, now_ms: i64) -> Result<Vec<u8>, String> {
+fn build_signed(e: &EmailRow, signer: Option<&crate::infra::dkim::Signer>, now_ms: i64) -> Result<Vec<u8>, String> {
     let raw = build_message(e, now_ms)?;
     match signer {
         None => Ok(raw),
         Some(signer) => {
             let listed = e.headers.to_ascii_lowercase().contains("\"list-unsubscribe\"");
-            let extra: &[&str] = if listed { crate::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
+            let extra: &[&str] = if listed { crate::infra::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
             let header = signer.sign(&raw, extra).map_err(|e| e.to_string())?;
             let mut signed = header.into_bytes();
             signed.extend_from_slice(&raw);
@@ -175,7 +175,7 @@ pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
 }
 
 /// A verified domain's project and its DKIM signer.
-pub type SignerEntry = (String, Arc<crate::dkim::Signer>);
+pub type SignerEntry = (String, Arc<crate::infra::dkim::Signer>);
 
 /// Delivery with its dependencies.
 pub struct Delivery {
@@ -190,7 +190,7 @@ pub struct Delivery {
     pub signers: std::sync::Mutex<std::collections::HashMap<String, (Option<SignerEntry>, std::time::Instant)>>,
     pub domains: Arc<Domains>,
     /// Messages per second per project handed to the transport.
-    pub throttle: crate::ratelimit::SendThrottle,
+    pub throttle: crate::infra::ratelimit::SendThrottle,
     /// Sign with the sender domain's DKIM key.
     pub sign: bool,
     /// Claims and outcomes, group-committed (`ledger.rs`).
@@ -408,7 +408,9 @@ impl Delivery {
         }
         // A permanent bounce unsubscribes the contact, with its event when it really flips.
         for e in bounced {
-            if let Err(err) = crate::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await {
+            if let Err(err) =
+                crate::services::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await
+            {
                 tracing::warn!(email = %e.id, error = %err, "cannot unsubscribe a bounced contact");
             }
         }
@@ -422,7 +424,7 @@ impl Delivery {
     async fn deliver_one(
         &self,
         store: &crate::store::Store,
-        clock: &crate::clock::SharedClock,
+        clock: &crate::infra::clock::SharedClock,
         e: &EmailRow,
         raw: Vec<u8>,
         last: bool,
@@ -531,7 +533,7 @@ impl Delivery {
         now: i64,
         todo: &[Option<&EmailRow>],
     ) -> Vec<Result<Vec<u8>, String>> {
-        type Work = (usize, EmailRow, Option<Arc<crate::dkim::Signer>>);
+        type Work = (usize, EmailRow, Option<Arc<crate::infra::dkim::Signer>>);
         // What a share that failed (a panic while building) leaves: its emails fail their jobs and retry.
         let mut out: Vec<Result<Vec<u8>, String>> =
             todo.iter().map(|e| if e.is_some() { Err("message building failed".into()) } else { Ok(vec![]) }).collect();
@@ -576,7 +578,7 @@ impl Delivery {
         store: &crate::store::Store,
         domain: &str,
         project: &str,
-    ) -> Result<Option<Arc<crate::dkim::Signer>>, String> {
+    ) -> Result<Option<Arc<crate::infra::dkim::Signer>>, String> {
         const FRESH: Duration = Duration::from_secs(3);
         let cached = {
             let map = self.signers.lock().unwrap_or_else(|p| p.into_inner());

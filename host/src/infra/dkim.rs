@@ -72,7 +72,7 @@ pub fn open(key: &[u8; 32], sealed: &str) -> Result<Vec<u8>, DkimError> {
 
 /// The storage key for DKIM private keys, derived from the server secret.
 pub fn storage_key(secret: &str) -> [u8; 32] {
-    let d = crate::security::derive_key(secret, "herald-dkim-storage-v1");
+    let d = crate::infra::security::derive_key(secret, "herald-dkim-storage-v1");
     let mut k = [0u8; 32];
     k.copy_from_slice(&d[..32]);
     k

@@ -1,6 +1,6 @@
 //! Group commit: many concurrent requests written in one transaction, so the database's cost per
-//! transaction is shared by the batch. `/v1/track` upserts ([`crate::ingest`]) and `/v1/send` acceptance
-//! ([`crate::accept`]) use it; CSV import and workflow enrollment are meant to.
+//! transaction is shared by the batch. `/v1/track` upserts ([`crate::services::ingest`]) and `/v1/send` acceptance
+//! ([`crate::services::accept`]) use it; CSV import and workflow enrollment are meant to.
 //!
 //! A [`GroupCommit`] runs a few lanes (tasks). A request goes to the lane its key hashes to (a contact's
 //! email, say, so requests for one contact never race each other); a lane takes everything waiting, and
@@ -157,7 +157,7 @@ async fn process<B: Batch>(waiting: Vec<Pending<B>>, batch: &B, name: &'static s
                     for (p, r) in items.into_iter().zip(results) {
                         let _ = p.reply.send(r);
                     }
-                    crate::metrics::group_commit(name, size, false, started.elapsed());
+                    crate::infra::metrics::group_commit(name, size, false, started.elapsed());
                     continue;
                 }
                 Ok(results) => {
@@ -171,7 +171,7 @@ async fn process<B: Batch>(waiting: Vec<Pending<B>>, batch: &B, name: &'static s
             let r = batch.one(&p.request).await;
             let _ = p.reply.send(r);
         }
-        crate::metrics::group_commit(name, size, fell_back, started.elapsed());
+        crate::infra::metrics::group_commit(name, size, fell_back, started.elapsed());
     }
 }
 

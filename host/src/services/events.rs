@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
-use crate::jobs::{JobContext, Registry};
+use crate::infra::jobs::{JobContext, Registry};
 use crate::store::contacts::Event;
 
 pub type SubscriberFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;

@@ -4,9 +4,9 @@
 //!
 //! Must not import: salvo, surrealdb.
 
-use crate::dkim;
-use crate::dns::{Dns, Lookup};
 use crate::domain::domains::{self as rules, DnsRecord, Purpose, RecordSettings, RecordStatus};
+use crate::infra::dkim;
+use crate::infra::dns::{Dns, Lookup};
 use crate::store::domains::DomainRow;
 use crate::store::{Store, StoreError};
 

@@ -23,14 +23,14 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::clock::SharedClock;
-use crate::compose::{Composer, Message, Recipient};
-use crate::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
 use crate::domain::campaigns::{audience_tree, email_id};
 use crate::domain::templating::{Mode, Prepared};
 use crate::domain::tracking::tracked;
-use crate::jobs::{JobContext, Registry};
-use crate::segments::{self, SegmentError};
+use crate::infra::clock::SharedClock;
+use crate::infra::jobs::{JobContext, Registry};
+use crate::services::compose::{Composer, Message, Recipient};
+use crate::services::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
+use crate::services::segments::{self, SegmentError};
 use crate::store::campaigns::{CampaignRow, Cancelled, EmailCounts};
 use crate::store::{Store, StoreError};
 
@@ -367,7 +367,7 @@ impl Campaigns {
         let from_name = c.from_name.clone().or(project_name);
         let (composer, campaign) = (self.composer.clone(), c.clone());
         // Rendering a batch is CPU work: on the blocking pool, off the async worker threads.
-        let rows = crate::compose::off_async(move || {
+        let rows = crate::services::compose::off_async(move || {
             let c = campaign;
             let message = Message {
                 track: tracked(tracking_mode.as_deref(), &c.kind),

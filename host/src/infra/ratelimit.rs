@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::clock::SharedClock;
+use crate::infra::clock::SharedClock;
 
 /// The verdict for one request, with what the rate-limit headers report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +159,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::infra::clock::ManualClock;
 
     #[test]
     fn the_request_after_the_limit_is_refused_and_others_are_unaffected() {

@@ -3,7 +3,7 @@
 //! [`upsert`] does one request: read the contact, apply the rules of `domain::contacts`, write the
 //! contact and its events in one transaction, retry when the contact changed meanwhile.
 //!
-//! [`Ingester`] groups concurrent requests through the group-commit engine ([`crate::batching`]; a
+//! [`Ingester`] groups concurrent requests through the group-commit engine ([`crate::infra::batching`]; a
 //! contact's email always maps to the same lane): a batch reads all its contacts in one query, applies
 //! the requests in arrival order, and writes the lot in one transaction. Contacts the store remembers
 //! from earlier batches are not read again; the batch's transaction writes or checks each at its version.
@@ -17,9 +17,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::batching::{Batch, GroupCommit, Options};
-use crate::clock::SharedClock;
 use crate::domain::contacts::{DataPatch, subscription};
+use crate::infra::batching::{Batch, GroupCommit, Options};
+use crate::infra::clock::SharedClock;
 use crate::store::contacts::{Contact, ContactWrite, Event, WriteResult};
 use crate::store::ingest::VersionedUpdate;
 use crate::store::{Store, StoreError};
@@ -188,7 +188,7 @@ pub struct Request {
     upsert: Upsert,
 }
 
-/// The group-commit writer of upserts (see [`crate::batching`]).
+/// The group-commit writer of upserts (see [`crate::infra::batching`]).
 struct Upserts {
     store: Store,
     clock: SharedClock,

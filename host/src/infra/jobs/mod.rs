@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{Notify, Semaphore, watch};
 
-use crate::clock::SharedClock;
+use crate::infra::clock::SharedClock;
 use crate::store::jobs::Job;
 use crate::store::{Store, StoreError};
 
@@ -251,7 +251,7 @@ impl Worker {
             }
         }
         for (job, outcome) in &outcomes {
-            crate::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
+            crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
         }
         outcomes
     }
@@ -314,7 +314,7 @@ impl Worker {
                 }
             }
         };
-        crate::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
+        crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
         outcome
     }
 
@@ -438,7 +438,7 @@ pub const PURGE_JOBS: &str = "jobs.purge";
 /// Handlers of the host's own job kinds.
 pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
-    crate::projects::register(&mut r);
+    crate::services::projects::register(&mut r);
     r.every(PURGE_JOBS, 3_600_000);
     r.register(PURGE_JOBS, |ctx: JobContext| async move {
         // Keep finished jobs for a week for inspection.

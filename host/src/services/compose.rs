@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use crate::domain::templating::{Engine, Prepared, TemplateIssue};
 use crate::domain::text::html_to_text;
 use crate::domain::tracking::instrument;
-use crate::security::{contact_token, seal_token};
+use crate::infra::security::{contact_token, seal_token};
 use crate::store::emails::EmailRow;
 
 /// Largest rendered subject or body.

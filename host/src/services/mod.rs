@@ -1,0 +1,16 @@
+//! The capabilities of Herald, one module each: the rules, the transactions (through `store`) and the
+//! registration of its recurring jobs. `api/` and the CLI call these; a new capability (workflows, CSV
+//! import, billing) gets a module here.
+//!
+//! Must not import: salvo, surrealdb.
+
+pub mod accept;
+pub mod campaigns;
+pub mod compose;
+pub mod delivery;
+pub mod events;
+pub mod ingest;
+pub mod projects;
+pub mod segments;
+pub mod sending_domains;
+pub mod verify;
