@@ -195,7 +195,7 @@ async fn the_sender_check_refuses_unregistered_foreign_and_unverified_domains() 
     let check = |from: &'static str| {
         let st = s.state.clone();
         let project = a.id.clone();
-        async move { herald_host::api::domains::require_sender(&st, &project, from).await }
+        async move { herald_host::services::sending_domains::require_sender(&st.store, &project, from).await }
     };
     for (from, reason) in [
         ("news@unknown.example", "DOMAIN_NOT_REGISTERED"),
@@ -263,7 +263,7 @@ async fn an_operator_can_trust_a_domain_without_dns() {
     let r = p.secret.get(&format!("/domains/{}/verify", d.id)).await;
     assert_eq!(r.json["status"], "VERIFIED", "a trusted domain is not re-checked: {}", r.json);
     assert_eq!(r.json["trusted"], true);
-    assert!(herald_host::api::domains::require_sender(&st, &p.id, "hi@local.test").await.is_ok());
+    assert!(herald_host::services::sending_domains::require_sender(&st.store, &p.id, "hi@local.test").await.is_ok());
     s.stop().await;
 }
 

@@ -16,7 +16,7 @@ use super::state;
 use crate::domain::campaigns::{AUDIENCES, Action, STATUSES, allowed, parse_when, rate};
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
-use crate::services::campaigns::CampaignError;
+use crate::services::campaigns::{CampaignError, manage};
 use crate::state::AppState;
 use crate::store::campaigns::{CampaignQuery, CampaignRow};
 
@@ -225,17 +225,12 @@ fn campaign_error(e: CampaignError) -> ApiError {
 }
 
 async fn load(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, ApiError> {
-    st.store.campaign(project, id).await?.ok_or_else(|| not_found(id))
+    manage::get(st, project, id).await
 }
 
-/// Reads every field of a campaign (create and PUT replace it whole) into `c`, then checks the
-/// audience's references and the sender domain.
-async fn read_campaign(
-    st: &AppState,
-    project: &str,
-    body: &Map<String, Value>,
-    c: &mut CampaignRow,
-) -> Result<(), ApiError> {
+/// Reads every field of a campaign (create and PUT replace it whole) into `c`; the service checks the
+/// audience's references and the sender domain when it saves.
+fn read_campaign(st: &AppState, body: &Map<String, Value>, c: &mut CampaignRow) -> Result<(), ApiError> {
     let mut f = Fields::new(body);
     c.name = f.text("name", true, 200).unwrap_or_default();
     c.description = f.string("description", false, 0, 1000).filter(|s| !s.trim().is_empty());
@@ -272,30 +267,6 @@ async fn read_campaign(
         }
     }
     f.finish()?;
-    if let Some(seg) = &c.segment
-        && st.store.segment(project, seg).await?.is_none()
-    {
-        return Err(ApiError::field(
-            "segmentId",
-            "not_found",
-            &format!("segment {seg} does not exist in this project"),
-            Value::String(seg.clone()),
-        ));
-    }
-    if let Some(cond) = &c.audience_condition
-        && let Err(e) = st.segments.check(project, cond, None).await
-    {
-        return Err(match e {
-            crate::services::segments::SegmentError::Invalid(m) => {
-                ApiError::field("audienceCondition", "invalid_condition", &m, cond.clone())
-            }
-            crate::services::segments::SegmentError::TooLarge(m) => {
-                ApiError::field("audienceCondition", "too_big", &m, Value::Null)
-            }
-            other => other.into(),
-        });
-    }
-    super::domains::require_sender(st, project, &c.from).await?;
     Ok(())
 }
 
@@ -309,8 +280,8 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let body = json_object(req).await?;
         let now = st.clock.now_ms();
         let mut c = CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now);
-        read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
-        st.store.create_campaign(&c).await?;
+        read_campaign(&st, &body, &mut c)?;
+        manage::create(&st, &ctx.project_id, &c).await?;
         Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
     });
     fut.await
@@ -351,7 +322,7 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
             offset: paging.offset(),
             limit: paging.page_size,
         };
-        let (rows, total) = st.store.list_campaigns(&ctx.project_id, &q).await?;
+        let (rows, total) = manage::list(&st, &ctx.project_id, &q).await?;
         let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
         Reply::ok(&CampaignPage {
             data: rows.iter().map(CampaignOut::from).collect(),
@@ -389,14 +360,9 @@ pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &
         let id = id.into_inner();
         let body = json_object(req).await?;
         let mut c = load(&st, &ctx.project_id, &id).await?;
-        allowed(Action::Replace, &c.status).map_err(ApiError::Conflict)?;
-        read_campaign(&st, &ctx.project_id, &body, &mut c).await?;
-        c.updated_at = st.clock.now_ms();
-        if !st.store.replace_campaign(&c).await? {
-            let now = load(&st, &ctx.project_id, &id).await?;
-            allowed(Action::Replace, &now.status).map_err(ApiError::Conflict)?;
-            return Err(ApiError::Conflict("the campaign changed meanwhile; read it again".into()));
-        }
+        manage::replaceable(&c)?;
+        read_campaign(&st, &body, &mut c)?;
+        manage::replace(&st, &ctx.project_id, &mut c).await?;
         Reply::ok(&CampaignOut::from(&c))
     });
     fut.await
@@ -409,21 +375,9 @@ pub async fn delete_campaign(id: PathParam<String>, depot: &mut Depot, res: &mut
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        match st.store.delete_campaign(&ctx.project_id, &id).await? {
-            None => Err(not_found(&id)),
-            Some(false) => {
-                let c = load(&st, &ctx.project_id, &id).await?;
-                Err(ApiError::Conflict(
-                    allowed(Action::Delete, &c.status)
-                        .err()
-                        .unwrap_or_else(|| "the campaign has active executions; cancel it before deleting it".into()),
-                ))
-            }
-            Some(true) => {
-                res.status_code(StatusCode::NO_CONTENT);
-                Ok(())
-            }
-        }
+        manage::delete(&st, &ctx.project_id, &id).await?;
+        res.status_code(StatusCode::NO_CONTENT);
+        Ok(())
     });
     fut.await
 }
@@ -435,28 +389,7 @@ pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Res
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        let c = load(&st, &ctx.project_id, &id).await?;
-        let now = st.clock.now_ms();
-        let mut name = format!("{} (Copy)", c.name);
-        if name.chars().count() > 200 {
-            name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
-        }
-        // The content and audience carry over; status, schedule, run and counters start afresh.
-        let copy = CampaignRow {
-            name,
-            subject: c.subject,
-            body: c.body,
-            description: c.description,
-            from: c.from,
-            from_name: c.from_name,
-            reply_to: c.reply_to,
-            kind: c.kind,
-            audience_type: c.audience_type,
-            segment: c.segment,
-            audience_condition: c.audience_condition,
-            ..CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now)
-        };
-        st.store.create_campaign(&copy).await?;
+        let copy = manage::duplicate(&st, &ctx.project_id, &id).await?;
         Reply::created(&CampaignOut::from(&copy))
     });
     fut.await
@@ -479,7 +412,7 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         };
         let c = load(&st, &ctx.project_id, &id).await?;
         allowed(Action::Send, &c.status).map_err(ApiError::Conflict)?;
-        super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
+        crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
         let (c, message) = match when {
             None => {
                 let c = st.campaigns.send_now(&ctx.project_id, &id).await.map_err(campaign_error)?;
@@ -526,7 +459,7 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         f.finish()?;
         let to = to.unwrap_or_default();
         let c = load(&st, &ctx.project_id, &id).await?;
-        super::domains::require_sender(&st, &ctx.project_id, &c.from).await?;
+        crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
         let email_id = st.campaigns.test_send(&ctx.project_id, &id, &to).await.map_err(campaign_error)?;
         Reply::ok(&TestOut {
             success: true,

@@ -17,7 +17,7 @@ use super::state;
 use crate::domain::domains::DnsRecord;
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
-use crate::services::sending_domains::{DomainError, SenderRefusal, check_sender, parse_records};
+use crate::services::sending_domains::{self, DomainError, Removal, parse_records};
 use crate::state::AppState;
 use crate::store::domains::DomainRow;
 
@@ -201,15 +201,14 @@ pub async fn list_domains(
         let st = state(depot)?;
         let wanted = project_id.into_inner();
         let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
-        let list = st.store.domains_of_project(&project_id).await?;
+        let list = sending_domains::list(&st.store, &project_id).await?;
         Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
     });
     fut.await
 }
 
 async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainRow, ApiError> {
-    st.store
-        .domain(project_id, id)
+    sending_domains::get(&st.store, project_id, id)
         .await?
         .ok_or_else(|| ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")))
 }
@@ -236,48 +235,18 @@ pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
         let ctx = project(depot)?;
         let id = id.into_inner();
         let d = own_domain(&st, &ctx.project_id, &id).await?;
-        let mut users: Vec<String> = st
-            .store
-            .templates_of_domain(&ctx.project_id, &d.name)
-            .await?
-            .into_iter()
-            .map(|n| format!("template {n}"))
-            .collect();
-        // Campaigns that may still send (DRAFT, SCHEDULED, SENDING) hold their sender domain.
-        users.extend(
-            st.store
-                .unsent_campaigns(&ctx.project_id)
-                .await?
-                .iter()
-                .filter(|c| c.uses_domain(&d.name))
-                .map(|c| format!("campaign {} ({})", c.name, c.status)),
-        );
-        if !users.is_empty() {
-            return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));
-        }
-        if !st.store.delete_domain(&ctx.project_id, &id).await? {
-            return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
+        match sending_domains::remove(&st.store, &ctx.project_id, &id).await? {
+            Removal::Removed => {}
+            Removal::NotFound => {
+                return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
+            }
+            Removal::InUse(users) => {
+                return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));
+            }
         }
         Reply::ok(&DomainDeletedOut { id, deleted: true })
     });
     fut.await
-}
-
-/// The sender check of every sending path, as an API error (docs/behaviour.md#errors): 403 with code
-/// INTERNAL_SERVER_ERROR and `details.reason`.
-pub async fn require_sender(st: &AppState, project_id: &str, from: &str) -> Result<DomainRow, ApiError> {
-    let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or(from).to_lowercase();
-    match check_sender(&st.store, project_id, from).await? {
-        Ok(d) => Ok(d),
-        Err(refusal) => {
-            let message = match refusal {
-                SenderRefusal::NotRegistered => format!("The sender domain {domain} is not registered to this project"),
-                SenderRefusal::OtherProject => format!("The sender domain {domain} belongs to another project"),
-                SenderRefusal::NotVerified => format!("The sender domain {domain} is not verified yet"),
-            };
-            Err(ApiError::SenderDomain { reason: refusal.reason(), domain, message })
-        }
-    }
 }
 
 /// Verifies an email address: syntax, disposable, alias, typo, and DNS (NS, A/AAAA, MX).

@@ -12,16 +12,13 @@ use hmac::{Hmac, Mac};
 use salvo::oapi::ToSchema;
 use salvo::prelude::*;
 use serde::{Deserialize, Serialize};
-use serde_json::Map;
 use sha2::Sha256;
 
 use super::body::{MAX_BODY_BYTES, Reply};
 use super::state;
-use crate::domain::tracking::below;
 use crate::error::ApiError;
 use crate::plugins::{Notification as PluginNotification, NotificationKind};
-use crate::services::ingest::set_subscribed;
-use crate::store::contacts::{ContactWrite, Event};
+use crate::services::notifications;
 use salvo::oapi::extract::PathParam;
 
 const WINDOW_SECS: i64 = 300;
@@ -100,7 +97,7 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         if (now / 1000 - ts).abs() > WINDOW_SECS {
             return Err(ApiError::Unauthorized("The notification timestamp is outside the 5-minute window".into()));
         }
-        if !st.store.remember_notification(&expected, (ts + WINDOW_SECS) * 1000 + 1, now).await? {
+        if !notifications::first_receipt(&st.store, &expected, (ts + WINDOW_SECS) * 1000 + 1, now).await? {
             return Err(ApiError::Conflict("This notification was already received (replay)".into()));
         }
         let n: Notification = serde_json::from_slice(&body)
@@ -118,8 +115,9 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
                 ));
             }
         };
-        let id = apply(
-            &st,
+        let id = notifications::apply(
+            &st.store,
+            &st.clock,
             &PluginNotification {
                 kind,
                 message_id: Some(n.message_id.clone()),
@@ -135,48 +133,6 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         Reply::ok(&NotificationOut { success: true, email: id })
     });
     fut.await
-}
-
-/// Applies one notification (the status only moves up, the event, and an unsubscribe for hard bounces and
-/// complaints). Returns the email's id, or None when no email matches.
-async fn apply(st: &crate::state::AppState, n: &PluginNotification) -> Result<Option<String>, ApiError> {
-    let found = match (&n.message_id, &n.provider_message_id) {
-        (Some(m), _) if !m.trim().is_empty() => {
-            st.store.email_by_message_id(&format!("<{}>", m.trim().trim_matches(['<', '>']))).await?
-        }
-        _ => None,
-    };
-    let found = match (found, &n.provider_message_id) {
-        (Some(f), _) => Some(f),
-        (None, Some(p)) if !p.trim().is_empty() => st.store.email_by_provider_message_id(p.trim()).await?,
-        _ => None,
-    };
-    let Some((project, id, contact)) = found else { return Ok(None) };
-    let now = st.clock.now_ms();
-    let (status, event, unsubscribe) = match n.kind {
-        NotificationKind::Delivery => ("DELIVERED", "email.delivery", false),
-        NotificationKind::Bounce if n.permanent => ("BOUNCED", "email.bounce", true),
-        NotificationKind::Bounce => ("", "email.bounce", false),
-        NotificationKind::Complaint => ("COMPLAINED", "email.complaint", true),
-    };
-    if !status.is_empty() {
-        st.store.advance_email(&project, &id, status, &below(status), now).await?;
-    }
-    let mut data = Map::new();
-    data.insert("emailId".into(), id.clone().into());
-    if let Some(r) = &n.reason {
-        data.insert("reason".into(), r.clone().into());
-    }
-    if n.kind == NotificationKind::Bounce {
-        data.insert("permanent".into(), n.permanent.into());
-    }
-    st.store
-        .write_contact(&project, &ContactWrite::None, &[Event::new(&project, &contact, event, data, "system", now)])
-        .await?;
-    if unsubscribe {
-        set_subscribed(&st.store, &st.clock, &project, &contact, false).await?;
-    }
-    Ok(Some(id))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -237,7 +193,7 @@ pub async fn notify_transport(
             .await
             .map_err(|e| ApiError::PluginUnavailable(e.to_string()))?
             .map_err(|msg| ApiError::Unauthorized(format!("The {transport} plugin refused the notification: {msg}")))?;
-        if !st.store.remember_notification(&digest, now + 24 * 3_600_000, now).await? {
+        if !notifications::first_receipt(&st.store, &digest, now + 24 * 3_600_000, now).await? {
             return Reply::ok(&PluginNotificationsOut {
                 success: true,
                 received: parsed.len(),
@@ -247,7 +203,7 @@ pub async fn notify_transport(
         }
         let mut emails = Vec::new();
         for n in &parsed {
-            if let Some(id) = apply(&st, n).await? {
+            if let Some(id) = notifications::apply(&st.store, &st.clock, n).await? {
                 emails.push(id);
             }
         }

@@ -13,11 +13,11 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::ContactOut;
 use super::state;
-use crate::domain::contacts::{DataPatch, normalize_email};
+use crate::domain::contacts::normalize_email;
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
-use crate::services::ingest::{Upsert, upsert};
-use crate::store::segments::{Segment, SegmentWrite};
+use crate::services::segments::manage;
+use crate::store::segments::Segment;
 
 /// Most emails one members call takes.
 pub const MAX_MEMBER_EMAILS: usize = 1000;
@@ -117,6 +117,18 @@ pub struct MembersOut {
     member_count: i64,
 }
 
+impl From<manage::MembersChange> for MembersOut {
+    fn from(c: manage::MembersChange) -> Self {
+        MembersOut {
+            changed: c.changed,
+            unchanged: c.unchanged,
+            not_found: c.not_found,
+            created: c.created,
+            member_count: c.member_count,
+        }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
@@ -151,36 +163,8 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}").get(get_segment).patch(patch_segment).delete(delete_segment))
 }
 
-fn not_found(id: &str) -> ApiError {
-    ApiError::not_found("SEGMENT_NOT_FOUND", format!("Segment {id} not found"))
-}
-
 async fn load(st: &crate::state::AppState, project_id: &str, id: &str) -> Result<Segment, ApiError> {
-    st.store.segment(project_id, id).await?.ok_or_else(|| not_found(id))
-}
-
-/// The references of a condition, stored with the segment for usage queries and cycle checks.
-fn write_of(
-    name: String,
-    description: Option<String>,
-    kind: &str,
-    condition: Option<(Value, crate::domain::conditions::Tree)>,
-    track: bool,
-) -> SegmentWrite {
-    let (condition, rf, re, rs) = match condition {
-        Some((v, t)) => (Some(v), t.data_keys(), t.events(), t.segments()),
-        None => (None, vec![], vec![], vec![]),
-    };
-    SegmentWrite {
-        name,
-        description,
-        kind: kind.to_string(),
-        condition,
-        track,
-        ref_fields: rf,
-        ref_events: re,
-        ref_segments: rs,
-    }
+    manage::get(st, project_id, id).await
 }
 
 /// Every segment of the project, newest first (a bare array).
@@ -189,7 +173,7 @@ pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let list = st.store.list_segments(&ctx.project_id).await?;
+        let list = manage::list(&st, &ctx.project_id).await?;
         Reply::ok(&list.iter().map(SegmentOut::from).collect::<Vec<_>>())
     });
     fut.await
@@ -219,21 +203,9 @@ pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Repl
         }
         f.finish()?;
         let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
-        let condition = if dynamic {
-            let v = body.get("condition").cloned().unwrap_or(Value::Null);
-            let tree = st.segments.check(&ctx.project_id, &v, None).await?;
-            Some((v, tree))
-        } else {
-            None
-        };
-        let id = uuid::Uuid::now_v7().to_string();
-        let now = st.clock.now_ms();
-        st.store
-            .create_segment(&ctx.project_id, &id, &write_of(name, description, &kind, condition, track), now)
-            .await?;
-        let s = load(&st, &ctx.project_id, &id).await?;
-        let n = st.segments.refresh(&s, now).await?;
-        let s = Segment { member_count: n, ..s };
+        let condition = if dynamic { body.get("condition").cloned() } else { None };
+        let new = manage::NewSegment { name, description, kind, condition, track };
+        let s = manage::create(&st, &ctx.project_id, new).await?;
         Reply::created(&SegmentOut::from(&s))
     });
     fut.await
@@ -269,41 +241,13 @@ pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut
             f.error("type", "invalid_enum_value", "the type of a segment cannot change");
         }
         f.finish()?;
-        let name = name.unwrap_or_else(|| s.name.clone());
-        let description = if body.contains_key("description") { description } else { s.description.clone() };
-        let track = track.unwrap_or(s.track);
-        let w = match body.get("condition") {
-            None => SegmentWrite {
-                name,
-                description,
-                kind: s.kind.clone(),
-                condition: s.condition.clone(),
-                track,
-                ref_fields: s.ref_fields.clone(),
-                ref_events: s.ref_events.clone(),
-                ref_segments: s.ref_segments.clone(),
-            },
-            Some(Value::Null) if !s.is_dynamic() => write_of(name, description, &s.kind, None, track),
-            Some(_) if !s.is_dynamic() => {
-                return Err(ApiError::BadRequest(
-                    "A static segment has no condition; manage its members instead".into(),
-                ));
-            }
-            Some(v @ Value::Object(_)) => {
-                let tree = st.segments.check(&ctx.project_id, v, Some(&id)).await?;
-                write_of(name, description, &s.kind, Some((v.clone(), tree)), track)
-            }
-            Some(_) => return Err(ApiError::BadRequest("condition must be a condition object".into())),
+        let patch = manage::SegmentPatch {
+            name,
+            description: body.contains_key("description").then_some(description),
+            track,
+            condition: body.get("condition").cloned(),
         };
-        let changed_condition = body.get("condition").is_some();
-        let now = st.clock.now_ms();
-        if !st.store.update_segment(&ctx.project_id, &id, &w, now).await? {
-            return Err(not_found(&id));
-        }
-        let mut s = load(&st, &ctx.project_id, &id).await?;
-        if changed_condition {
-            s.member_count = st.segments.refresh(&s, now).await?;
-        }
+        let s = manage::update(&st, &ctx.project_id, s, patch).await?;
         Reply::ok(&SegmentOut::from(&s))
     });
     fut.await
@@ -317,31 +261,7 @@ pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut 
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        load(&st, &ctx.project_id, &id).await?;
-        let users = st.store.segments_referencing_segment(&ctx.project_id, &id).await?;
-        if !users.is_empty() {
-            let names: Vec<String> = users.iter().map(|s| format!("{} ({})", s.name, s.id)).collect();
-            return Err(ApiError::Conflict(format!("Segment {id} is referenced by segment {}", names.join(", "))));
-        }
-        let campaigns: Vec<String> = st
-            .store
-            .unsent_campaigns(&ctx.project_id)
-            .await?
-            .iter()
-            .filter(|c| c.uses_segment(&id))
-            .map(|c| format!("{} ({}, {})", c.name, c.id, c.status))
-            .collect();
-        if !campaigns.is_empty() {
-            let n = campaigns.len();
-            return Err(ApiError::Conflict(format!(
-                "Segment {id} is the audience of {n} campaign{} not sent yet: {}",
-                if n == 1 { "" } else { "s" },
-                campaigns.join(", ")
-            )));
-        }
-        if !st.store.delete_segment(&ctx.project_id, &id).await? {
-            return Err(not_found(&id));
-        }
+        manage::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
@@ -431,23 +351,6 @@ fn emails_of(body: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiErro
     Ok(out)
 }
 
-fn static_only(s: &Segment) -> Result<(), ApiError> {
-    if s.is_dynamic() {
-        return Err(ApiError::BadRequest(
-            "Members are managed on static segments only; a dynamic segment's members follow its condition".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// The entry or exit event of a tracked static segment.
-fn member_event(s: &Segment, entry: bool) -> Option<(String, Value)> {
-    s.track.then(|| {
-        let (e, x) = crate::services::segments::event_names(&s.name, &s.id);
-        (if entry { e } else { x }, json!({ "segmentId": s.id, "segmentName": s.name }))
-    })
-}
-
 /// Adds contacts to a static segment by email; `createMissing` creates unknown contacts (with
 /// `subscribed`, default true), otherwise they are reported in `notFound`.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
@@ -455,51 +358,15 @@ pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut D
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-        static_only(&s)?;
         let body = json_object(req).await?;
         let emails = emails_of(&body)?;
         let mut f = Fields::new(&body);
         let create_missing = f.boolean("createMissing").unwrap_or(false);
         let subscribed = f.boolean("subscribed");
         f.finish()?;
-        let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
-        let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
-        let mut ids = Vec::new();
-        let (mut not_found, mut created) = (Vec::new(), Vec::new());
-        for (orig, norm) in &emails {
-            if let Some(c) = found.iter().find(|c| &c.email == norm) {
-                ids.push((orig.clone(), c.id.clone()));
-            } else if create_missing {
-                let up = upsert(
-                    &st.store,
-                    &st.clock,
-                    &ctx.project_id,
-                    &Upsert {
-                        email: norm.clone(),
-                        subscribed,
-                        default_subscribed: true,
-                        patch: DataPatch::default(),
-                        event: None,
-                    },
-                )
-                .await?;
-                created.push(orig.clone());
-                ids.push((orig.clone(), up.contact.id));
-            } else {
-                not_found.push(orig.clone());
-            }
-        }
-        let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
-        let ev = member_event(&s, true);
-        let now = st.clock.now_ms();
-        let added = st
-            .store
-            .add_members(&ctx.project_id, &s.id, &contact_ids, ev.as_ref().map(|(n, d)| (n.as_str(), d)), now)
-            .await?;
-        let unchanged = ids.iter().filter(|(_, c)| !added.contains(c)).map(|(o, _)| o.clone()).collect();
-        let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
-        Reply::ok(&MembersOut { changed: added.len(), unchanged, not_found, created, member_count })
+        let c =
+            manage::add_members(&st, &ctx.project_id, &id.into_inner(), &emails, create_missing, subscribed).await?;
+        Reply::ok(&MembersOut::from(c))
     });
     fut.await
 }
@@ -510,35 +377,10 @@ pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mu
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
-        static_only(&s)?;
         let body = json_object(req).await?;
         let emails = emails_of(&body)?;
-        let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
-        let found = st.store.contacts_by_emails(&ctx.project_id, &normalized).await?;
-        let mut ids = Vec::new();
-        let mut not_found = Vec::new();
-        for (orig, norm) in &emails {
-            match found.iter().find(|c| &c.email == norm) {
-                Some(c) => ids.push((orig.clone(), c.id.clone())),
-                None => not_found.push(orig.clone()),
-            }
-        }
-        let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
-        let ev = member_event(&s, false);
-        let removed = st
-            .store
-            .remove_members(
-                &ctx.project_id,
-                &s.id,
-                &contact_ids,
-                ev.as_ref().map(|(n, d)| (n.as_str(), d)),
-                st.clock.now_ms(),
-            )
-            .await?;
-        let unchanged = ids.iter().filter(|(_, c)| !removed.contains(c)).map(|(o, _)| o.clone()).collect();
-        let member_count = st.store.count_members(&ctx.project_id, &s.id).await?;
-        Reply::ok(&MembersOut { changed: removed.len(), unchanged, not_found, created: vec![], member_count })
+        let c = manage::remove_members(&st, &ctx.project_id, &id.into_inner(), &emails).await?;
+        Reply::ok(&MembersOut::from(c))
     });
     fut.await
 }

@@ -442,7 +442,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                     Value::String(value.clone()),
                 ));
             }
-            super::domains::require_sender(&st, &ctx.project_id, &from_email).await?;
+            crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &from_email).await?;
 
             // Marketing mail never goes to an unsubscribed contact: check all before any write.
             if kind == "MARKETING" {

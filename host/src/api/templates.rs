@@ -16,6 +16,7 @@ use super::state;
 use crate::domain::templating::Engine;
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
+use crate::services::templates;
 use crate::store::templates::{TemplateQuery, TemplateRow};
 
 pub const TYPES: &[&str] = &["TRANSACTIONAL", "MARKETING", "HEADLESS"];
@@ -112,10 +113,6 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}").get(get_template).patch(patch_template).delete(delete_template))
 }
 
-fn not_found(id: &str) -> ApiError {
-    ApiError::not_found("TEMPLATE_NOT_FOUND", format!("Template {id} not found"))
-}
-
 /// Reads template fields over `base` (a new template, or the one being patched). `null` clears an
 /// optional field on patch.
 fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow, creating: bool, engine: &Engine) {
@@ -196,8 +193,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let mut f = Fields::new(&body);
         read_fields(&mut f, &body, &mut t, true, &st.templates);
         f.finish()?;
-        super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
-        st.store.save_template(&ctx.project_id, &t).await?;
+        templates::create(&st, &ctx.project_id, &t).await?;
         Reply::created(&TemplateOut::new(&t, &ctx.project_id))
     });
     fut.await
@@ -238,7 +234,7 @@ pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Repl
             offset: paging.offset(),
             limit: paging.page_size,
         };
-        let (rows, total) = st.store.list_templates(&ctx.project_id, &q).await?;
+        let (rows, total) = templates::list(&st, &ctx.project_id, &q).await?;
         let (page, page_size, total_pages) = (paging.page, paging.page_size, paging.total_pages(total));
         Reply::ok(&TemplatePage {
             data: rows.iter().map(|t| TemplateOut::new(t, &ctx.project_id)).collect(),
@@ -258,7 +254,7 @@ pub async fn get_template(id: PathParam<String>, depot: &mut Depot) -> Result<Re
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        let t = templates::get(&st, &ctx.project_id, &id).await?;
         Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
     });
     fut.await
@@ -272,16 +268,12 @@ pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mu
         let ctx = project(depot)?;
         let id = id.into_inner();
         let body = json_object(req).await?;
-        let mut t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        let mut t = templates::get(&st, &ctx.project_id, &id).await?;
         let before_from = t.from.clone();
         let mut f = Fields::new(&body);
         read_fields(&mut f, &body, &mut t, false, &st.templates);
         f.finish()?;
-        if t.from != before_from {
-            super::domains::require_sender(&st, &ctx.project_id, &t.from).await?;
-        }
-        t.updated_at = st.clock.now_ms();
-        st.store.save_template(&ctx.project_id, &t).await?;
+        templates::update(&st, &ctx.project_id, &mut t, &before_from).await?;
         Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
     });
     fut.await
@@ -294,9 +286,7 @@ pub async fn delete_template(id: PathParam<String>, depot: &mut Depot, res: &mut
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        if !st.store.delete_template(&ctx.project_id, &id).await? {
-            return Err(not_found(&id));
-        }
+        templates::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
@@ -310,14 +300,7 @@ pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Res
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        let t = st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-        let now = st.clock.now_ms();
-        let mut name = format!("{} (Copy)", t.name);
-        if name.chars().count() > 200 {
-            name = name.chars().rev().take(200).collect::<Vec<_>>().into_iter().rev().collect();
-        }
-        let copy = TemplateRow { id: uuid::Uuid::now_v7().to_string(), name, created_at: now, updated_at: now, ..t };
-        st.store.save_template(&ctx.project_id, &copy).await?;
+        let copy = templates::duplicate(&st, &ctx.project_id, &id).await?;
         Reply::created(&TemplateOut::new(&copy, &ctx.project_id))
     });
     fut.await
@@ -331,8 +314,7 @@ pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        st.store.template(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-        let emails_sent = st.store.template_emails(&ctx.project_id, &id).await?;
+        let emails_sent = templates::emails_sent(&st, &ctx.project_id, &id).await?;
         Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![], emails_sent })
     });
     fut.await

@@ -5,6 +5,7 @@
 //! Must not import: salvo, surrealdb.
 
 use crate::domain::domains::{self as rules, DnsRecord, Purpose, RecordSettings, RecordStatus};
+use crate::error::ApiError;
 use crate::infra::dkim;
 use crate::infra::dns::{Dns, Lookup};
 use crate::store::domains::DomainRow;
@@ -177,6 +178,44 @@ impl Domains {
     }
 }
 
+/// What removing a domain did.
+#[derive(Debug, PartialEq)]
+pub enum Removal {
+    Removed,
+    NotFound,
+    /// Refused: templates and campaigns not sent yet (DRAFT, SCHEDULED, SENDING) send from it, named.
+    InUse(Vec<String>),
+}
+
+/// One domain of the project.
+pub async fn get(store: &Store, project: &str, id: &str) -> Result<Option<DomainRow>, StoreError> {
+    store.domain(project, id).await
+}
+
+/// The project's domains, verified and pending, newest first.
+pub async fn list(store: &Store, project: &str) -> Result<Vec<DomainRow>, StoreError> {
+    store.domains_of_project(project).await
+}
+
+/// Removes a domain of the project, unless a template or a campaign that may still send uses it.
+pub async fn remove(store: &Store, project: &str, id: &str) -> Result<Removal, StoreError> {
+    let Some(d) = store.domain(project, id).await? else { return Ok(Removal::NotFound) };
+    let mut users: Vec<String> =
+        store.templates_of_domain(project, &d.name).await?.into_iter().map(|n| format!("template {n}")).collect();
+    users.extend(
+        store
+            .unsent_campaigns(project)
+            .await?
+            .iter()
+            .filter(|c| c.uses_domain(&d.name))
+            .map(|c| format!("campaign {} ({})", c.name, c.status)),
+    );
+    if !users.is_empty() {
+        return Ok(Removal::InUse(users));
+    }
+    Ok(if store.delete_domain(project, id).await? { Removal::Removed } else { Removal::NotFound })
+}
+
 /// The sender check of every sending path: the address's domain is registered to this project and
 /// verified. Returns the domain on success. The domain row comes from the store's short read cache: a
 /// change made through this process shows at once, one made by another process within two seconds.
@@ -194,4 +233,21 @@ pub async fn check_sender(
         None if rows.iter().any(|d| d.project == project) => Err(SenderRefusal::NotVerified),
         None => Err(SenderRefusal::NotRegistered),
     })
+}
+
+/// [`check_sender`] as the error every sending path answers (docs/behaviour.md#errors): 403 with code
+/// INTERNAL_SERVER_ERROR and `details.reason`.
+pub async fn require_sender(store: &Store, project: &str, from: &str) -> Result<DomainRow, ApiError> {
+    let domain = from.rsplit_once('@').map(|(_, d)| d).unwrap_or(from).to_lowercase();
+    match check_sender(store, project, from).await? {
+        Ok(d) => Ok(d),
+        Err(refusal) => {
+            let message = match refusal {
+                SenderRefusal::NotRegistered => format!("The sender domain {domain} is not registered to this project"),
+                SenderRefusal::OtherProject => format!("The sender domain {domain} belongs to another project"),
+                SenderRefusal::NotVerified => format!("The sender domain {domain} is not verified yet"),
+            };
+            Err(ApiError::SenderDomain { reason: refusal.reason(), domain, message })
+        }
+    }
 }

@@ -18,6 +18,8 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+pub mod manage;
+
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};

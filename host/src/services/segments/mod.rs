@@ -8,6 +8,8 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+pub mod manage;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -1,0 +1,124 @@
+//! Campaigns as the user edits them: create, replace, copy and delete, with the checks that keep a
+//! campaign sendable (its segment exists, its condition is valid, its sender passes the sender check)
+//! and the state rules of docs/behaviour.md#campaigns.
+//!
+//! Must not import: salvo, surrealdb.
+
+use serde_json::Value;
+
+use crate::domain::campaigns::{Action, allowed};
+use crate::error::ApiError;
+use crate::services::segments::SegmentError;
+use crate::services::sending_domains::require_sender;
+use crate::state::AppState;
+use crate::store::campaigns::{CampaignQuery, CampaignRow};
+
+/// Longest campaign name, in characters.
+const MAX_NAME_CHARS: usize = 200;
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::not_found("CAMPAIGN_NOT_FOUND", format!("Campaign {id} not found"))
+}
+
+/// One campaign of the project (404 otherwise).
+pub async fn get(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, ApiError> {
+    st.store.campaign(project, id).await?.ok_or_else(|| not_found(id))
+}
+
+/// A page of the project's campaigns and the total that match.
+pub async fn list(st: &AppState, project: &str, q: &CampaignQuery) -> Result<(Vec<CampaignRow>, i64), ApiError> {
+    Ok(st.store.list_campaigns(project, q).await?)
+}
+
+/// The checks a campaign's fields pass before it is saved: the audience's segment exists in the project,
+/// its condition is valid, and the sender passes the sender check (403).
+pub async fn check(st: &AppState, project: &str, c: &CampaignRow) -> Result<(), ApiError> {
+    if let Some(seg) = &c.segment
+        && st.store.segment(project, seg).await?.is_none()
+    {
+        return Err(ApiError::field(
+            "segmentId",
+            "not_found",
+            &format!("segment {seg} does not exist in this project"),
+            Value::String(seg.clone()),
+        ));
+    }
+    if let Some(cond) = &c.audience_condition
+        && let Err(e) = st.segments.check(project, cond, None).await
+    {
+        return Err(match e {
+            SegmentError::Invalid(m) => ApiError::field("audienceCondition", "invalid_condition", &m, cond.clone()),
+            SegmentError::TooLarge(m) => ApiError::field("audienceCondition", "too_big", &m, Value::Null),
+            other => other.into(),
+        });
+    }
+    require_sender(&st.store, project, &c.from).await?;
+    Ok(())
+}
+
+/// Saves a new DRAFT campaign (its fields read into `c` by the caller) after [`check`].
+pub async fn create(st: &AppState, project: &str, c: &CampaignRow) -> Result<(), ApiError> {
+    check(st, project, c).await?;
+    Ok(st.store.create_campaign(c).await?)
+}
+
+/// Replaces a campaign's fields (`c` as read by [`get`], found [`replaceable`], then changed): 409 when
+/// its state moved meanwhile.
+pub async fn replace(st: &AppState, project: &str, c: &mut CampaignRow) -> Result<(), ApiError> {
+    check(st, project, c).await?;
+    c.updated_at = st.clock.now_ms();
+    if !st.store.replace_campaign(c).await? {
+        let now = get(st, project, &c.id).await?;
+        allowed(Action::Replace, &now.status).map_err(ApiError::Conflict)?;
+        return Err(ApiError::Conflict("the campaign changed meanwhile; read it again".into()));
+    }
+    Ok(())
+}
+
+/// Whether a campaign may be replaced in its current state (checked before its new fields are read).
+pub fn replaceable(c: &CampaignRow) -> Result<(), ApiError> {
+    allowed(Action::Replace, &c.status).map_err(ApiError::Conflict)
+}
+
+/// Deletes a campaign; 409 while it is SCHEDULED or SENDING.
+pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiError> {
+    match st.store.delete_campaign(project, id).await? {
+        None => Err(not_found(id)),
+        Some(false) => {
+            let c = get(st, project, id).await?;
+            Err(ApiError::Conflict(
+                allowed(Action::Delete, &c.status)
+                    .err()
+                    .unwrap_or_else(|| "the campaign has active executions; cancel it before deleting it".into()),
+            ))
+        }
+        Some(true) => Ok(()),
+    }
+}
+
+/// Copies a campaign as a DRAFT named `<name> (Copy)`: content and audience carry over; status, schedule,
+/// run and counters start afresh.
+pub async fn duplicate(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, ApiError> {
+    let c = get(st, project, id).await?;
+    let now = st.clock.now_ms();
+    let mut name = format!("{} (Copy)", c.name);
+    if name.chars().count() > MAX_NAME_CHARS {
+        name = name.chars().rev().take(MAX_NAME_CHARS).collect::<Vec<_>>().into_iter().rev().collect();
+    }
+    let copy = CampaignRow {
+        name,
+        subject: c.subject,
+        body: c.body,
+        description: c.description,
+        from: c.from,
+        from_name: c.from_name,
+        reply_to: c.reply_to,
+        kind: c.kind,
+        audience_type: c.audience_type,
+        segment: c.segment,
+        audience_condition: c.audience_condition,
+        ..CampaignRow::draft(uuid::Uuid::now_v7().to_string(), project, now)
+    };
+    st.store.create_campaign(&copy).await?;
+    Ok(copy)
+}

@@ -1,0 +1,64 @@
+//! Delivery notifications: what a delivery, bounce or complaint reported after the hand-over does to an
+//! email and its contact (docs/behaviour.md#delivery-notifications). Both the signed JSON webhook and the
+//! transport plugins' provider webhooks come here once parsed and authenticated.
+//!
+//! Must not import: salvo, surrealdb.
+
+use serde_json::Map;
+
+use crate::domain::tracking::below;
+use crate::infra::clock::SharedClock;
+use crate::plugins::{Notification, NotificationKind};
+use crate::services::ingest::set_subscribed;
+use crate::store::contacts::{ContactWrite, Event};
+use crate::store::{Store, StoreError};
+
+/// Records that a notification (by its signature or digest) was received, until `until_ms`. False when it
+/// was received before: a replay or a provider's redelivery, which must not be applied again.
+pub async fn first_receipt(store: &Store, key: &str, until_ms: i64, now: i64) -> Result<bool, StoreError> {
+    store.remember_notification(key, until_ms, now).await
+}
+
+/// Applies one notification: the email's status only moves up (DELIVERED, BOUNCED for a permanent bounce,
+/// COMPLAINED), the matching `email.*` event is recorded, and a hard bounce or a complaint unsubscribes
+/// the contact. The email is found by its Message-ID, else by the provider's message id. Returns the
+/// email's id, or None when no email matches.
+pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Result<Option<String>, StoreError> {
+    let found = match (&n.message_id, &n.provider_message_id) {
+        (Some(m), _) if !m.trim().is_empty() => {
+            store.email_by_message_id(&format!("<{}>", m.trim().trim_matches(['<', '>']))).await?
+        }
+        _ => None,
+    };
+    let found = match (found, &n.provider_message_id) {
+        (Some(f), _) => Some(f),
+        (None, Some(p)) if !p.trim().is_empty() => store.email_by_provider_message_id(p.trim()).await?,
+        _ => None,
+    };
+    let Some((project, id, contact)) = found else { return Ok(None) };
+    let now = clock.now_ms();
+    let (status, event, unsubscribe) = match n.kind {
+        NotificationKind::Delivery => ("DELIVERED", "email.delivery", false),
+        NotificationKind::Bounce if n.permanent => ("BOUNCED", "email.bounce", true),
+        NotificationKind::Bounce => ("", "email.bounce", false),
+        NotificationKind::Complaint => ("COMPLAINED", "email.complaint", true),
+    };
+    if !status.is_empty() {
+        store.advance_email(&project, &id, status, &below(status), now).await?;
+    }
+    let mut data = Map::new();
+    data.insert("emailId".into(), id.clone().into());
+    if let Some(r) = &n.reason {
+        data.insert("reason".into(), r.clone().into());
+    }
+    if n.kind == NotificationKind::Bounce {
+        data.insert("permanent".into(), n.permanent.into());
+    }
+    store
+        .write_contact(&project, &ContactWrite::None, &[Event::new(&project, &contact, event, data, "system", now)])
+        .await?;
+    if unsubscribe {
+        set_subscribed(store, clock, &project, &contact, false).await?;
+    }
+    Ok(Some(id))
+}
