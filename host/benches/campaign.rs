@@ -64,9 +64,9 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
     .unwrap();
     let app = App::build(config).await.unwrap();
     let st = Arc::clone(&app.state);
-    let project = herald_host::api::cli::create_project(&st, "bench", None, None).await.unwrap();
-    let project_id = project["id"].as_str().unwrap().to_string();
-    let key = project["secret"].as_str().unwrap().to_string();
+    let (project, keys) = herald_host::services::accounts::create_project_for(&st, "bench", None, None).await.unwrap();
+    let project_id = project.id.clone();
+    let key = keys.secret.clone();
     st.domains.add(&st.store, &project_id, "bench.test", true, st.clock.now_ms()).await.unwrap();
 
     // Seed: subscribed contacts with a little data each, 2,000 per transaction.

@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use herald_host::App;
 use herald_host::config::Settings;
 use herald_host::infra::telemetry;
+use herald_host::services::accounts;
 use herald_host::store::Store;
 
 #[derive(Parser)]
@@ -141,10 +142,13 @@ async fn run() -> anyhow::Result<()> {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
-            let out =
-                herald_host::api::cli::create_project(&app.state, &name, owner.as_deref(), password.as_deref()).await;
+            let st = &app.state;
+            let made = accounts::create_project_for(st, &name, owner.as_deref(), password.as_deref()).await;
             app.state.store.close().await;
-            let out = out.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (project, keys) = made.map_err(|e| anyhow::anyhow!("{e}"))?;
+            let out = serde_json::json!({
+                "id": project.id, "name": project.name, "public": keys.public, "secret": keys.secret
+            });
             println!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }

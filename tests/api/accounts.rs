@@ -71,7 +71,7 @@ async fn the_project_command_and_sign_up_refuse_the_same_passwords() {
         let email = format!("pw{i}@example.com");
         let r = s.client().post("/auth/signup", json!({ "email": email, "password": pw })).await;
         assert_eq!(r.status, 422, "sign-up with a {}-character password: {}", pw.len(), r.json);
-        let cli = herald_host::api::cli::create_project(&s.state, "P", Some(&email), Some(pw)).await;
+        let cli = herald_host::services::accounts::create_project_for(&s.state, "P", Some(&email), Some(pw)).await;
         let err = cli.expect_err("the project command takes the password sign-up refuses");
         assert!(err.to_string().contains("8 to 256 characters"), "{err}");
     }
@@ -79,7 +79,9 @@ async fn the_project_command_and_sign_up_refuse_the_same_passwords() {
         let email = format!("ok{}@example.com", pw.len());
         let r = s.client().post("/auth/signup", json!({ "email": email, "password": pw })).await;
         assert_eq!(r.status, 201, "{}", r.json);
-        let cli = herald_host::api::cli::create_project(&s.state, "P", Some(&format!("cli-{email}")), Some(pw)).await;
+        let cli =
+            herald_host::services::accounts::create_project_for(&s.state, "P", Some(&format!("cli-{email}")), Some(pw))
+                .await;
         assert!(cli.is_ok(), "{cli:?}");
     }
     s.stop().await;

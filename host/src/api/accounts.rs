@@ -13,7 +13,7 @@ use super::state;
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
 use crate::infra::security;
-use crate::state::AppState;
+use crate::services::accounts;
 use crate::store::accounts::{Member, Project, Role};
 
 /// A project. `public` and `secret` appear only when a project is created and when its keys are
@@ -153,7 +153,7 @@ pub async fn list_projects(depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
-        let list = st.store.projects_of_user(&u.id).await?;
+        let list = accounts::projects_of_user(&st, &u.id).await?;
         let out: Vec<ProjectOut> = list.iter().map(|p| ProjectOut::new(&p.project, Some(p.role), None)).collect();
         Reply::ok(&out)
     });
@@ -171,43 +171,10 @@ pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let name = f.text("name", true, 100);
         f.finish()?;
         let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
-        let (project, keys) = new_project(&st, &name, Some(&u.id)).await?;
+        let (project, keys) = accounts::create_project(&st, &name, Some(&u.id)).await?;
         Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
     });
     fut.await
-}
-
-/// Creates a project and its keys (used by the API and by `herald project create`).
-pub async fn new_project(
-    st: &AppState,
-    name: &str,
-    owner: Option<&str>,
-) -> Result<(Project, security::KeyPair), ApiError> {
-    let keys = security::generate_key_pair();
-    let id = uuid::Uuid::now_v7().to_string();
-    let project = st
-        .store
-        .create_project(
-            &id,
-            name,
-            &security::key_digest(&keys.public),
-            &security::key_digest(&keys.secret),
-            owner,
-            st.clock.now_ms(),
-        )
-        .await?;
-    Ok((project, keys))
-}
-
-fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
-    if role >= min {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "Only a project {} can {what}",
-            if min == Role::Owner { "OWNER" } else { "OWNER or ADMIN" }
-        )))
-    }
 }
 
 /// Changes a project's name, tracking mode or delivery transport (OWNER or ADMIN).
@@ -218,7 +185,7 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
-        need(role, Role::Admin, "change project settings")?;
+        accounts::need(role, Role::Admin, "change project settings")?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let name = f.text("name", false, 100);
@@ -227,7 +194,7 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
             None => None,
             Some(serde_json::Value::Null) => Some(None),
             Some(serde_json::Value::String(t)) => {
-                let available = available_transports(&st);
+                let available = accounts::available_transports(&st);
                 if available.iter().any(|a| a == t) {
                     Some(Some(t.clone()))
                 } else {
@@ -245,31 +212,11 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
             }
         };
         f.finish()?;
-        if let Some(t) = tracking {
-            st.store.set_project_tracking(&id, &t, st.clock.now_ms()).await?;
-        }
-        if let Some(t) = transport {
-            st.store.set_project_transport(&id, t.as_deref(), st.clock.now_ms()).await?;
-        }
-        let project = match name {
-            Some(n) => st.store.rename_project(&id, &n, st.clock.now_ms()).await?,
-            None => st.store.project(&id).await?,
-        }
-        .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+        let change = accounts::ProjectChange { name, tracking, transport };
+        let project = accounts::update_project(&st, &id, role, change).await?;
         Reply::ok(&ProjectOut::new(&project, Some(role), None))
     });
     fut.await
-}
-
-/// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
-fn available_transports(st: &crate::state::AppState) -> Vec<String> {
-    let mut t = Vec::new();
-    if st.config.smtp_url.is_some() {
-        t.push("smtp".to_string());
-    }
-    t.push("file".to_string());
-    t.extend(st.plugins.transports());
-    t
 }
 
 /// Deletes a project and its data (OWNER only). Its keys stop working at once.
@@ -279,12 +226,8 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
-        need(role_in(&st, &id, &u).await?, Role::Owner, "delete a project")?;
-        let now = st.clock.now_ms();
-        st.store.delete_project(&id, &crate::services::projects::purge_job(&id, now), now).await?;
-        st.job_wake.notify_one();
-        st.keys.invalidate_project(&id);
-        st.store.bump_keys_epoch().await?;
+        let role = role_in(&st, &id, &u).await?;
+        accounts::delete_project(&st, &id, role).await?;
         Reply::ok(&DeletedOut { success: true })
     });
     fut.await
@@ -298,21 +241,7 @@ pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
-        need(role, Role::Admin, "regenerate keys")?;
-        let keys = security::generate_key_pair();
-        let project = st
-            .store
-            .set_project_keys(
-                &id,
-                &security::key_digest(&keys.public),
-                &security::key_digest(&keys.secret),
-                st.clock.now_ms(),
-            )
-            .await?;
-        st.keys.invalidate_project(&id);
-        st.store.bump_keys_epoch().await?;
-        let project =
-            project.ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+        let (project, keys) = accounts::regenerate_keys(&st, &id, role).await?;
         Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
     });
     fut.await
@@ -326,7 +255,7 @@ pub async fn list_members(id: PathParam<String>, depot: &mut Depot) -> Result<Re
         let u = user(depot)?;
         let id = id.into_inner();
         role_in(&st, &id, &u).await?;
-        let members = st.store.members(&id).await?;
+        let members = accounts::members(&st, &id).await?;
         Reply::ok(&members.iter().map(MemberOut::from).collect::<Vec<_>>())
     });
     fut.await
@@ -344,36 +273,13 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
-        need(role, Role::Admin, "add members")?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
         let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
         f.finish()?;
         let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-        if new_role == Role::Owner {
-            need(role, Role::Owner, "make someone OWNER")?;
-        }
-        let invitee = st.store.user_by_email(&email).await?.ok_or_else(|| {
-            ApiError::not_found(
-                "USER_NOT_FOUND",
-                format!("No Herald user has the email {email}; they must sign up first"),
-            )
-        })?;
-        match st.store.add_member(&id, &invitee.id, new_role, st.clock.now_ms()).await {
-            Ok(()) => {}
-            Err(crate::store::StoreError::Conflict(_)) => {
-                return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let m = Member {
-            user: invitee.id.clone(),
-            role: new_role,
-            created_at: st.clock.now_ms(),
-            email: Some(invitee.email.clone()),
-            name: invitee.name.clone(),
-        };
+        let m = accounts::add_member(&st, &id, role, &email, new_role).await?;
         Reply::created(&MemberOut::from(&m))
     });
     fut.await
@@ -393,24 +299,13 @@ pub async fn update_member(
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
         let role = role_in(&st, &id, &u).await?;
-        need(role, Role::Admin, "change roles")?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let new_role = parse_role(&mut f, true);
         f.finish()?;
         let new_role = new_role.ok_or_else(|| ApiError::Internal("validated role missing".into()))?;
-        let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
-            ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
-        })?;
-        if current.role == Role::Owner || new_role == Role::Owner {
-            need(role, Role::Owner, "change an OWNER or grant OWNER")?;
-        }
-        st.store.set_member_role(&id, &target, new_role).await?;
-        let members = st.store.members(&id).await?;
-        let m = members.iter().find(|m| m.user == target).ok_or_else(|| {
-            ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
-        })?;
-        Reply::ok(&MemberOut::from(m))
+        let m = accounts::change_role(&st, &id, role, &target, new_role).await?;
+        Reply::ok(&MemberOut::from(&m))
     });
     fut.await
 }
@@ -428,16 +323,7 @@ pub async fn remove_member(
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
         let role = role_in(&st, &id, &u).await?;
-        let current = st.store.membership(&id, &target).await?.ok_or_else(|| {
-            ApiError::not_found("MEMBER_NOT_FOUND", format!("User {target} is not a member of this project"))
-        })?;
-        if target != u.id {
-            need(role, Role::Admin, "remove members")?;
-            if current.role == Role::Owner {
-                need(role, Role::Owner, "remove an OWNER")?;
-            }
-        }
-        st.store.remove_member(&id, &target).await?;
+        accounts::remove_member(&st, &id, &u.id, role, &target).await?;
         Reply::ok(&DeletedOut { success: true })
     });
     fut.await

@@ -12,6 +12,7 @@ use super::state;
 use crate::error::ApiError;
 use crate::infra::ratelimit::Decision;
 use crate::infra::security::{self, KeyKind, PASSWORD_CHARS, SessionClaims};
+use crate::services::accounts;
 use crate::state::{AppState, KeyEntry};
 use crate::store::accounts::{Role, User};
 
@@ -113,15 +114,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
 
 /// Creates a user with a hashed password; 409 when the email is taken.
 pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, ApiError> {
-    let hash = security::hash_password_bounded(password.to_string()).await.map_err(ApiError::Internal)?;
-    let id = uuid::Uuid::now_v7().to_string();
-    match st.store.create_user(&id, email, name, &hash, st.clock.now_ms()).await {
-        Ok(u) => Ok(u),
-        Err(crate::store::StoreError::Conflict(_)) => {
-            Err(ApiError::Conflict(format!("A user with the email {email} already exists")))
-        }
-        Err(e) => Err(e.into()),
-    }
+    accounts::create_user(st, email, password, name).await
 }
 
 /// Log in with email and password; sets the session cookie.
@@ -142,7 +135,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         if let Some(wait) = [&account, &address].into_iter().filter_map(|k| st.login_failures.blocked(k)).max() {
             return Err(ApiError::RateLimited { limit: LOGIN_FAILURES, retry_after_secs: wait });
         }
-        let user = st.store.user_by_email(&email).await?;
+        let user = accounts::user_by_email(&st, &email).await?;
         // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
         let hash = user.as_ref().map(|u| u.password_hash.clone()).unwrap_or_else(|| DUMMY_HASH.clone());
         let ok = security::verify_password_bounded(password, hash).await;
@@ -176,7 +169,7 @@ pub async fn logout(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         if let Some(claims) =
             token.and_then(|t| security::verify_session(&st.session_key, &t, st.clock.now_ms() / 1000))
         {
-            st.store.revoke_session(&claims.sid, claims.exp * 1000).await?;
+            accounts::revoke_session(&st, &claims.sid, claims.exp * 1000).await?;
         }
         let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
         res.add_cookie(expired);
@@ -210,13 +203,7 @@ pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError
         .ok_or_else(|| ApiError::Unauthorized("Log in first: this endpoint needs a dashboard session".into()))?;
     let claims = security::verify_session(&st.session_key, &token, st.clock.now_ms() / 1000)
         .ok_or_else(|| ApiError::Unauthorized("The session is invalid or expired; log in again".into()))?;
-    if st.store.session_revoked(&claims.sid).await? {
-        return Err(ApiError::Unauthorized("The session was logged out; log in again".into()));
-    }
-    st.store
-        .user(&claims.sub)
-        .await?
-        .ok_or_else(|| ApiError::Unauthorized("The session's user no longer exists".into()))
+    accounts::session_user(st, &claims.sid, &claims.sub).await
 }
 
 /// Applies the rate limit for `key` and writes the RateLimit headers.
@@ -326,8 +313,7 @@ pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result
             let project: Option<String> = req.header("x-project-id");
             let project =
                 project.ok_or_else(|| ApiError::MissingAuth("Send X-Project-Id with a dashboard session".into()))?;
-            st.store
-                .membership(&project, &user.id)
+            accounts::membership(st, &project, &user.id)
                 .await?
                 .ok_or_else(|| ApiError::Forbidden("You are not a member of this project".into()))?;
             return Ok(ProjectCtx { project_id: project, secret: true, user_id: Some(user.id) });
@@ -344,9 +330,7 @@ pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result
     let entry = match st.keys.get(&digest) {
         Some(e) => e,
         None => {
-            let (project, is_secret) = st
-                .store
-                .project_by_key_hash(&digest)
+            let (project, is_secret) = accounts::project_by_key(st, &digest)
                 .await?
                 .ok_or_else(|| ApiError::InvalidApiKey("Invalid API key".into()))?;
             let e = KeyEntry { project_id: project.id, is_secret, disabled: project.disabled };
@@ -406,9 +390,5 @@ pub fn user(depot: &Depot) -> Result<User, ApiError> {
 /// The caller's role in a project; 404 when the caller is not a member (the project's existence is not
 /// revealed to outsiders).
 pub async fn role_in(st: &AppState, project: &str, user: &User) -> Result<Role, ApiError> {
-    st.store
-        .membership(project, &user.id)
-        .await?
-        .map(|m| m.role)
-        .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {project} not found")))
+    accounts::role_in(st, project, &user.id).await
 }

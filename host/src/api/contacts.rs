@@ -2,8 +2,6 @@
 //! delete, lookup, and the custom-field endpoints. Also the contact upsert that `/v1/track` (and later
 //! `/v1/send`) share.
 
-use std::collections::{BTreeMap, HashSet};
-
 use salvo::http::StatusCode;
 use salvo::oapi::ToSchema;
 use salvo::oapi::extract::PathParam;
@@ -15,12 +13,13 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{bool_param, decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::state;
-use crate::domain::contacts::{DataPatch, normalize_email, subscription};
+use crate::domain::contacts::{DataPatch, normalize_email};
 use crate::error::ApiError;
-use crate::infra::clock::{parse_rfc3339, rfc3339};
+use crate::infra::clock::rfc3339;
+use crate::services::contacts;
 use crate::services::ingest::{Upsert, upsert};
 use crate::state::AppState;
-use crate::store::contacts::{Contact, ContactQuery, ContactWrite, Event, WriteResult};
+use crate::store::contacts::{Contact, ContactQuery};
 
 /// Largest accepted `data` object, serialised.
 pub const MAX_DATA_BYTES: usize = 64 * 1024;
@@ -157,10 +156,6 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}").get(get_contact).patch(patch_contact).delete(delete_contact))
 }
 
-fn not_found(id: &str) -> ApiError {
-    ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found"))
-}
-
 /// Checks `data` (an object of bounded size) and parses it by the data rules
 /// (docs/behaviour.md#contacts-and-data).
 pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> DataPatch {
@@ -210,17 +205,12 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
         {
             return Err(ApiError::BadRequest("The cursor does not belong to this sort order".into()));
         }
-        let q = ContactQuery { search: search.clone(), subscribed, sort_email, ascending, after, limit: limit + 1 };
-        let rows = st.store.list_contacts(&ctx.project_id, &q).await?;
+        let q = ContactQuery { search, subscribed, sort_email, ascending, after, limit: limit + 1 };
+        let (rows, total) = contacts::list(&st, &ctx.project_id, &q, cursor.is_none()).await?;
         let (rows, next, has_more) = finish_page(rows, limit, |last| {
             let v = if sort_email { json!(last.email) } else { json!(last.created_at) };
             encode_cursor(&v, &last.id)
         });
-        let total = if cursor.is_none() {
-            st.store.count_contacts(&ctx.project_id, search.as_deref(), subscribed).await?
-        } else {
-            0
-        };
         Reply::ok(&ContactPage { data: rows.iter().map(ContactOut::from).collect(), cursor: next, has_more, total })
     });
     fut.await
@@ -268,7 +258,7 @@ pub async fn get_contact(id: PathParam<String>, depot: &mut Depot) -> Result<Rep
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
+        let c = contacts::get(&st, &ctx.project_id, &id).await?;
         Reply::ok(&ContactOut::from(&c))
     });
     fut.await
@@ -288,50 +278,9 @@ pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut
         let requested = f.boolean("subscribed");
         let patch = data_patch(&mut f, &body, false);
         f.finish()?;
-        for _ in 0..16 {
-            let now = st.clock.now_ms();
-            let c = st.store.contact(&ctx.project_id, &id).await?.ok_or_else(|| not_found(&id))?;
-            let (subscribed, flip) = subscription(Some(c.subscribed), requested, true);
-            let data = patch.apply(&c.data);
-            let new_email = email.clone().unwrap_or_else(|| c.email.clone());
-            if new_email != c.email && st.store.contact_by_email(&ctx.project_id, &new_email).await?.is_some() {
-                return Err(ApiError::Conflict(format!(
-                    "Another contact in this project already has the email {new_email}"
-                )));
-            }
-            let updated = Contact {
-                email: new_email.clone(),
-                subscribed,
-                data: data.clone(),
-                updated_at: now,
-                version: c.version + 1,
-                ..c.clone()
-            };
-            if updated.email == c.email && updated.subscribed == c.subscribed && updated.data == c.data {
-                return Reply::ok(&ContactOut::from(&c));
-            }
-            let events: Vec<Event> =
-                flip.iter().map(|name| Event::new(&ctx.project_id, &c.id, name, Map::new(), "system", now)).collect();
-            let write = ContactWrite::Update {
-                id: c.id.clone(),
-                version: c.version,
-                email: new_email.clone(),
-                subscribed,
-                data,
-                now,
-            };
-            match st.store.write_contact(&ctx.project_id, &write, &events).await {
-                Ok(WriteResult::Done) => return Reply::ok(&ContactOut::from(&updated)),
-                Ok(WriteResult::Stale) => continue,
-                Err(crate::store::StoreError::Conflict(_)) => {
-                    return Err(ApiError::Conflict(format!(
-                        "Another contact in this project already has the email {new_email}"
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ApiError::Internal("the contact kept changing; giving up after 16 attempts".into()))
+        let change = contacts::ContactChange { email, subscribed: requested, patch };
+        let c = contacts::update(&st, &ctx.project_id, &id, &change).await?;
+        Reply::ok(&ContactOut::from(&c))
     });
     fut.await
 }
@@ -343,9 +292,7 @@ pub async fn delete_contact(id: PathParam<String>, depot: &mut Depot, res: &mut 
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
-        if !st.store.delete_contact(&ctx.project_id, &id).await? {
-            return Err(not_found(&id));
-        }
+        contacts::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
@@ -391,8 +338,7 @@ pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
             return Err(ApiError::Validation(errors));
         }
         let normalized: Vec<String> = given.iter().map(|s| normalize_email(s)).collect();
-        let existing: HashSet<String> =
-            st.store.existing_emails(&ctx.project_id, &normalized).await?.into_iter().collect();
+        let existing = contacts::existing_emails(&st, &ctx.project_id, &normalized).await?;
         let (mut found, mut not_found) = (Vec::new(), Vec::new());
         for (orig, norm) in given.into_iter().zip(normalized) {
             if existing.contains(&norm) { found.push(orig) } else { not_found.push(orig) }
@@ -402,48 +348,17 @@ pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
     fut.await
 }
 
-fn type_of(v: &Value) -> &'static str {
-    match v {
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(s) if parse_rfc3339(s).is_some() || crate::infra::clock::is_date_only(s) => "date",
-        Value::String(_) => "string",
-        Value::Object(_) | Value::Array(_) => "object",
-        Value::Null => "string",
-    }
-}
-
 /// Standard fields, then every `data.<key>` with its inferred type and coverage in percent.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldsOut)))]
 pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let all = st.store.all_contact_data(&ctx.project_id).await?;
-        let total = all.len();
-        // key -> (contacts having it, counts per type)
-        let mut seen: BTreeMap<String, (usize, BTreeMap<&'static str, usize>)> = BTreeMap::new();
-        for data in &all {
-            for (k, v) in data {
-                let e = seen.entry(k.clone()).or_default();
-                e.0 += 1;
-                *e.1.entry(type_of(v)).or_default() += 1;
-            }
-        }
-        let pct = |n: usize| if total == 0 { 0.0 } else { ((n as f64) * 10_000.0 / total as f64).round() / 100.0 };
-        let mut fields: Vec<FieldInfo> =
-            [("email", "string"), ("subscribed", "boolean"), ("createdAt", "date"), ("updatedAt", "date")]
-                .into_iter()
-                .map(|(f, t)| FieldInfo {
-                    field: f.into(),
-                    kind: t.into(),
-                    coverage: if total == 0 { 0.0 } else { 100.0 },
-                })
-                .collect();
-        for (k, (n, types)) in seen {
-            let kind = types.iter().max_by_key(|(_, c)| **c).map(|(t, _)| *t).unwrap_or("string");
-            fields.push(FieldInfo { field: format!("data.{k}"), kind: kind.into(), coverage: pct(n) });
-        }
+        let fields: Vec<FieldInfo> = contacts::fields(&st, &ctx.project_id)
+            .await?
+            .into_iter()
+            .map(|f| FieldInfo { field: f.field, kind: f.kind.into(), coverage: f.coverage })
+            .collect();
         let count = fields.len();
         Reply::ok(&FieldsOut { fields, count })
     });
@@ -475,18 +390,7 @@ pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &m
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
         let limit = limit(req, 100, 1000)?;
-        let mut values: Vec<Value> = Vec::new();
-        let mut seen = HashSet::new();
-        for data in st.store.all_contact_data(&ctx.project_id).await? {
-            if let Some(v) = data.get(&name)
-                && seen.insert(v.to_string())
-            {
-                values.push(v.clone());
-                if values.len() >= limit {
-                    break;
-                }
-            }
-        }
+        let values = contacts::field_values(&st, &ctx.project_id, &name, limit).await?;
         Reply::ok(&FieldValuesOut { field: format!("data.{name}"), count: values.len(), values, limit })
     });
     fut.await
@@ -506,24 +410,15 @@ pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<
 }
 
 async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
-    let contact_count = st.store.all_contact_data(project_id).await?.iter().filter(|d| d.contains_key(name)).count();
-    let segments: Vec<Value> = st
-        .store
-        .segments_using_field(project_id, name)
-        .await?
-        .into_iter()
-        .map(|(id, name)| json!({ "id": id, "name": name }))
-        .collect();
-    // Campaigns and workflows do not exist yet.
-    let (campaigns, workflows): (Vec<Value>, Vec<Value>) = (vec![], vec![]);
-    let can_delete = segments.is_empty() && campaigns.is_empty() && workflows.is_empty();
+    let usage = contacts::field_usage(st, project_id, name).await?;
+    // Campaigns and workflows do not name custom fields yet.
     Ok(FieldUsageOut {
         field: format!("data.{name}"),
-        used_in_segments: segments,
-        used_in_campaigns: campaigns,
-        used_in_workflows: workflows,
-        contact_count,
-        can_delete,
+        can_delete: usage.can_delete(),
+        used_in_segments: usage.segments.into_iter().map(|(id, name)| json!({ "id": id, "name": name })).collect(),
+        used_in_campaigns: vec![],
+        used_in_workflows: vec![],
+        contact_count: usage.contact_count,
     })
 }
 
@@ -534,11 +429,7 @@ pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
-        let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
-        if !usage.can_delete {
-            return Err(ApiError::Conflict(format!("data.{name} is used by segments, campaigns or workflows")));
-        }
-        let n = st.store.remove_data_field(&ctx.project_id, &name, st.clock.now_ms()).await?;
+        let n = contacts::delete_field(&st, &ctx.project_id, &name).await?;
         Reply::ok(&FieldDeletedOut { field: format!("data.{name}"), contacts_updated: n })
     });
     fut.await

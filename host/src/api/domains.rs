@@ -133,8 +133,7 @@ async fn domain_project(
         let p = wanted.ok_or_else(|| {
             ApiError::field("projectId", "required", "projectId is required with a dashboard session", Value::Null)
         })?;
-        st.store
-            .membership(p, &user.id)
+        crate::services::accounts::membership(st, p, &user.id)
             .await?
             .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")))?;
         return Ok(p.to_string());

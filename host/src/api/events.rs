@@ -1,8 +1,6 @@
 //! Event tracking and the event endpoints: docs/behaviour.md#events, docs/behaviour.md#idempotency and,
 //! for which key may track, docs/behaviour.md#keys-and-authentication.
 
-use std::collections::BTreeMap;
-
 use salvo::oapi::ToSchema;
 use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
@@ -17,6 +15,7 @@ use super::{idempotency, state};
 use crate::domain::contacts::is_reserved_event;
 use crate::error::ApiError;
 use crate::infra::clock::{parse_rfc3339, rfc3339};
+use crate::services::events::history;
 use crate::services::ingest::Upsert;
 use crate::store::contacts::{Event, EventQuery};
 
@@ -240,18 +239,9 @@ async fn page(
         Some((Value::Number(n), id)) => Some((n.as_i64().unwrap_or(0), id)),
         Some(_) => return Err(ApiError::BadRequest("Invalid cursor".into())),
     };
-    let q = EventQuery { name: name.clone(), contact: contact.clone(), after, limit: limit + 1 };
-    let rows = st.store.list_events(&ctx.project_id, &q).await?;
+    let q = EventQuery { name, contact, after, limit: limit + 1 };
+    let (rows, emails, total) = history::page(&st, &ctx.project_id, &q, cursor.is_none()).await?;
     let (rows, next, has_more) = finish_page(rows, limit, |l| encode_cursor(&json!(l.created_at), &l.id));
-    let total = if cursor.is_none() {
-        st.store.count_events(&ctx.project_id, name.as_deref(), contact.as_deref()).await?
-    } else {
-        0
-    };
-    let mut ids: Vec<String> = rows.iter().map(|e| e.contact.clone()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let emails = st.store.contact_emails(&ctx.project_id, &ids).await?;
     Reply::ok(&EventPage {
         data: rows.iter().map(|e| EventOut::new(e, &emails)).collect(),
         cursor: next,
@@ -298,15 +288,13 @@ pub async fn contact_events(
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = contact_id.into_inner();
-        if st.store.contact(&ctx.project_id, &id).await?.is_none() {
+        if !history::contact_exists(&st, &ctx.project_id, &id).await? {
             return Err(ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found")));
         }
         page(depot, req, None, Some(id)).await
     });
     fut.await
 }
-
-const DAY_MS: i64 = 86_400_000;
 
 /// Totals per event name and per UTC day over a window: `days` (1 to 365, default 30) ending now, or
 /// `from` and `to` as RFC 3339 date-times.
@@ -339,35 +327,18 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
             (Some(f), _) => f,
             (None, Some(d)) => {
                 let d: i64 = d.parse().map_err(|_| ApiError::BadRequest("days must be an integer".into()))?;
-                to - d.clamp(1, 365) * DAY_MS
+                history::days_before(to, d)
             }
-            (None, None) => to - 30 * DAY_MS,
+            (None, None) => history::days_before(to, 30),
         };
-        if from >= to {
-            return Err(ApiError::BadRequest("from must be before to".into()));
-        }
-        if to - from > 366 * DAY_MS {
-            return Err(ApiError::BadRequest("The window is at most 366 days".into()));
-        }
-        let rows = st.store.event_times(&ctx.project_id, from, to).await?;
-        let mut by_name: BTreeMap<String, i64> = BTreeMap::new();
-        let mut by_day: BTreeMap<i64, i64> = BTreeMap::new();
-        let mut day = from.div_euclid(DAY_MS);
-        while day * DAY_MS < to {
-            by_day.insert(day, 0);
-            day += 1;
-        }
-        for (name, at) in &rows {
-            *by_name.entry(name.clone()).or_default() += 1;
-            *by_day.entry(at.div_euclid(DAY_MS)).or_default() += 1;
-        }
-        let mut by_name: Vec<NameCount> = by_name.into_iter().map(|(name, count)| NameCount { name, count }).collect();
-        by_name.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
-        let by_day = by_day
+        let totals = history::stats(&st, &ctx.project_id, from, to).await?;
+        let by_name = totals.by_name.into_iter().map(|(name, count)| NameCount { name, count }).collect();
+        let by_day = totals
+            .by_day
             .into_iter()
-            .map(|(d, count)| DayCount { date: rfc3339(d * DAY_MS)[..10].to_string(), count })
+            .map(|(d, count)| DayCount { date: rfc3339(d)[..10].to_string(), count })
             .collect();
-        Reply::ok(&StatsOut { from: rfc3339(from), to: rfc3339(to), total: rows.len() as i64, by_name, by_day })
+        Reply::ok(&StatsOut { from: rfc3339(from), to: rfc3339(to), total: totals.total, by_name, by_day })
     });
     fut.await
 }
@@ -378,8 +349,7 @@ pub async fn event_names(depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let mut rows = st.store.event_names(&ctx.project_id).await?;
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let rows = history::names(&st, &ctx.project_id).await?;
         let names: Vec<EventName> = rows
             .into_iter()
             .map(|(name, count, last)| EventName { name, count, last_seen_at: rfc3339(last) })
@@ -397,14 +367,9 @@ pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<R
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
-        let event_count = st.store.count_events(&ctx.project_id, Some(&name), None).await?;
-        let used_in_segments = st
-            .store
-            .segments_using_event(&ctx.project_id, &name)
-            .await?
-            .into_iter()
-            .map(|(id, name)| serde_json::json!({ "id": id, "name": name }))
-            .collect();
+        let (event_count, segments) = history::usage(&st, &ctx.project_id, &name).await?;
+        let used_in_segments =
+            segments.into_iter().map(|(id, name)| serde_json::json!({ "id": id, "name": name })).collect();
         // Workflows and campaigns do not exist yet.
         Reply::ok(&EventUsageOut {
             event: name,
@@ -424,7 +389,7 @@ pub async fn delete_named(event_name: PathParam<String>, depot: &mut Depot) -> R
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
-        let deleted = st.store.delete_events_named(&ctx.project_id, &name).await?;
+        let deleted = history::delete_named(&st, &ctx.project_id, &name).await?;
         Reply::ok(&EventsDeletedOut { event: name, deleted })
     });
     fut.await

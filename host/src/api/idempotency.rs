@@ -10,7 +10,6 @@ use salvo::prelude::*;
 use super::body::Reply;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::idempotency::ClaimResult;
 
 /// The header's value, validated; None when absent.
 pub fn key(req: &Request) -> Result<Option<String>, ApiError> {
@@ -35,30 +34,12 @@ where
     Fut: Future<Output = Result<Reply, ApiError>>,
 {
     let Some(key) = key else { return work().await };
-    let ttl = st.config.idempotency_ttl_ms;
-    match st.store.claim_idempotency_key(project, &key, request, st.clock.now_ms(), ttl).await? {
-        ClaimResult::Taken(c) => {
-            return Err(ApiError::IdempotencyKeyReused {
-                key,
-                request: c.request,
-                at_ms: c.created_at,
-                status: c.status_code,
-            });
-        }
-        ClaimResult::Claimed => {}
-    }
+    crate::services::idempotency::claim(st, project, &key, request).await?;
     let result = work().await;
     let status = match &result {
         Ok(r) => r.status,
         Err(e) => crate::api::errors::status(e),
     };
-    let recorded = if status.is_client_error() {
-        st.store.release_idempotency_key(project, &key).await
-    } else {
-        st.store.finish_idempotency_key(project, &key, status.as_u16()).await
-    };
-    if let Err(e) = recorded {
-        tracing::warn!(error = %e, "cannot record the idempotency key outcome");
-    }
+    crate::services::idempotency::finish(st, project, &key, status.as_u16()).await;
     result
 }

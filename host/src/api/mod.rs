@@ -7,7 +7,6 @@ pub mod accounts;
 pub mod auth;
 pub mod body;
 pub mod campaigns;
-pub mod cli;
 pub mod contacts;
 pub mod domains;
 pub mod errors;

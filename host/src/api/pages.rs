@@ -10,7 +10,7 @@ use salvo::prelude::*;
 use super::state;
 use crate::error::ApiError;
 use crate::infra::security::open_contact_token;
-use crate::services::ingest::set_subscribed;
+use crate::services::tracking;
 use crate::state::AppState;
 
 pub fn router() -> Router {
@@ -56,7 +56,7 @@ struct Linked {
 /// The contact a link names, or None for an invalid link.
 async fn contact_of(st: &AppState, token: &str) -> Result<Option<Linked>, ApiError> {
     let Some((project, contact, email)) = open_contact_token(&st.links_key, token) else { return Ok(None) };
-    Ok(st.store.contact(&project, &contact).await?.map(|c| Linked {
+    Ok(tracking::linked_contact(&st.store, &project, &contact).await?.map(|c| Linked {
         project,
         contact,
         address: c.email,
@@ -105,14 +105,7 @@ async fn act(depot: &mut Depot, res: &mut Response, token: &str, subscribe: bool
         invalid(res);
         return Ok(());
     };
-    set_subscribed(&st.store, &st.clock, &project, &contact, subscribe).await?;
-    // An unsubscribe is attributed to the email whose link made it (a campaign's unsubscribedCount).
-    if was
-        && !subscribe
-        && let Some(via) = via
-    {
-        st.store.attribute_unsubscribe(&project, &contact, &via, st.clock.now_ms()).await?;
-    }
+    tracking::change_by_link(&st.store, &st.clock, &project, &contact, subscribe, was, via.as_deref()).await?;
     let (title, text) = if subscribe {
         ("Subscribed", format!("<p><b>{}</b> will receive our emails again.</p>", esc(&email)))
     } else {

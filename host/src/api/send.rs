@@ -17,7 +17,7 @@ use crate::domain::templating::Mode;
 use crate::domain::tracking::tracked;
 use crate::error::{ApiError, FieldError};
 use crate::infra::clock::rfc3339;
-use crate::services::accept::{AcceptError, SendRequest};
+use crate::services::accept::{self, AcceptError, SendRequest};
 use crate::services::delivery::StoredAttachment;
 
 pub const MAX_RECIPIENTS: usize = 100;
@@ -379,13 +379,10 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             if !errors.is_empty() {
                 return Err(ApiError::Validation(errors));
             }
-            let template =
-                match &template_id {
-                    Some(id) => Some(st.store.template(&ctx.project_id, id).await?.ok_or_else(|| {
-                        ApiError::not_found("TEMPLATE_NOT_FOUND", format!("Template {id} not found"))
-                    })?),
-                    None => None,
-                };
+            let template = match &template_id {
+                Some(id) => Some(crate::services::templates::get(&st, &ctx.project_id, id).await?),
+                None => None,
+            };
             let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
             let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
             // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
@@ -423,7 +420,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                     ));
                 }
             };
-            let project_row = st.store.project_cached(&ctx.project_id).await?;
+            let project_row = crate::services::accounts::project_settings(&st, &ctx.project_id).await?;
             let tracking_mode = project_row.as_ref().and_then(|p| p.tracking.clone());
             let from_name = from_name
                 .or(legacy_name.filter(|n| !n.trim().is_empty()))
@@ -446,15 +443,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
 
             // Marketing mail never goes to an unsubscribed contact: check all before any write.
             if kind == "MARKETING" {
-                for (email, _) in &recipients {
-                    let current = st.store.contact_by_email(&ctx.project_id, email).await?.map(|c| c.subscribed);
-                    let effective = subscribed.or(current).unwrap_or(false);
-                    if !effective {
-                        return Err(ApiError::BadRequest(format!(
-                            "{email} is not subscribed: marketing email is only sent to subscribed contacts"
-                        )));
-                    }
-                }
+                accept::check_marketing_recipients(&st.store, &ctx.project_id, &recipients, subscribed).await?;
             }
 
             let now = st.clock.now_ms();

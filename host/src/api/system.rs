@@ -49,7 +49,7 @@ pub fn router() -> Router {
 pub async fn health(depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
-        let db_ok = st.store.health().await.is_ok();
+        let db_ok = crate::services::system::database_reachable(&st).await;
         let out = HealthOut {
             status: if db_ok { "ok" } else { "unavailable" }.into(),
             database: if db_ok { "reachable" } else { "unreachable" }.into(),
@@ -85,13 +85,11 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
 pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
-        let counts = st.store.job_counts_cached().await.unwrap_or_default();
+        let body = crate::services::system::metrics_text(&st).await;
         res.headers_mut().insert(
             salvo::http::header::CONTENT_TYPE,
             salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         );
-        let mut body = crate::infra::metrics::render(&counts);
-        body.push_str(&st.plugins.render_metrics());
         res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok(())
     });

@@ -7,15 +7,13 @@
 use salvo::http::StatusCode;
 use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
-use serde_json::Map;
 
 use super::state;
-use crate::domain::tracking::below;
 use crate::error::ApiError;
 use crate::infra::security::open_token;
 use crate::services::compose::TrackingClaim as Claim;
+use crate::services::tracking;
 use crate::state::AppState;
-use crate::store::contacts::{ContactWrite, Event};
 
 pub fn router() -> Router {
     Router::new()
@@ -31,19 +29,7 @@ const GIF: &[u8] = &[
 ];
 
 async fn record(st: &AppState, c: &Claim, click: bool) -> Result<(), ApiError> {
-    let target = if click { "CLICKED" } else { "OPENED" };
-    let below = below(target);
-    let now = st.clock.now_ms();
-    let Some(contact) = st.store.record_engagement(&c.p, &c.e, click, &below, now).await? else { return Ok(()) };
-    let mut data = Map::new();
-    data.insert("emailId".into(), c.e.clone().into());
-    if let Some(u) = &c.u {
-        data.insert("url".into(), u.clone().into());
-    }
-    let name = if click { "email.click" } else { "email.open" };
-    let ev = Event::new(&c.p, &contact, name, data, "system", now);
-    st.store.write_contact(&c.p, &ContactWrite::None, &[ev]).await?;
-    Ok(())
+    Ok(tracking::record_engagement(&st.store, &st.clock, &c.p, &c.e, c.u.as_deref(), click).await?)
 }
 
 fn claim(st: &AppState, token: &str) -> Option<Claim> {

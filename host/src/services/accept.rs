@@ -106,6 +106,26 @@ pub enum AcceptError {
     Store(#[from] StoreError),
 }
 
+/// Marketing mail never goes to an unsubscribed contact (docs/behaviour.md#sending): checked for every
+/// recipient before anything is written. `subscribed` is the request's own setting, which applies to
+/// the contacts as they are upserted; a new contact without it counts as unsubscribed.
+pub async fn check_marketing_recipients(
+    store: &Store,
+    project: &str,
+    recipients: &[(String, Option<String>)],
+    subscribed: Option<bool>,
+) -> Result<(), crate::error::ApiError> {
+    for (email, _) in recipients {
+        let current = store.contact_by_email(project, email).await?.map(|c| c.subscribed);
+        if !subscribed.or(current).unwrap_or(false) {
+            return Err(crate::error::ApiError::BadRequest(format!(
+                "{email} is not subscribed: marketing email is only sent to subscribed contacts"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// One request, on its own: planned, rendered and written in one transaction, again when a contact
 /// changed meanwhile. Rendering runs on the blocking pool ([`crate::services::compose::off_async`]).
 pub async fn accept_one(

@@ -5,14 +5,19 @@
 //! Must not import: salvo, surrealdb.
 
 pub mod accept;
+pub mod accounts;
 pub mod campaigns;
 pub mod compose;
+pub mod contacts;
 pub mod delivery;
 pub mod events;
+pub mod idempotency;
 pub mod ingest;
 pub mod notifications;
 pub mod projects;
 pub mod segments;
 pub mod sending_domains;
+pub mod system;
 pub mod templates;
+pub mod tracking;
 pub mod verify;

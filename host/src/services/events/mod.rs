@@ -6,6 +6,8 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+pub mod history;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};

@@ -1,0 +1,257 @@
+//! Users, projects and members as the dashboard and the command line manage them, with the role rules
+//! (docs/behaviour.md#keys-and-authentication): OWNER and ADMIN manage members, settings and keys; only an
+//! OWNER deletes a project, grants OWNER or touches an OWNER; a project always keeps one OWNER (the store
+//! refuses the change that would leave none).
+//!
+//! Must not import: salvo, surrealdb.
+
+use crate::error::ApiError;
+use crate::infra::security;
+use crate::state::AppState;
+use crate::store::StoreError;
+use crate::store::accounts::{Member, Project, ProjectWithRole, Role, User};
+
+fn project_not_found(id: &str) -> ApiError {
+    ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found"))
+}
+
+fn member_not_found(user: &str) -> ApiError {
+    ApiError::not_found("MEMBER_NOT_FOUND", format!("User {user} is not a member of this project"))
+}
+
+/// Refuses an action below its role: `min` is the least role that may do `what`.
+pub fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
+    if role >= min {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "Only a project {} can {what}",
+            if min == Role::Owner { "OWNER" } else { "OWNER or ADMIN" }
+        )))
+    }
+}
+
+/// Creates a user with a password (hashed off the async threads); 409 when the email is taken.
+pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, ApiError> {
+    let hash = security::hash_password_bounded(password.to_string()).await.map_err(ApiError::Internal)?;
+    let id = uuid::Uuid::now_v7().to_string();
+    match st.store.create_user(&id, email, name, &hash, st.clock.now_ms()).await {
+        Ok(u) => Ok(u),
+        Err(StoreError::Conflict(_)) => {
+            Err(ApiError::Conflict(format!("A user with the email {email} already exists")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The user with this (normalised) email.
+pub async fn user_by_email(st: &AppState, email: &str) -> Result<Option<User>, ApiError> {
+    Ok(st.store.user_by_email(email).await?)
+}
+
+/// Logs a session out: its id is refused until the token would have expired anyway.
+pub async fn revoke_session(st: &AppState, sid: &str, expires_at_ms: i64) -> Result<(), ApiError> {
+    Ok(st.store.revoke_session(sid, expires_at_ms).await?)
+}
+
+/// The user behind a verified session token (`sid`, `sub`): 401 when it was logged out or the user is gone.
+pub async fn session_user(st: &AppState, sid: &str, user: &str) -> Result<User, ApiError> {
+    if st.store.session_revoked(sid).await? {
+        return Err(ApiError::Unauthorized("The session was logged out; log in again".into()));
+    }
+    st.store.user(user).await?.ok_or_else(|| ApiError::Unauthorized("The session's user no longer exists".into()))
+}
+
+/// The project whose public or secret key has this digest, and whether it is the secret one.
+pub async fn project_by_key(st: &AppState, digest: &str) -> Result<Option<(Project, bool)>, ApiError> {
+    Ok(st.store.project_by_key_hash(digest).await?)
+}
+
+/// The user's role in a project; 404 when they are not a member (a project they cannot see).
+pub async fn role_in(st: &AppState, project: &str, user: &str) -> Result<Role, ApiError> {
+    st.store.membership(project, user).await?.map(|m| m.role).ok_or_else(|| project_not_found(project))
+}
+
+/// Projects the user belongs to, newest membership first, with the user's role.
+pub async fn projects_of_user(st: &AppState, user: &str) -> Result<Vec<ProjectWithRole>, ApiError> {
+    Ok(st.store.projects_of_user(user).await?)
+}
+
+/// Creates a project and its keys, with `owner` as OWNER (none for an operator's project). The keys are
+/// returned in full only here; the store keeps their digests.
+pub async fn create_project(
+    st: &AppState,
+    name: &str,
+    owner: Option<&str>,
+) -> Result<(Project, security::KeyPair), ApiError> {
+    let keys = security::generate_key_pair();
+    let id = uuid::Uuid::now_v7().to_string();
+    let public = security::key_digest(&keys.public);
+    let secret = security::key_digest(&keys.secret);
+    let project = st.store.create_project(&id, name, &public, &secret, owner, st.clock.now_ms()).await?;
+    Ok((project, keys))
+}
+
+/// `herald project create NAME [--owner EMAIL --password PW]`: the project, and its owner user when that
+/// user does not exist yet (then the password must be given and pass the password rule).
+pub async fn create_project_for(
+    st: &AppState,
+    name: &str,
+    owner: Option<&str>,
+    password: Option<&str>,
+) -> Result<(Project, security::KeyPair), ApiError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(ApiError::BadRequest("The project name must be 1 to 100 characters".into()));
+    }
+    let owner_id = match owner {
+        None => None,
+        Some(email) => {
+            let email = email.trim().to_lowercase();
+            if !crate::domain::contacts::is_email(&email) {
+                return Err(ApiError::BadRequest(format!("{email} is not a valid email address")));
+            }
+            match user_by_email(st, &email).await? {
+                Some(u) => Some(u.id),
+                None => {
+                    let pw = password.ok_or_else(|| {
+                        ApiError::BadRequest(format!("User {email} does not exist yet: give --password to create it"))
+                    })?;
+                    if let Some(problem) = security::password_problem(pw) {
+                        return Err(ApiError::BadRequest(problem));
+                    }
+                    Some(create_user(st, &email, pw, None).await?.id)
+                }
+            }
+        }
+    };
+    create_project(st, name, owner_id.as_deref()).await
+}
+
+/// A project's row from the short read cache (settings a send applies: name, tracking, transport).
+pub async fn project_settings(st: &AppState, id: &str) -> Result<Option<Project>, ApiError> {
+    Ok(st.store.project_cached(id).await?)
+}
+
+/// Whether the user is a member of the project, and with which role.
+pub async fn membership(st: &AppState, project: &str, user: &str) -> Result<Option<Role>, ApiError> {
+    Ok(st.store.membership(project, user).await?.map(|m| m.role))
+}
+
+/// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
+pub fn available_transports(st: &AppState) -> Vec<String> {
+    let mut t = Vec::new();
+    if st.config.smtp_url.is_some() {
+        t.push("smtp".to_string());
+    }
+    t.push("file".to_string());
+    t.extend(st.plugins.transports());
+    t
+}
+
+/// What a project settings change sets; None leaves a setting as it is.
+#[derive(Default)]
+pub struct ProjectChange {
+    pub name: Option<String>,
+    /// ENABLED, DISABLED or MARKETING_ONLY
+    pub tracking: Option<String>,
+    /// Some(None) goes back to the server's default transport.
+    pub transport: Option<Option<String>>,
+}
+
+/// Changes a project's settings (OWNER or ADMIN).
+pub async fn update_project(st: &AppState, id: &str, role: Role, change: ProjectChange) -> Result<Project, ApiError> {
+    need(role, Role::Admin, "change project settings")?;
+    let now = st.clock.now_ms();
+    if let Some(t) = change.tracking {
+        st.store.set_project_tracking(id, &t, now).await?;
+    }
+    if let Some(t) = change.transport {
+        st.store.set_project_transport(id, t.as_deref(), now).await?;
+    }
+    match change.name {
+        Some(n) => st.store.rename_project(id, &n, now).await?,
+        None => st.store.project(id).await?,
+    }
+    .ok_or_else(|| project_not_found(id))
+}
+
+/// Deletes a project (OWNER only): its row, memberships and domains at once and a purge job for the rest
+/// (`services::projects`). Its keys stop working at once, in every process within the key-cache check.
+pub async fn delete_project(st: &AppState, id: &str, role: Role) -> Result<(), ApiError> {
+    need(role, Role::Owner, "delete a project")?;
+    let now = st.clock.now_ms();
+    st.store.delete_project(id, &crate::services::projects::purge_job(id, now), now).await?;
+    st.job_wake.notify_one();
+    st.keys.invalidate_project(id);
+    st.store.bump_keys_epoch().await?;
+    Ok(())
+}
+
+/// Replaces both keys (OWNER or ADMIN); the old pair stops working at once.
+pub async fn regenerate_keys(st: &AppState, id: &str, role: Role) -> Result<(Project, security::KeyPair), ApiError> {
+    need(role, Role::Admin, "regenerate keys")?;
+    let keys = security::generate_key_pair();
+    let (public, secret) = (security::key_digest(&keys.public), security::key_digest(&keys.secret));
+    let project = st.store.set_project_keys(id, &public, &secret, st.clock.now_ms()).await?;
+    st.keys.invalidate_project(id);
+    st.store.bump_keys_epoch().await?;
+    Ok((project.ok_or_else(|| project_not_found(id))?, keys))
+}
+
+/// The members of a project.
+pub async fn members(st: &AppState, id: &str) -> Result<Vec<Member>, ApiError> {
+    Ok(st.store.members(id).await?)
+}
+
+/// Adds an existing Herald user (OWNER or ADMIN; only an OWNER grants OWNER); 404 when no user has the
+/// email, 409 when they are a member already.
+pub async fn add_member(st: &AppState, id: &str, role: Role, email: &str, new_role: Role) -> Result<Member, ApiError> {
+    need(role, Role::Admin, "add members")?;
+    if new_role == Role::Owner {
+        need(role, Role::Owner, "make someone OWNER")?;
+    }
+    let invitee = user_by_email(st, email).await?.ok_or_else(|| {
+        ApiError::not_found("USER_NOT_FOUND", format!("No Herald user has the email {email}; they must sign up first"))
+    })?;
+    let now = st.clock.now_ms();
+    match st.store.add_member(id, &invitee.id, new_role, now).await {
+        Ok(()) => {}
+        Err(StoreError::Conflict(_)) => {
+            return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Member { user: invitee.id, role: new_role, created_at: now, email: Some(invitee.email), name: invitee.name })
+}
+
+/// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last
+/// OWNER cannot be demoted: 409).
+pub async fn change_role(
+    st: &AppState,
+    id: &str,
+    role: Role,
+    target: &str,
+    new_role: Role,
+) -> Result<Member, ApiError> {
+    need(role, Role::Admin, "change roles")?;
+    let current = st.store.membership(id, target).await?.ok_or_else(|| member_not_found(target))?;
+    if current.role == Role::Owner || new_role == Role::Owner {
+        need(role, Role::Owner, "change an OWNER or grant OWNER")?;
+    }
+    st.store.set_member_role(id, target, new_role).await?;
+    members(st, id).await?.into_iter().find(|m| m.user == target).ok_or_else(|| member_not_found(target))
+}
+
+/// Removes a member. Anyone may leave; OWNER or ADMIN remove others (only an OWNER removes an OWNER);
+/// the last OWNER cannot leave (409).
+pub async fn remove_member(st: &AppState, id: &str, actor: &str, role: Role, target: &str) -> Result<(), ApiError> {
+    let current = st.store.membership(id, target).await?.ok_or_else(|| member_not_found(target))?;
+    if target != actor {
+        need(role, Role::Admin, "remove members")?;
+        if current.role == Role::Owner {
+            need(role, Role::Owner, "remove an OWNER")?;
+        }
+    }
+    Ok(st.store.remove_member(id, target).await?)
+}
