@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
 use herald_host::services::events::{Subscriber, SubscriberFuture};
-use herald_host::store::contacts::Event;
+use herald_host::store::events::Event;
 use serde_json::json;
 
 use crate::harness::*;

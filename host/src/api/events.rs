@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::infra::clock::{parse_rfc3339, rfc3339};
 use crate::services::events::history;
 use crate::services::ingest::Upsert;
-use crate::store::contacts::{Event, EventQuery};
+use crate::store::events::{Event, EventQuery};
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]

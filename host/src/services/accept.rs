@@ -28,8 +28,9 @@ use crate::infra::clock::SharedClock;
 use crate::services::compose::{Composer, MAX_REQUEST_RENDER_BYTES, Message, Recipient};
 use crate::services::delivery::{DELIVER_ATTEMPTS, DELIVER_JOB};
 use crate::services::ingest::{Upsert, plan};
-use crate::store::contacts::{Contact, Event, WriteResult};
+use crate::store::contacts::{Contact, WriteResult};
 use crate::store::emails::EmailRow;
+use crate::store::events::Event;
 use crate::store::ingest::VersionedUpdate;
 use crate::store::{Store, StoreError};
 

@@ -13,7 +13,8 @@ use crate::error::ApiError;
 use crate::infra::clock::{is_date_only, parse_rfc3339};
 use crate::state::AppState;
 use crate::store::StoreError;
-use crate::store::contacts::{Contact, ContactQuery, ContactWrite, Event, WriteResult};
+use crate::store::contacts::{Contact, ContactQuery, ContactWrite, WriteResult};
+use crate::store::events::Event;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found"))

@@ -20,7 +20,8 @@ use std::time::Duration;
 use crate::domain::contacts::{DataPatch, subscription};
 use crate::infra::batching::{Batch, GroupCommit, Options};
 use crate::infra::clock::SharedClock;
-use crate::store::contacts::{Contact, ContactWrite, Event, WriteResult};
+use crate::store::contacts::{Contact, ContactWrite, WriteResult};
+use crate::store::events::Event;
 use crate::store::ingest::VersionedUpdate;
 use crate::store::{Store, StoreError};
 

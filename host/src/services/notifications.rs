@@ -10,7 +10,8 @@ use crate::domain::tracking::below;
 use crate::infra::clock::SharedClock;
 use crate::plugins::{Notification, NotificationKind};
 use crate::services::ingest::set_subscribed;
-use crate::store::contacts::{ContactWrite, Event};
+use crate::store::contacts::ContactWrite;
+use crate::store::events::Event;
 use crate::store::{Store, StoreError};
 
 /// Records that a notification (by its signature or digest) was received, until `until_ms`. False when it

@@ -9,7 +9,8 @@ use serde_json::Map;
 use crate::domain::tracking::below;
 use crate::infra::clock::SharedClock;
 use crate::services::ingest::set_subscribed;
-use crate::store::contacts::{Contact, ContactWrite, Event};
+use crate::store::contacts::{Contact, ContactWrite};
+use crate::store::events::Event;
 use crate::store::{Store, StoreError};
 
 /// Records an open (or a click on `url`) of an email: the status moves up to OPENED / CLICKED, and

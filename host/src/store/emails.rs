@@ -296,7 +296,7 @@ impl Store {
         &self,
         claims: &[(String, String)],
         outcomes: &[DeliveryOutcome],
-        events: &[super::contacts::Event],
+        events: &[super::events::Event],
         now: i64,
     ) -> Result<Vec<(String, String)>, StoreError> {
         if claims.is_empty() && outcomes.is_empty() && events.is_empty() {
@@ -353,11 +353,11 @@ impl Store {
                     updated_at = $now WHERE status = 'SENDING' RETURN NONE; };\n",
             );
         }
-        let outbox = super::contacts::outbox_row(events.iter().map(|e| e.id.as_str()));
+        let outbox = super::events::outbox_row(events.iter().map(|e| e.id.as_str()));
         let events: Vec<Value> = events.iter().map(|e| e.row()).collect();
         if !events.is_empty() {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
-            sql.push_str(super::contacts::OUTBOX_INSERT);
+            sql.push_str(super::events::OUTBOX_INSERT);
         }
         if !claims.is_empty() {
             sql.push_str(

@@ -1,11 +1,14 @@
-//! Batched contact writes for group commit: one read of many contacts and one transaction that inserts
-//! new contacts, updates changed ones at their expected versions, and inserts the events.
+//! The writers of contacts with their events and emails, one request or a batch: the `/v1/send`
+//! transaction of one request ([`Store::write_contacts_and_emails`]) and the group-commit batches of
+//! `/v1/track` and `/v1/send` (one read of many contacts and one transaction that inserts new contacts,
+//! updates changed ones at their expected versions, and inserts the events, emails and jobs).
 
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::contacts::{Contact, Event};
+use super::contacts::{Contact, ContactWrite, WriteResult};
+use super::events::{Event, OUTBOX_INSERT, outbox_row};
 use super::{Store, StoreError};
 use crate::vars;
 
@@ -201,6 +204,77 @@ impl Store {
         self.write_batch(project, created, updated, unchanged, events, Default::default()).await
     }
 
+    /// Writes several contact changes, their events, and email records with their delivery jobs in one
+    /// transaction (`/v1/send`). Stale when a contact changed meanwhile or a concurrent request created
+    /// one of the emails: the caller plans again.
+    #[allow(clippy::too_many_arguments)] // the rows of one transaction, each its own kind
+    pub async fn write_contacts_and_emails(
+        &self,
+        project: &str,
+        writes: &[ContactWrite],
+        events: &[Event],
+        emails: &[super::emails::EmailRow],
+        job_kind: &str,
+        priority: i64,
+        max_attempts: i64,
+    ) -> Result<WriteResult, StoreError> {
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        let mut v = vars! { "p": project };
+        self.forget_written(project, writes);
+        for (i, w) in writes.iter().enumerate() {
+            match w {
+                ContactWrite::Create { id, email, subscribed, data, now } => {
+                    sql.push_str(&format!(
+                        "CREATE type::record('contact', $cid{i}) CONTENT {{
+                            project: $p, email: $email{i}, subscribed: $sub{i}, data: $data{i}, version: 1,
+                            created_at: $now{i}, updated_at: $now{i}
+                         }} RETURN NONE;\n"
+                    ));
+                    v[format!("cid{i}")] = id.clone().into();
+                    v[format!("email{i}")] = email.clone().into();
+                    v[format!("sub{i}")] = (*subscribed).into();
+                    v[format!("data{i}")] = Value::Object(data.clone());
+                    v[format!("now{i}")] = (*now).into();
+                }
+                ContactWrite::Update { id, version, email, subscribed, data, now } => {
+                    sql.push_str(&format!(
+                        "LET $r{i} = (UPDATE type::record('contact', $cid{i}) SET email = $email{i}, subscribed = $sub{i},
+                            data = $data{i}, version = version + 1, updated_at = $now{i}
+                            WHERE project = $p AND version = $ver{i} RETURN AFTER);
+                         IF array::len($r{i}) == 0 {{ THROW 'STALE_CONTACT'; }};\n"
+                    ));
+                    v[format!("cid{i}")] = id.clone().into();
+                    v[format!("email{i}")] = email.clone().into();
+                    v[format!("sub{i}")] = (*subscribed).into();
+                    v[format!("data{i}")] = Value::Object(data.clone());
+                    v[format!("now{i}")] = (*now).into();
+                    v[format!("ver{i}")] = (*version).into();
+                }
+                ContactWrite::None => {}
+            }
+        }
+        sql.push_str("FOR $e IN $events { CREATE type::record('event', $e.id) CONTENT $e.doc RETURN NONE; };\n");
+        if !events.is_empty() {
+            sql.push_str(OUTBOX_INSERT);
+            v["outbox"] = outbox_row(events.iter().map(|e| e.id.as_str()));
+        }
+        sql.push_str(super::emails::EmailDocs::INSERTS);
+        sql.push_str("COMMIT TRANSACTION;");
+        let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
+        v["events"] = Value::Array(events.iter().map(Event::doc).collect());
+        v["emails"] = Value::Array(docs.rows);
+        v["bodies"] = Value::Array(docs.bodies);
+        v["sets"] = Value::Array(docs.sets);
+        v["jobs"] = Value::Array(docs.jobs);
+        match self.query(&sql, v).await {
+            Ok(_) => Ok(WriteResult::Done),
+            Err(e) if e.thrown("STALE_CONTACT") => Ok(WriteResult::Stale),
+            Err(StoreError::Busy(_)) => Ok(WriteResult::Stale),
+            Err(StoreError::Conflict(m)) if m.contains("contact_project_email") => Ok(WriteResult::Stale),
+            Err(e) => Err(e),
+        }
+    }
+
     /// [`Store::write_contact_batch`] plus email records, each `(priority of its delivery job, row)`,
     /// and their delivery jobs, in the same transaction (`/v1/send` group commit).
     #[allow(clippy::too_many_arguments)] // the rows of one transaction, each its own kind
@@ -272,7 +346,7 @@ impl Store {
         }
         if !events.is_empty() {
             sql.push_str("INSERT INTO event $events RETURN NONE;\n");
-            sql.push_str(super::contacts::OUTBOX_INSERT);
+            sql.push_str(super::events::OUTBOX_INSERT);
         }
         if !emails.rows.is_empty() {
             sql.push_str(super::emails::EmailDocs::INSERTS);
@@ -297,7 +371,7 @@ impl Store {
                 (u.id.clone(), vars! { "version": u.version, "row": row })
             })
             .collect();
-        let outbox = super::contacts::outbox_row(events.iter().map(|e| e.id.as_str()));
+        let outbox = super::events::outbox_row(events.iter().map(|e| e.id.as_str()));
         let events: Vec<Value> = events.iter().map(Event::row).collect();
         let unchanged_rows: Map<String, Value> =
             unchanged.iter().map(|c| (c.id.clone(), vars! { "version": c.version, "email": c.email })).collect();

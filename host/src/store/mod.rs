@@ -15,6 +15,7 @@ pub mod campaigns;
 pub mod contacts;
 pub mod domains;
 pub mod emails;
+pub mod events;
 pub mod idempotency;
 pub mod ingest;
 pub mod jobs;

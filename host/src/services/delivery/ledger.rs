@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::infra::clock::SharedClock;
 use crate::store::Store;
-use crate::store::contacts::Event;
 use crate::store::emails::DeliveryOutcome;
+use crate::store::events::Event;
 
 /// Most entries written in one round.
 const ROUND_ENTRIES: usize = 512;

@@ -21,8 +21,8 @@ use serde_json::Map;
 
 use crate::infra::jobs::{JobContext, Registry};
 use crate::services::sending_domains::Domains;
-use crate::store::contacts::Event;
 use crate::store::emails::EmailRow;
+use crate::store::events::Event;
 
 pub const DELIVER_JOB: &str = "email.deliver";
 /// Deliveries of campaign emails: the same work, claimed after `email.deliver`, so a campaign's long

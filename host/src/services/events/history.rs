@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::store::contacts::{Event, EventQuery};
+use crate::store::events::{Event, EventQuery};
 
 const DAY_MS: i64 = 86_400_000;
 /// Longest window of [`stats`], in days.

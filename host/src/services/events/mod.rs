@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use crate::infra::jobs::{JobContext, Registry};
-use crate::store::contacts::Event;
+use crate::store::events::Event;
 
 pub type SubscriberFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
 

@@ -38,7 +38,7 @@ pub use translate::*;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::contacts::OUTBOX_INSERT;
+use super::events::OUTBOX_INSERT;
 use super::{Store, StoreError};
 use crate::vars;
 
@@ -499,7 +499,7 @@ impl Store {
                 })
             })
             .collect();
-        let outbox = super::contacts::outbox_row(evs.iter().filter_map(|e| e["id"].as_str()));
+        let outbox = super::events::outbox_row(evs.iter().filter_map(|e| e["id"].as_str()));
         // `$changed`: the contacts whose row really changed, `$n` how many. Every row changes unless
         // another compute got there first: then only the events of the rows that changed are written.
         let changed = if add {
