@@ -4,6 +4,7 @@
 //!   reaches up into `api/` (`lib.rs` and `main.rs` wire it);
 //! - only the clock (`infra/clock.rs`, and the plugin runtime's `clock.rs`) reads the wall clock (everything else asks the injected clock, so tests can move time);
 //! - handlers in `api/` call services, never the store (they may hand it to a service);
+//! - statuses are named by their enums (`domain/status.rs`), never as string literals (SurrealQL aside);
 //! - `domain/` does no I/O (no async runtime, files, network, processes, mail, DNS, plugins or database);
 //! - no source file has more than [`MAX_LINES`] lines before its tests.
 //!
@@ -45,6 +46,34 @@ const IO: &[&str] = &[
     "salvo",
     "notify",
 ];
+
+/// The string forms of the statuses (`domain/status.rs`), refused as literals anywhere else: code names a
+/// status by its enum variant.
+const STATUS_FORMS: &[&str] = &[
+    "PENDING",
+    "SENDING",
+    "SENT",
+    "UNCERTAIN",
+    "DELIVERED",
+    "OPENED",
+    "CLICKED",
+    "BOUNCED",
+    "COMPLAINED",
+    "FAILED",
+    "CANCELLED",
+    "DRAFT",
+    "SCHEDULED",
+    "VERIFIED",
+    "queued",
+    "running",
+    "completed",
+    "dead",
+];
+
+/// Whether a line has a string literal that is exactly a status's string form.
+fn has_status_literal(text: &str) -> bool {
+    text.split('"').skip(1).step_by(2).any(|lit| STATUS_FORMS.contains(&lit))
+}
 
 /// Whether a line calls a method of the store (`st.store.contact(..)`, or a chain that starts with a
 /// line of its own, `st.store` / `.store`); handing the store to a service (`&st.store,`) is not a call.
@@ -88,6 +117,9 @@ fn violations(rel: &str, source: &str) -> Vec<String> {
         }
         if !matches!(rel, "infra/clock.rs" | "plugin-runtime/clock.rs") && WALL_CLOCK.iter().any(|w| text.contains(w)) {
             found.push(format!("{at}: the wall clock outside the clock (use the injected clock)"));
+        }
+        if rel != "domain/status.rs" && has_status_literal(text) {
+            found.push(format!("{at}: a status as a string literal (name it by its enum in domain::status)"));
         }
         if in_api && calls_the_store(text) {
             found.push(format!("{at}: a handler calls the store (call a service in services/)"));
@@ -207,6 +239,8 @@ fn each_rule_catches_what_it_forbids() {
         ("api/segments.rs", "let s = st.store.segment(&p, &id).await?;", "a handler calls the store"),
         ("api/templates.rs", "        st.store", "a handler calls the store"),
         ("api/contacts.rs", "let c = st.store.contact(&p, &id).await?;", "a handler calls the store"),
+        ("services/campaigns/mod.rs", r#"if c.status == "SENDING" {"#, "a status as a string literal"),
+        ("store/jobs.rs", r#"vars! { "status": "queued" }"#, "a status as a string literal"),
     ];
     for (rel, line, rule) in cases {
         let found = violations(rel, line);
@@ -225,6 +259,8 @@ fn each_rule_catches_what_it_forbids() {
         ("api/contacts.rs", r#"#[endpoint(summary = "DELETE /contacts/:id removes a contact")]"#),
         ("domain/tracking.rs", "let tokio_like = 1; // tokio is fine in a comment"),
         ("api/segments.rs", "let c = manage::add_members(&st, &p, &id, &emails).await?;"),
+        ("domain/status.rs", r#"Sending = "SENDING","#),
+        ("store/campaigns.rs", r#"q("SELECT id FROM campaign WHERE status = 'SENDING'")"#),
         ("api/domains.rs", "let list = sending_domains::list(&st.store, &project_id).await?;"),
         ("big.rs", &format!("{}#[cfg(test)]\n{}", "let x = 1;\n".repeat(MAX_LINES), "let y = 2;\n".repeat(50))),
     ];

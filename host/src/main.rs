@@ -157,7 +157,7 @@ async fn run() -> anyhow::Result<()> {
 
 async fn add_domain(app: &App, domain: &str, project: &str, trust: bool) -> anyhow::Result<serde_json::Value> {
     let st = &app.state;
-    if st.store.project(project).await?.is_none() {
+    if accounts::project_settings(st, project).await?.is_none() {
         anyhow::bail!("no project has the id {project}");
     }
     let d = st.domains.add(&st.store, project, domain, trust, st.clock.now_ms()).await?;

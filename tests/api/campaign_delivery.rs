@@ -289,7 +289,7 @@ async fn an_interrupted_hand_over_resends_transactional_mail_with_its_message_id
     let email = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
     s.worker.run_once(10).await.unwrap();
     assert_eq!(sink.received().len(), 1);
-    st.store.set_email_status(&email, "PENDING", None, None, 0).await.unwrap();
+    st.store.set_email_status(&email, herald_host::domain::status::EmailStatus::Pending, None, None, 0).await.unwrap();
     requeue("email.deliver").await;
     s.worker.run_once(10).await.unwrap();
     let got = sink.received();
@@ -297,7 +297,7 @@ async fn an_interrupted_hand_over_resends_transactional_mail_with_its_message_id
     let id = |m: &crate::smtp_sink::Received| crate::smtp_sink::header(&m.data, "Message-ID");
     assert!(id(&got[0]).is_some());
     assert_eq!(id(&got[0]), id(&got[1]), "with the same Message-ID, so the receiver can drop the repeat");
-    assert_eq!(st.store.email(&p.id, &email).await.unwrap().unwrap().status, "SENT");
+    assert_eq!(st.store.email(&p.id, &email).await.unwrap().unwrap().status.as_str(), "SENT");
 
     // Campaign: its email claimed (SENDING) when the process died; the re-run never sends it.
     assert_eq!(c.post("/contacts", json!({"email": "k@example.org", "subscribed": true})).await.status, 201);

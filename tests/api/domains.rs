@@ -259,7 +259,7 @@ async fn an_operator_can_trust_a_domain_without_dns() {
     let p = proj(&s, "o@example.com").await;
     let st = Arc::clone(&s.state);
     let d = st.domains.add(&st.store, &p.id, "local.test", true, st.clock.now_ms()).await.unwrap();
-    assert_eq!(d.status, "VERIFIED");
+    assert_eq!(d.status.as_str(), "VERIFIED");
     let r = p.secret.get(&format!("/domains/{}/verify", d.id)).await;
     assert_eq!(r.json["status"], "VERIFIED", "a trusted domain is not re-checked: {}", r.json);
     assert_eq!(r.json["trusted"], true);

@@ -59,7 +59,7 @@ async fn a_job_whose_worker_died_runs_again_after_its_lease() {
     assert_eq!(ran[0].1, Outcome::Completed);
     assert_eq!(counter.lock().unwrap().values().sum::<usize>(), 1);
     let job = store.job(&id).await.unwrap().unwrap();
-    assert_eq!(job.status, "completed");
+    assert_eq!(job.status.as_str(), "completed");
     assert_eq!(job.attempts, 2, "the lost attempt counts");
     // The dead worker coming back cannot record an outcome any more.
     assert!(!store.complete_job(&id, "dead-worker", clock.now_ms()).await.unwrap());
@@ -134,7 +134,7 @@ async fn a_failing_job_is_retried_with_backoff_then_dead_lettered_with_its_error
     let ran = w.run_once(10).await.unwrap();
     assert_eq!(ran[0].1, Outcome::Dead);
     let job = store.job(&id).await.unwrap().unwrap();
-    assert_eq!(job.status, "dead");
+    assert_eq!(job.status.as_str(), "dead");
     assert_eq!(job.attempts, 3);
     assert_eq!(job.last_error.as_deref(), Some("boom on attempt 3"));
     clock.advance(10_000_000);
@@ -181,7 +181,7 @@ async fn recurring_jobs_queue_themselves_again_and_register_once() {
     clock.advance(60_000);
     assert_eq!(w.run_once(10).await.unwrap().len(), 1);
     assert_eq!(counter.load(Ordering::SeqCst), 2);
-    assert_eq!(store.job(&a).await.unwrap().unwrap().status, "queued");
+    assert_eq!(store.job(&a).await.unwrap().unwrap().status.as_str(), "queued");
 }
 
 #[tokio::test]
@@ -191,7 +191,7 @@ async fn graceful_release_gives_jobs_back_without_counting_the_attempt() {
     assert_eq!(store.claim_jobs("w", T0, 30_000, 10).await.unwrap().len(), 1);
     store.release_leases("w", T0).await.unwrap();
     let job = store.job(&id).await.unwrap().unwrap();
-    assert_eq!(job.status, "queued");
+    assert_eq!(job.status.as_str(), "queued");
     assert_eq!(job.attempts, 0);
     assert_eq!(store.claim_jobs("other", T0, 30_000, 10).await.unwrap().len(), 1);
 }
@@ -231,12 +231,12 @@ async fn a_batch_kind_runs_many_jobs_in_one_call_and_records_each_outcome() {
         let id = id.to_string();
         async move { store.job(&id).await.unwrap().unwrap() }
     };
-    assert_eq!(status(&ids[0]).await.status, "dead");
+    assert_eq!(status(&ids[0]).await.status.as_str(), "dead");
     assert_eq!(status(&ids[0]).await.last_error.as_deref(), Some("fails for good"));
     let retried = status(&ids[1]).await;
     assert_eq!((retried.status.as_str(), retried.run_at), ("queued", T0 + 1000), "retried with backoff");
-    assert_eq!(status(&ids[2]).await.status, "completed");
-    assert_eq!(status(&ids[3]).await.status, "completed");
+    assert_eq!(status(&ids[2]).await.status.as_str(), "completed");
+    assert_eq!(status(&ids[3]).await.status.as_str(), "completed");
     // the retried job runs again once its time comes
     clock.advance(1000);
     let ran = w.run_once(10).await.unwrap();
@@ -275,10 +275,10 @@ async fn a_job_whose_attempts_never_finish_is_dead_lettered_instead_of_crash_loo
     assert_eq!(ran.len(), 1, "only the other job runs: {ran:?}");
     assert_eq!(ran_fatal.load(Ordering::SeqCst), 0, "the crashing job is not run a fourth time");
     let job = store.job(&id).await.unwrap().unwrap();
-    assert_eq!(job.status, "dead");
+    assert_eq!(job.status.as_str(), "dead");
     assert_eq!(job.interrupted, Some(3));
     assert!(job.last_error.unwrap_or_default().contains("interrupted 3 times"));
-    assert_eq!(store.job(&other).await.unwrap().unwrap().status, "completed");
+    assert_eq!(store.job(&other).await.unwrap().unwrap().status.as_str(), "completed");
 
     // A job interrupted once that then finishes is not held against later runs.
     let id = store.enqueue(&NewJob::new("work", json!({"n": 2}), clock.now_ms()), clock.now_ms()).await.unwrap();

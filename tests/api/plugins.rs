@@ -278,13 +278,13 @@ async fn a_restart_loads_the_precompiled_artifact_from_the_cache() {
     let mut config = config_with(&[plugin_kit::OPERATORS]);
     config.plugin_cache_dir = cache.clone();
     let s = Server::start_with(config.clone(), None).await;
-    assert_eq!(s.state.plugins.list()[0].status, "loaded");
+    assert_eq!(s.state.plugins.list()[0].status.as_str(), "loaded");
     s.stop().await;
     let artifacts: Vec<_> = std::fs::read_dir(&cache).unwrap().filter_map(|e| e.ok()).collect();
     assert_eq!(artifacts.len(), 1, "one precompiled artifact, named by content and engine");
     let written = artifacts[0].metadata().unwrap().modified().unwrap();
     let s = Server::start_with(config, None).await;
-    assert_eq!(s.state.plugins.list()[0].status, "loaded");
+    assert_eq!(s.state.plugins.list()[0].status.as_str(), "loaded");
     let again: Vec<_> = std::fs::read_dir(&cache).unwrap().filter_map(|e| e.ok()).collect();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].metadata().unwrap().modified().unwrap(), written, "the restart did not recompile");
@@ -292,7 +292,7 @@ async fn a_restart_loads_the_precompiled_artifact_from_the_cache() {
 }
 
 async fn email_status(s: &Server, project: &str, id: &str) -> String {
-    s.state.store.email(project, id).await.unwrap().unwrap().status
+    s.state.store.email(project, id).await.unwrap().unwrap().status.to_string()
 }
 
 async fn post_notification(s: &Server, transport: &str, body: &serde_json::Value, key: &[u8]) -> crate::harness::Resp {

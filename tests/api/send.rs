@@ -36,7 +36,7 @@ async fn env(tempfails: usize, run_jobs: bool) -> Env {
 }
 
 async fn email_status(e: &Env, id: &str) -> String {
-    e.s.state.store.email(&e.p.id, id).await.unwrap().unwrap().status
+    e.s.state.store.email(&e.p.id, id).await.unwrap().unwrap().status.to_string()
 }
 
 async fn wait_status(e: &Env, id: &str, want: &str) {

@@ -13,7 +13,7 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
-use crate::domain::campaigns::{AUDIENCES, Action, STATUSES, allowed, parse_when, rate};
+use crate::domain::campaigns::{AUDIENCES, Action, CampaignStatus, allowed, parse_when, rate};
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
 use crate::services::campaigns::{CampaignError, manage};
@@ -69,7 +69,7 @@ impl From<&CampaignRow> for CampaignOut {
             from_name: c.from_name.clone(),
             reply_to: c.reply_to.clone(),
             kind: c.kind.clone(),
-            status: c.status.clone(),
+            status: c.status.to_string(),
             audience_type: c.audience_type.clone(),
             segment_id: c.segment.clone(),
             audience_condition: c.audience_condition.clone(),
@@ -307,12 +307,13 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
-        let status = query_str(req, "status");
-        if let Some(s) = &status
-            && !STATUSES.contains(&s.as_str())
-        {
-            return Err(ApiError::BadRequest(format!("status must be one of {}, got {s:?}", STATUSES.join(", "))));
-        }
+        let status = match query_str(req, "status") {
+            None => None,
+            Some(s) => Some(CampaignStatus::parse(&s).ok_or_else(|| {
+                let all: Vec<&str> = CampaignStatus::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::BadRequest(format!("status must be one of {}, got {s:?}", all.join(", ")))
+            })?),
+        };
         let (sort, ascending) = sort_and_dir(req);
         let q = CampaignQuery {
             status,
@@ -411,7 +412,7 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
             })?),
         };
         let c = load(&st, &ctx.project_id, &id).await?;
-        allowed(Action::Send, &c.status).map_err(ApiError::Conflict)?;
+        allowed(Action::Send, c.status).map_err(ApiError::Conflict)?;
         crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
         let (c, message) = match when {
             None => {
@@ -425,7 +426,12 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         };
         Reply::ok(&SendOut {
             success: true,
-            data: SendData { id: c.id, name: c.name, status: c.status, scheduled_for: c.scheduled_for.map(rfc3339) },
+            data: SendData {
+                id: c.id,
+                name: c.name,
+                status: c.status.to_string(),
+                scheduled_for: c.scheduled_for.map(rfc3339),
+            },
             message,
         })
     });
@@ -482,7 +488,7 @@ pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<
         let n = st.campaigns.recount(&ctx.project_id, &id).await.map_err(campaign_error)?;
         Reply::ok(&StatsOut {
             id: c.id,
-            status: c.status,
+            status: c.status.to_string(),
             total_recipients: c.total_recipients,
             sent_count: n.sent,
             delivered_count: n.delivered,

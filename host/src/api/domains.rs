@@ -47,7 +47,7 @@ impl From<&DomainRow> for DomainOut {
             id: d.id.clone(),
             domain: d.name.clone(),
             project_id: d.project.clone(),
-            status: d.status.clone(),
+            status: d.status.to_string(),
             selector: d.selector.clone(),
             trusted: d.trusted,
             records: parse_records(d),

@@ -8,7 +8,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-pub const STATUSES: &[&str] = &["DRAFT", "SCHEDULED", "SENDING", "SENT", "CANCELLED"];
+pub use super::status::CampaignStatus;
 pub const AUDIENCES: &[&str] = &["ALL", "SEGMENT", "FILTERED"];
 
 /// What a user can ask of a campaign.
@@ -25,12 +25,13 @@ pub enum Action {
 }
 
 /// Whether `action` is allowed in `status`; otherwise the reason (a 409's message).
-pub fn allowed(action: Action, status: &str) -> Result<(), String> {
+pub fn allowed(action: Action, status: CampaignStatus) -> Result<(), String> {
+    use CampaignStatus::{Draft, Scheduled, Sending};
     let ok = match action {
-        Action::Replace => matches!(status, "DRAFT" | "SCHEDULED"),
-        Action::Delete => !matches!(status, "SCHEDULED" | "SENDING"),
-        Action::Send => status == "DRAFT",
-        Action::Cancel => matches!(status, "SCHEDULED" | "SENDING"),
+        Action::Replace => matches!(status, Draft | Scheduled),
+        Action::Delete => !matches!(status, Scheduled | Sending),
+        Action::Send => status == Draft,
+        Action::Cancel => matches!(status, Scheduled | Sending),
     };
     if ok {
         return Ok(());
@@ -118,18 +119,19 @@ mod tests {
 
     #[test]
     fn actions_by_status() {
+        use CampaignStatus::*;
         let table = [
-            (Action::Replace, ["DRAFT", "SCHEDULED"].as_slice()),
-            (Action::Delete, ["DRAFT", "SENT", "CANCELLED"].as_slice()),
-            (Action::Send, ["DRAFT"].as_slice()),
-            (Action::Cancel, ["SCHEDULED", "SENDING"].as_slice()),
+            (Action::Replace, [Draft, Scheduled].as_slice()),
+            (Action::Delete, [Draft, Sent, Cancelled].as_slice()),
+            (Action::Send, [Draft].as_slice()),
+            (Action::Cancel, [Scheduled, Sending].as_slice()),
         ];
         for (action, ok) in table {
-            for s in STATUSES {
-                assert_eq!(allowed(action, s).is_ok(), ok.contains(s), "{action:?} in {s}");
+            for s in CampaignStatus::ALL {
+                assert_eq!(allowed(action, *s).is_ok(), ok.contains(s), "{action:?} in {s}");
             }
         }
-        assert!(allowed(Action::Send, "SENT").unwrap_err().contains("SENT"));
+        assert!(allowed(Action::Send, Sent).unwrap_err().contains("SENT"));
     }
 
     #[test]

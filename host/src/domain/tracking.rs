@@ -1,35 +1,18 @@
 //! Open and click tracking (docs/behaviour.md#tracking-and-unsubscribe): status precedence, which mail is
 //! tracked, and rewriting an HTML body's links and adding the pixel.
 
-/// Rank of an email status in the order a status may only move up:
-/// PENDING/SENDING < SENT/UNCERTAIN < DELIVERED < OPENED < CLICKED < BOUNCED < COMPLAINED.
-/// FAILED and CANCELLED are final and never move. UNCERTAIN (a hand-over a crash interrupted) ranks with
-/// SENT: a later notification, open or click shows the message did go.
-pub fn rank(status: &str) -> Option<u8> {
-    Some(match status {
-        "PENDING" | "SENDING" => 0,
-        "SENT" | "UNCERTAIN" => 1,
-        "DELIVERED" => 2,
-        "OPENED" => 3,
-        "CLICKED" => 4,
-        "BOUNCED" => 5,
-        "COMPLAINED" => 6,
-        _ => return None,
-    })
-}
+use super::status::EmailStatus;
 
 /// The statuses that rank below `status` (those an observation of `status` may move up), for a
-/// conditional write; none for a status outside the order.
-pub fn below(status: &str) -> Vec<&'static str> {
-    const RANKED: &[&str] =
-        &["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED", "OPENED", "CLICKED", "BOUNCED", "COMPLAINED"];
-    let Some(r) = rank(status) else { return vec![] };
-    RANKED.iter().copied().filter(|s| rank(s).is_some_and(|x| x < r)).collect()
+/// conditional write; none for a status outside the order ([`EmailStatus::rank`]).
+pub fn below(status: EmailStatus) -> Vec<EmailStatus> {
+    let Some(r) = status.rank() else { return vec![] };
+    EmailStatus::ALL.iter().copied().filter(|s| s.rank().is_some_and(|x| x < r)).collect()
 }
 
 /// The status after an observation: never moves down the order.
-pub fn advance<'a>(current: &'a str, observed: &'a str) -> &'a str {
-    match (rank(current), rank(observed)) {
+pub fn advance(current: EmailStatus, observed: EmailStatus) -> EmailStatus {
+    match (current.rank(), observed.rank()) {
         (Some(c), Some(o)) if o > c => observed,
         _ => current,
     }
@@ -94,9 +77,10 @@ mod tests {
 
     #[test]
     fn below_lists_the_lower_ranks() {
-        assert_eq!(below("OPENED"), vec!["PENDING", "SENDING", "SENT", "UNCERTAIN", "DELIVERED"]);
-        assert_eq!(below("SENT"), vec!["PENDING", "SENDING"]);
-        assert!(below("FAILED").is_empty());
+        use EmailStatus::*;
+        assert_eq!(below(Opened), vec![Pending, Sending, Sent, Uncertain, Delivered]);
+        assert_eq!(below(Sent), vec![Pending, Sending]);
+        assert!(below(Failed).is_empty());
     }
 
     #[test]
@@ -114,7 +98,8 @@ mod tests {
             ("COMPLAINED", "BOUNCED", "COMPLAINED"),
         ];
         for (cur, seen, want) in cases {
-            assert_eq!(advance(cur, seen), want, "{cur} + {seen}");
+            let p = |s: &str| EmailStatus::parse(s).unwrap();
+            assert_eq!(advance(p(cur), p(seen)), p(want), "{cur} + {seen}");
         }
     }
 

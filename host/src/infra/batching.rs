@@ -26,6 +26,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::store::StoreError;
 
+/// The answers of a batch written together: one per request, or nothing written.
+pub type Answers<O, E> = Result<Vec<Result<O, E>>, StoreError>;
+
 /// What a group-commit user writes: one project's requests together, or one request alone.
 pub trait Batch: Send + Sync + 'static {
     /// One request, owned so a lane can take it.
@@ -45,7 +48,7 @@ pub trait Batch: Send + Sync + 'static {
         &self,
         project: &str,
         requests: &[Arc<Self::Request>],
-    ) -> impl Future<Output = Result<Vec<Result<Self::Output, Self::Error>>, StoreError>> + Send;
+    ) -> impl Future<Output = Answers<Self::Output, Self::Error>> + Send;
 
     /// Writes one request on its own, retrying its own conflicts.
     fn one(&self, request: &Arc<Self::Request>) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;

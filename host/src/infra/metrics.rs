@@ -9,6 +9,8 @@ use std::fmt::Write;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
+use crate::domain::status::JobStatus;
+
 const BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
 #[derive(Default)]
@@ -28,6 +30,9 @@ struct Registry {
     /// Group-commit batches by engine name.
     group_commit: BTreeMap<&'static str, GroupCommit>,
 }
+
+/// One group-commit counter: its name, its help text and how to read it.
+type Series = (&'static str, &'static str, fn(&GroupCommit) -> f64);
 
 #[derive(Default)]
 struct GroupCommit {
@@ -139,7 +144,7 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         for (status, n) in &r.deliveries {
             let _ = writeln!(out, "herald_emails_delivered_total{{status=\"{}\"}} {n}", esc(status));
         }
-        let series: [(&str, &str, fn(&GroupCommit) -> f64); 4] = [
+        let series: [Series; 4] = [
             ("batches", "Group-commit batches written, by engine (ingest: /v1/track, accept: /v1/send).", |g| {
                 g.batches as f64
             }),
@@ -157,7 +162,7 @@ pub fn render(job_states: &[(String, i64)]) -> String {
     });
     out.push_str("# HELP herald_jobs Jobs in the queue by state.\n");
     out.push_str("# TYPE herald_jobs gauge\n");
-    for state in ["queued", "running", "completed", "dead"] {
+    for state in JobStatus::ALL.iter().map(|s| s.as_str()) {
         let n = job_states.iter().find(|(s, _)| s == state).map(|(_, n)| *n).unwrap_or(0);
         let _ = writeln!(out, "herald_jobs{{state=\"{state}\"}} {n}");
     }

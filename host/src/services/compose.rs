@@ -213,7 +213,7 @@ impl Composer {
             template: m.template.map(str::to_string),
             campaign: m.campaign.map(str::to_string),
             message_id: format!("<{id}@{from_domain}>"),
-            status: "PENDING".into(),
+            status: crate::domain::status::EmailStatus::Pending,
             error: None,
             sent_at: None,
             created_at: now,

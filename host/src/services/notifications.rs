@@ -6,6 +6,7 @@
 
 use serde_json::Map;
 
+use crate::domain::status::EmailStatus;
 use crate::domain::tracking::below;
 use crate::infra::clock::SharedClock;
 use crate::plugins::{Notification, NotificationKind};
@@ -39,12 +40,12 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
     let Some((project, id, contact)) = found else { return Ok(None) };
     let now = clock.now_ms();
     let (status, event, unsubscribe) = match n.kind {
-        NotificationKind::Delivery => ("DELIVERED", "email.delivery", false),
-        NotificationKind::Bounce if n.permanent => ("BOUNCED", "email.bounce", true),
-        NotificationKind::Bounce => ("", "email.bounce", false),
-        NotificationKind::Complaint => ("COMPLAINED", "email.complaint", true),
+        NotificationKind::Delivery => (Some(EmailStatus::Delivered), "email.delivery", false),
+        NotificationKind::Bounce if n.permanent => (Some(EmailStatus::Bounced), "email.bounce", true),
+        NotificationKind::Bounce => (None, "email.bounce", false),
+        NotificationKind::Complaint => (Some(EmailStatus::Complained), "email.complaint", true),
     };
-    if !status.is_empty() {
+    if let Some(status) = status {
         store.advance_email(&project, &id, status, &below(status), now).await?;
     }
     let mut data = Map::new();

@@ -5,6 +5,7 @@
 //! Must not import: salvo, surrealdb.
 
 use crate::domain::domains::{self as rules, DnsRecord, Purpose, RecordSettings, RecordStatus};
+use crate::domain::status::DomainStatus;
 use crate::error::ApiError;
 use crate::infra::dkim;
 use crate::infra::dns::{Dns, Lookup};
@@ -89,7 +90,7 @@ impl Domains {
             selector: self.settings.selector.clone(),
             dkim_public: key.public_b64,
             dkim_private: dkim::seal(&self.storage_key, &key.private_pkcs8)?,
-            status: if trusted { "VERIFIED" } else { "PENDING" }.into(),
+            status: if trusted { DomainStatus::Verified } else { DomainStatus::Pending },
             trusted,
             records: serde_json::to_string(&records).unwrap_or_else(|_| "[]".into()),
             verified_at: trusted.then_some(now),
@@ -139,22 +140,15 @@ impl Domains {
             r.status = s;
         }
         let verified = rules::all_required_verified(&records);
-        let status = if verified { "VERIFIED" } else { "PENDING" };
+        let status = if verified { DomainStatus::Verified } else { DomainStatus::Pending };
         let verified_at = if verified { d.verified_at.or(Some(now)) } else { None };
         let json = serde_json::to_string(&records).unwrap_or_else(|_| "[]".into());
         // Another project's domain holds the name's claim: this one stays pending.
         let (status, verified_at) = match store.save_domain_check(d, status, &json, verified_at, now).await? {
             true => (status, verified_at),
-            false => ("PENDING", None),
+            false => (DomainStatus::Pending, None),
         };
-        Ok(DomainRow {
-            status: status.into(),
-            records: json,
-            verified_at,
-            last_checked_at: Some(now),
-            updated_at: now,
-            ..d.clone()
-        })
+        Ok(DomainRow { status, records: json, verified_at, last_checked_at: Some(now), updated_at: now, ..d.clone() })
     }
 
     /// The recurring job: expires pending domains that never claimed their name within
@@ -226,7 +220,7 @@ pub async fn check_sender(
 ) -> Result<Result<DomainRow, SenderRefusal>, StoreError> {
     let domain = address.rsplit_once('@').map(|(_, d)| d).unwrap_or(address).trim().to_lowercase();
     let rows = store.domains_named_cached(&domain).await?;
-    Ok(match rows.iter().find(|d| d.status == "VERIFIED") {
+    Ok(match rows.iter().find(|d| d.status == DomainStatus::Verified) {
         Some(d) if d.project == project => Ok(d.clone()),
         Some(_) => Err(SenderRefusal::OtherProject),
         // Another project's pending domain says nothing about this one.

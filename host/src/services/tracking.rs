@@ -6,6 +6,7 @@
 
 use serde_json::Map;
 
+use crate::domain::status::EmailStatus;
 use crate::domain::tracking::below;
 use crate::infra::clock::SharedClock;
 use crate::services::ingest::set_subscribed;
@@ -23,7 +24,7 @@ pub async fn record_engagement(
     url: Option<&str>,
     click: bool,
 ) -> Result<(), StoreError> {
-    let target = if click { "CLICKED" } else { "OPENED" };
+    let target = if click { EmailStatus::Clicked } else { EmailStatus::Opened };
     let now = clock.now_ms();
     let Some(contact) = store.record_engagement(project, email, click, &below(target), now).await? else {
         return Ok(());

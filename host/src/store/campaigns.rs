@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::emails::EmailRow;
 use super::{Store, StoreError};
+use crate::domain::status::CampaignStatus;
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -22,7 +23,7 @@ pub struct CampaignRow {
     pub reply_to: Option<String>,
     #[serde(rename = "type")]
     pub kind: String,
-    pub status: String,
+    pub status: CampaignStatus,
     pub audience_type: String,
     pub segment: Option<String>,
     pub audience_condition: Option<Value>,
@@ -64,7 +65,7 @@ impl CampaignRow {
             from_name: None,
             reply_to: None,
             kind: "MARKETING".into(),
-            status: "DRAFT".into(),
+            status: CampaignStatus::Draft,
             audience_type: "ALL".into(),
             segment: None,
             audience_condition: None,
@@ -86,7 +87,7 @@ impl CampaignRow {
 
     /// SCHEDULED or SENDING: the campaign has work in flight.
     pub fn is_active(&self) -> bool {
-        self.status == "SCHEDULED" || self.status == "SENDING"
+        matches!(self.status, CampaignStatus::Scheduled | CampaignStatus::Sending)
     }
 
     /// Whether the audience names this segment (as SEGMENT, or in a FILTERED condition).
@@ -105,7 +106,7 @@ impl CampaignRow {
 /// Filters and order of a campaign list.
 #[derive(Debug, Clone, Default)]
 pub struct CampaignQuery {
-    pub status: Option<String>,
+    pub status: Option<CampaignStatus>,
     /// lowercase
     pub search: Option<String>,
     /// `name`, `created_at` or `updated_at`
@@ -278,7 +279,7 @@ impl Store {
         &self,
         project: &str,
         id: &str,
-        from: &[&str],
+        from: &[CampaignStatus],
         run: i64,
         set: Value,
         jobs: &[Value],
@@ -295,7 +296,7 @@ impl Store {
             sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
         }
         // A run that starts sending opens the campaign's gate: its emails may be claimed for hand-over.
-        if set.get("status").and_then(Value::as_str) == Some("SENDING") {
+        if set.get("status").and_then(Value::as_str) == Some(CampaignStatus::Sending.as_str()) {
             sql.push_str("UPSERT type::record('campaign_gate', $id) SET project = $p, open = true RETURN NONE;\n");
         }
         sql.push_str("COMMIT TRANSACTION;");
@@ -407,7 +408,7 @@ impl Store {
         &self,
         project: &str,
         id: &str,
-        status: &str,
+        status: CampaignStatus,
         run: i64,
         now: i64,
     ) -> Result<Cancelled, StoreError> {
@@ -434,7 +435,7 @@ impl Store {
              COMMIT TRANSACTION;";
         let v = vars! { "p": project, "id": id, "status": status, "run": run, "now": now };
         let done = match self.write(|| async { self.query(sql, v.clone()).await?.value_last() }).await {
-            Ok(v) if v.as_str() == Some("DRAFT") => return Ok(Cancelled::Draft),
+            Ok(v) if v.as_str() == Some(CampaignStatus::Draft.as_str()) => return Ok(Cancelled::Draft),
             Ok(_) => Cancelled::Cancelled,
             Err(e) if is_state_error(&e) => return Ok(Cancelled::Stale),
             Err(e) => return Err(e),

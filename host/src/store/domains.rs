@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError};
+use crate::domain::status::DomainStatus;
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -14,7 +15,7 @@ pub struct DomainRow {
     pub selector: String,
     pub dkim_public: String,
     pub dkim_private: String,
-    pub status: String,
+    pub status: DomainStatus,
     pub trusted: bool,
     pub records: String,
     pub verified_at: Option<i64>,
@@ -36,7 +37,7 @@ impl Store {
             "verified_at": d.verified_at, "last_checked_at": d.last_checked_at,
             "created_at": d.created_at, "updated_at": d.updated_at,
         });
-        let claim = if d.status == "VERIFIED" {
+        let claim = if d.status == DomainStatus::Verified {
             "CREATE type::record('domain_claim', $name) SET domain = $id, project = $p RETURN NONE;"
         } else {
             ""
@@ -113,7 +114,7 @@ impl Store {
     pub async fn save_domain_check(
         &self,
         d: &DomainRow,
-        status: &str,
+        status: DomainStatus,
         records: &str,
         verified_at: Option<i64>,
         now: i64,

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Store, StoreError};
+use crate::domain::status::EmailStatus;
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -34,7 +35,7 @@ pub struct EmailRow {
     #[serde(default)]
     pub campaign: Option<String>,
     pub message_id: String,
-    pub status: String,
+    pub status: EmailStatus,
     pub error: Option<String>,
     pub sent_at: Option<i64>,
     pub created_at: i64,
@@ -47,7 +48,7 @@ pub struct DeliveryOutcome {
     pub id: String,
     /// The email's campaign (a released claim checks its gate).
     pub campaign: Option<String>,
-    pub status: String,
+    pub status: EmailStatus,
     pub error: Option<String>,
     pub provider_message_id: Option<String>,
 }
@@ -182,7 +183,7 @@ pub(crate) fn email_docs(
         bodies.push(serde_json::to_value(body).unwrap_or(Value::Null));
     }
     // Only PENDING emails need delivering (a campaign batch also records unrenderable ones as FAILED).
-    let pending: Vec<&EmailRow> = emails.iter().filter(|e| e.status == "PENDING").collect();
+    let pending: Vec<&EmailRow> = emails.iter().filter(|e| e.status == EmailStatus::Pending).collect();
     let jobs: Vec<Value> = pending
         .chunks(chunk.max(1))
         .filter_map(|part| {
@@ -196,7 +197,7 @@ pub(crate) fn email_docs(
             Some(vars! {
                 "id": uuid::Uuid::now_v7().to_string(), "kind": job_kind,
                 "payload": payload.to_string(),
-                "status": "queued", "priority": priority, "run_at": first.created_at, "attempts": 0,
+                "status": crate::domain::status::JobStatus::Queued, "priority": priority, "run_at": first.created_at, "attempts": 0,
                 "max_attempts": max_attempts, "created_at": first.created_at, "updated_at": first.created_at,
             })
         })
@@ -304,17 +305,21 @@ impl Store {
         }
         // Every success takes one statement; the rest one each. A transport plugin's provider id goes to
         // `provider_message` only (the lookup reads it there; the email record keeps none).
-        let sent: Vec<&str> = outcomes.iter().filter(|o| o.status == "SENT").map(|o| o.id.as_str()).collect();
+        let sent: Vec<&str> =
+            outcomes.iter().filter(|o| o.status == EmailStatus::Sent).map(|o| o.id.as_str()).collect();
         let sent_pid: Vec<Value> = outcomes
             .iter()
-            .filter(|o| o.status == "SENT" && o.provider_message_id.is_some())
+            .filter(|o| o.status == EmailStatus::Sent && o.provider_message_id.is_some())
             .map(|o| vars! { "id": o.id, "pid": o.provider_message_id })
             .collect();
         let doc =
             |o: &DeliveryOutcome| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error });
-        let released: Vec<Value> = outcomes.iter().filter(|o| o.status == "PENDING").map(doc).collect();
-        let other: Vec<Value> =
-            outcomes.iter().filter(|o| o.status != "SENT" && o.status != "PENDING").map(doc).collect();
+        let released: Vec<Value> = outcomes.iter().filter(|o| o.status == EmailStatus::Pending).map(doc).collect();
+        let other: Vec<Value> = outcomes
+            .iter()
+            .filter(|o| o.status != EmailStatus::Sent && o.status != EmailStatus::Pending)
+            .map(doc)
+            .collect();
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         if !sent.is_empty() {
             sql.push_str(
@@ -336,7 +341,8 @@ impl Store {
         }
         // The gates of the campaigns claimed or released for (a locked read, see above).
         let mut campaigns: Vec<&str> = claims.iter().map(|(_, c)| c.as_str()).collect();
-        campaigns.extend(outcomes.iter().filter(|o| o.status == "PENDING").filter_map(|o| o.campaign.as_deref()));
+        campaigns
+            .extend(outcomes.iter().filter(|o| o.status == EmailStatus::Pending).filter_map(|o| o.campaign.as_deref()));
         campaigns.sort_unstable();
         campaigns.dedup();
         if !campaigns.is_empty() {
@@ -411,11 +417,14 @@ impl Store {
         project: &str,
         id: &str,
         click: bool,
-        below: &[&str],
+        below: &[EmailStatus],
         now: i64,
     ) -> Result<Option<String>, StoreError> {
-        let (first, count, status) =
-            if click { ("clicked_at", "click_count", "CLICKED") } else { ("opened_at", "open_count", "OPENED") };
+        let (first, count, status) = if click {
+            ("clicked_at", "click_count", EmailStatus::Clicked)
+        } else {
+            ("opened_at", "open_count", EmailStatus::Opened)
+        };
         let rows: Vec<Value> = self
             .write(|| async {
                 self.query(
@@ -494,8 +503,8 @@ impl Store {
         &self,
         project: &str,
         id: &str,
-        status: &str,
-        below: &[&str],
+        status: EmailStatus,
+        below: &[EmailStatus],
         now: i64,
     ) -> Result<(), StoreError> {
         self.write(|| async {
@@ -541,7 +550,7 @@ impl Store {
     pub async fn set_email_status(
         &self,
         id: &str,
-        status: &str,
+        status: EmailStatus,
         error: Option<&str>,
         sent_at: Option<i64>,
         now: i64,

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Store, StoreError};
+use crate::domain::status::JobStatus;
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -13,7 +14,7 @@ pub struct Job {
     pub id: String,
     pub kind: String,
     pub payload: String,
-    pub status: String,
+    pub status: JobStatus,
     pub priority: i64,
     pub run_at: i64,
     pub attempts: i64,
@@ -80,7 +81,7 @@ impl NewJob {
     pub fn doc(&self, now: i64) -> Value {
         strip_nulls(serde_json::json!({
             "id": uuid::Uuid::now_v7().to_string(), "kind": self.kind, "payload": self.payload.to_string(),
-            "status": "queued", "priority": self.priority, "run_at": self.run_at, "attempts": 0,
+            "status": JobStatus::Queued, "priority": self.priority, "run_at": self.run_at, "attempts": 0,
             "max_attempts": self.max_attempts.max(1), "unique_key": self.unique_key, "interval_ms": self.interval_ms,
             "created_at": now, "updated_at": now,
         }))
@@ -108,7 +109,7 @@ impl Store {
     pub async fn enqueue(&self, job: &NewJob, now: i64) -> Result<String, StoreError> {
         let id = uuid::Uuid::now_v7().to_string();
         let doc = vars! {
-            "kind": job.kind, "payload": job.payload.to_string(), "status": "queued",
+            "kind": job.kind, "payload": job.payload.to_string(), "status": JobStatus::Queued,
             "priority": job.priority, "run_at": job.run_at, "attempts": 0, "max_attempts": job.max_attempts.max(1),
             "unique_key": job.unique_key, "interval_ms": job.interval_ms, "created_at": now, "updated_at": now,
         };
@@ -275,13 +276,13 @@ impl Store {
                         lease_expires = NONE, last_error = $f.err, updated_at = $now
                         WHERE status = 'running' AND lease_owner = $w RETURN NONE;
                  };
-                 FOR $f IN $dead {
+                 FOR $f IN $given_up {
                     UPDATE type::record('job', $f.id) SET status = 'dead', lease_owner = NONE, lease_expires = NONE,
                         last_error = $f.err, finished_at = $now, updated_at = $now
                         WHERE status = 'running' AND lease_owner = $w RETURN NONE;
                  };
                  COMMIT TRANSACTION;",
-                vars! { "w": worker, "now": now, "done": done, "retry": retry.clone(), "dead": dead.clone() },
+                vars! { "w": worker, "now": now, "done": done, "retry": retry.clone(), "given_up": dead.clone() },
             )
             .await
         })

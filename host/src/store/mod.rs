@@ -503,7 +503,7 @@ mod tests {
             selector: "herald".into(),
             dkim_public: String::new(),
             dkim_private: String::new(),
-            status: "PENDING".into(),
+            status: crate::domain::status::DomainStatus::Pending,
             trusted: false,
             records: "[]".into(),
             verified_at: None,
@@ -512,9 +512,10 @@ mod tests {
             updated_at: 1,
         };
         store.insert_domain(&d).await.unwrap();
-        assert_eq!(store.domains_named_cached("example.com").await.unwrap()[0].status, "PENDING");
-        assert!(store.save_domain_check(&d, "VERIFIED", "[]", Some(3), 3).await.unwrap());
-        assert_eq!(store.domains_named_cached("example.com").await.unwrap()[0].status, "VERIFIED");
+        use crate::domain::status::DomainStatus;
+        assert_eq!(store.domains_named_cached("example.com").await.unwrap()[0].status, DomainStatus::Pending);
+        assert!(store.save_domain_check(&d, DomainStatus::Verified, "[]", Some(3), 3).await.unwrap());
+        assert_eq!(store.domains_named_cached("example.com").await.unwrap()[0].status, DomainStatus::Verified);
         assert!(store.delete_domain("p1", "d1").await.unwrap());
         assert!(store.domains_named_cached("example.com").await.unwrap().is_empty());
     }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::{Notify, Semaphore, watch};
 
+use crate::domain::status::JobStatus;
 use crate::infra::clock::SharedClock;
 use crate::store::jobs::Job;
 use crate::store::{Store, StoreError};
@@ -129,9 +130,9 @@ impl Outcome {
     /// The outcome's name in metrics.
     pub fn label(&self) -> &'static str {
         match self {
-            Outcome::Completed => "completed",
+            Outcome::Completed => JobStatus::Completed.as_str(),
             Outcome::Retried { .. } => "retried",
-            Outcome::Dead => "dead",
+            Outcome::Dead => JobStatus::Dead.as_str(),
             Outcome::LeaseLost => "lease_lost",
         }
     }

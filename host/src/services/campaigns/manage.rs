@@ -69,7 +69,7 @@ pub async fn replace(st: &AppState, project: &str, c: &mut CampaignRow) -> Resul
     c.updated_at = st.clock.now_ms();
     if !st.store.replace_campaign(c).await? {
         let now = get(st, project, &c.id).await?;
-        allowed(Action::Replace, &now.status).map_err(ApiError::Conflict)?;
+        allowed(Action::Replace, now.status).map_err(ApiError::Conflict)?;
         return Err(ApiError::Conflict("the campaign changed meanwhile; read it again".into()));
     }
     Ok(())
@@ -77,7 +77,7 @@ pub async fn replace(st: &AppState, project: &str, c: &mut CampaignRow) -> Resul
 
 /// Whether a campaign may be replaced in its current state (checked before its new fields are read).
 pub fn replaceable(c: &CampaignRow) -> Result<(), ApiError> {
-    allowed(Action::Replace, &c.status).map_err(ApiError::Conflict)
+    allowed(Action::Replace, c.status).map_err(ApiError::Conflict)
 }
 
 /// Deletes a campaign; 409 while it is SCHEDULED or SENDING.
@@ -87,7 +87,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiErr
         Some(false) => {
             let c = get(st, project, id).await?;
             Err(ApiError::Conflict(
-                allowed(Action::Delete, &c.status)
+                allowed(Action::Delete, c.status)
                     .err()
                     .unwrap_or_else(|| "the campaign has active executions; cancel it before deleting it".into()),
             ))

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::domain::campaigns::{audience_tree, email_id};
+use crate::domain::status::{CampaignStatus, EmailStatus, JobStatus};
 use crate::domain::templating::{Mode, Prepared};
 use crate::domain::tracking::tracked;
 use crate::infra::clock::SharedClock;
@@ -137,7 +138,7 @@ fn campaign_message<'a>(
 
 fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64) -> Value {
     json!({
-        "id": uuid::Uuid::now_v7().to_string(), "kind": kind, "payload": payload.to_string(), "status": "queued",
+        "id": uuid::Uuid::now_v7().to_string(), "kind": kind, "payload": payload.to_string(), "status": JobStatus::Queued,
         "priority": JOB_PRIORITY, "run_at": run_at, "attempts": 0, "max_attempts": JOB_ATTEMPTS,
         "unique_key": unique_key, "created_at": now, "updated_at": now,
     })
@@ -185,12 +186,14 @@ impl Campaigns {
     /// Immediate send: DRAFT → SENDING, a new run, and its resolve job. Answers the campaign after.
     pub async fn send_now(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
         let now = self.clock.now_ms();
-        self.start_run(project, id, RESOLVE_JOB, now, json!({ "status": "SENDING", "sent_at": now })).await
+        self.start_run(project, id, RESOLVE_JOB, now, json!({ "status": CampaignStatus::Sending, "sent_at": now }))
+            .await
     }
 
     /// Scheduled send: DRAFT → SCHEDULED, a new run, and its start job at `at` (at once when past).
     pub async fn schedule(&self, project: &str, id: &str, at: i64) -> Result<CampaignRow, CampaignError> {
-        self.start_run(project, id, START_JOB, at, json!({ "status": "SCHEDULED", "scheduled_for": at })).await
+        self.start_run(project, id, START_JOB, at, json!({ "status": CampaignStatus::Scheduled, "scheduled_for": at }))
+            .await
     }
 
     /// Starts a new run of a DRAFT campaign: `fields` merged over a fresh run's, and the run's first job
@@ -204,7 +207,7 @@ impl Campaigns {
         fields: Value,
     ) -> Result<CampaignRow, CampaignError> {
         let c = self.load(project, id).await?;
-        crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, &c.status)
+        crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, c.status)
             .map_err(CampaignError::State)?;
         let now = self.clock.now_ms();
         let run = c.run + 1;
@@ -214,7 +217,7 @@ impl Campaigns {
         for (k, v) in fields.as_object().into_iter().flatten() {
             set[k] = v.clone();
         }
-        if !self.store.transition_campaign(project, id, &["DRAFT"], c.run, set, &[job], false).await? {
+        if !self.store.transition_campaign(project, id, &[CampaignStatus::Draft], c.run, set, &[job], false).await? {
             return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
         }
         self.wake();
@@ -225,10 +228,10 @@ impl Campaigns {
     pub async fn cancel(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
         for _ in 0..8 {
             let c = self.load(project, id).await?;
-            crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Cancel, &c.status)
+            crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Cancel, c.status)
                 .map_err(CampaignError::State)?;
             let now = self.clock.now_ms();
-            match self.store.cancel_campaign(project, id, &c.status, c.run, now).await? {
+            match self.store.cancel_campaign(project, id, c.status, c.run, now).await? {
                 Cancelled::Stale => continue,
                 Cancelled::Draft => return self.load(project, id).await,
                 Cancelled::Cancelled => {
@@ -249,7 +252,7 @@ impl Campaigns {
     /// Recounts a campaign's counters for a read: always, unless it is SENDING and was recounted in this
     /// process less than [`READ_RECOUNT_EVERY`] ago. Returns whether it recounted.
     pub async fn recount_for_read(&self, c: &CampaignRow) -> Result<bool, CampaignError> {
-        if c.status == "SENDING" {
+        if c.status == CampaignStatus::Sending {
             let fresh = {
                 let seen = self.recounted.lock().unwrap_or_else(|p| p.into_inner());
                 seen.get(&c.id).is_some_and(|at| at.elapsed() < READ_RECOUNT_EVERY)
@@ -285,14 +288,16 @@ impl Campaigns {
     async fn start_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
         let Ok(p) = serde_json::from_value::<RunPayload>(ctx.payload.clone()) else { return Ok(()) };
         let Some(c) = self.store.campaign(&p.project, &p.campaign).await? else { return Ok(()) };
-        if c.status != "SCHEDULED" || c.run != p.run {
+        if c.status != CampaignStatus::Scheduled || c.run != p.run {
             return Ok(()); // cancelled or rescheduled meanwhile
         }
         let now = self.clock.now_ms();
         let payload = json!(RunPayload { campaign: c.id.clone(), project: c.project.clone(), run: c.run });
         let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{}:{}:{RESOLVE_JOB}", c.id, c.run), now);
-        let set = json!({ "status": "SENDING", "sent_at": now, "updated_at": now });
-        self.store.transition_campaign(&c.project, &c.id, &["SCHEDULED"], c.run, set, &[job], false).await?;
+        let set = json!({ "status": CampaignStatus::Sending, "sent_at": now, "updated_at": now });
+        self.store
+            .transition_campaign(&c.project, &c.id, &[CampaignStatus::Scheduled], c.run, set, &[job], false)
+            .await?;
         self.wake();
         Ok(())
     }
@@ -312,7 +317,7 @@ impl Campaigns {
     async fn resolve_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
         let Ok(p) = serde_json::from_value::<RunPayload>(ctx.payload.clone()) else { return Ok(()) };
         let Some(c) = self.store.campaign(&p.project, &p.campaign).await? else { return Ok(()) };
-        if c.status != "SENDING" || c.run != p.run || c.resolved {
+        if c.status != CampaignStatus::Sending || c.run != p.run || c.resolved {
             return Ok(());
         }
         let now = self.clock.now_ms();
@@ -343,7 +348,7 @@ impl Campaigns {
         let set = json!({
             "resolved": true, "total_recipients": ids.len(), "batches_left": jobs.len(), "updated_at": now,
         });
-        self.store.transition_campaign(&c.project, &c.id, &["SENDING"], c.run, set, &jobs, true).await?;
+        self.store.transition_campaign(&c.project, &c.id, &[CampaignStatus::Sending], c.run, set, &jobs, true).await?;
         self.wake();
         Ok(())
     }
@@ -352,7 +357,7 @@ impl Campaigns {
     async fn batch_job(&self, ctx: JobContext) -> Result<(), CampaignError> {
         let Ok(p) = serde_json::from_value::<BatchPayload>(ctx.payload.clone()) else { return Ok(()) };
         let Some(c) = self.store.campaign(&p.project, &p.campaign).await? else { return Ok(()) };
-        if c.status != "SENDING" || c.run != p.run {
+        if c.status != CampaignStatus::Sending || c.run != p.run {
             return Ok(());
         }
         let now = self.clock.now_ms();
@@ -388,7 +393,7 @@ impl Campaigns {
                         let empty = Map::new();
                         let r = Recipient { data: &empty, ..r };
                         if let Ok(mut row) = composer.compose(&message, &r, id, now) {
-                            row.status = "FAILED".into();
+                            row.status = EmailStatus::Failed;
                             row.error = Some(format!("cannot render the campaign for this contact: {issue}"));
                             rows.push(row);
                         }
@@ -443,8 +448,12 @@ impl Campaigns {
             }
             if finished && counts.pending + counts.sending == 0 {
                 let now = self.clock.now_ms();
-                let set = json!({ "status": "SENT", "updated_at": now });
-                if self.store.transition_campaign(&c.project, &c.id, &["SENDING"], c.run, set, &[], false).await? {
+                let set = json!({ "status": CampaignStatus::Sent, "updated_at": now });
+                if self
+                    .store
+                    .transition_campaign(&c.project, &c.id, &[CampaignStatus::Sending], c.run, set, &[], false)
+                    .await?
+                {
                     self.recounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&c.id);
                     done += 1;
                 }

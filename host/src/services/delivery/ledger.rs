@@ -13,6 +13,7 @@
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::domain::status::EmailStatus;
 use crate::infra::clock::SharedClock;
 use crate::store::Store;
 use crate::store::emails::DeliveryOutcome;
@@ -171,7 +172,7 @@ async fn write(store: &Store, entries: &[Entry], now: i64) -> Result<Vec<(String
     if result.is_ok() {
         // A released claim (back to PENDING for a retry) is not an outcome.
         crate::infra::metrics::deliveries_recorded(
-            outcomes.iter().map(|o| o.status.as_str()).filter(|s| *s != "PENDING"),
+            outcomes.iter().map(|o| o.status).filter(|s| *s != EmailStatus::Pending).map(EmailStatus::as_str),
         );
     }
     result
@@ -183,8 +184,8 @@ fn answer(entries: impl IntoIterator<Item = Entry>, claimed: &[(String, String)]
     for e in entries {
         match e {
             Entry::Claim(id, _, reply) => {
-                let claim = match claimed.get(id.as_str()) {
-                    Some(&"SENDING") => Claim::Sending,
+                let claim = match claimed.get(id.as_str()).map(|s| EmailStatus::parse(s)) {
+                    Some(Some(EmailStatus::Sending)) => Claim::Sending,
                     Some(_) => Claim::Cancelled,
                     None => Claim::Gone,
                 };

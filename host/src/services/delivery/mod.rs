@@ -1,24 +1,22 @@
-//! Delivery: builds each email's MIME message, DKIM-signs it with its verified domain's key, and hands
-//! it to the project's transport: SMTP through lettre with pooled connections, `.eml` files in a folder,
-//! or a transport plugin (which receives the structured message and the signed raw bytes).
+//! Delivery: the `email.deliver` jobs. Each email's message is built and DKIM-signed (`message.rs`) and
+//! handed to the project's transport (`transport.rs`: Herald's SMTP session pool or `.eml` files; or a
+//! transport plugin, which receives the structured message and the signed raw bytes); the claims and
+//! outcomes of campaign hand-overs go through the ledger (`ledger.rs`).
 //! Outcomes (docs/behaviour.md#delivery-and-email-statuses): accepted → SENT and `email.sent`; a
 //! temporary failure (4xx, connection) → retried with backoff, then FAILED; a permanent failure (5xx) →
 //! BOUNCED, the contact unsubscribed, `email.bounce` and `contact.unsubscribed`.
 //!
 //! Must not import: salvo, surrealdb.
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use lettre::Address;
-use lettre::message::header::{ContentType, HeaderName, HeaderValue};
-use lettre::message::{Attachment, Mailbox, MultiPart, SinglePart};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Map;
 
+use crate::domain::status::EmailStatus;
 use crate::infra::jobs::{JobContext, Registry};
 use crate::services::sending_domains::Domains;
 use crate::store::emails::EmailRow;
@@ -30,148 +28,20 @@ pub const DELIVER_JOB: &str = "email.deliver";
 pub const DELIVER_CAMPAIGN_JOB: &str = "email.deliver.campaign";
 pub const DELIVER_ATTEMPTS: i64 = 6;
 
-/// One attachment as stored with an email.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredAttachment {
-    pub filename: String,
-    pub content_type: String,
-    /// base64
-    pub content: String,
-    pub content_id: Option<String>,
-    pub inline: bool,
-}
-
-/// Why a transport did not take a message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SendError {
-    /// Try again later (SMTP 4xx, connection trouble).
-    Transient(String),
-    /// Will never succeed (SMTP 5xx).
-    Permanent(String),
-    /// The conversation broke off after the message may have been taken (the relay stopped answering, a
-    /// plugin trapped or timed out): a campaign email is not sent again, transactional mail is.
-    Uncertain(String),
-}
-
 pub mod ledger;
+mod message;
 pub mod smtp;
+mod transport;
 
-/// Where messages go.
-pub enum Transport {
-    /// Herald's own session pool (`smtp.rs`): lettre's pooled transport cannot set `TCP_NODELAY`.
-    Smtp(Box<smtp::Pool>),
-    /// Writes `<message-id>.eml` files into a folder (the default without SMTP, so the quickstart works
-    /// offline).
-    File(PathBuf),
-}
-
-impl Transport {
-    /// `smtp://user:pass@host:port` (STARTTLS with `?tls=required`), `smtps://...` for implicit TLS.
-    pub fn smtp(url: &str) -> Result<Transport, String> {
-        Ok(Transport::Smtp(Box::new(smtp::Pool::new(smtp::Relay::parse(url)?))))
-    }
-
-    pub async fn send(&self, from: &str, to: &str, id: &str, raw: &[u8]) -> Result<(), SendError> {
-        match self {
-            Transport::Smtp(pool) => pool.send(&envelope(from, to)?, raw).await,
-            Transport::File(dir) => {
-                tokio::fs::create_dir_all(dir).await.map_err(|e| SendError::Transient(e.to_string()))?;
-                let tmp = dir.join(format!(".{id}.tmp"));
-                tokio::fs::write(&tmp, raw).await.map_err(|e| SendError::Transient(e.to_string()))?;
-                tokio::fs::rename(&tmp, dir.join(format!("{id}.eml")))
-                    .await
-                    .map_err(|e| SendError::Transient(e.to_string()))
-            }
-        }
-    }
-}
-
-/// The SMTP envelope of one message.
-fn envelope(from: &str, to: &str) -> Result<lettre::address::Envelope, SendError> {
-    let parse = |a: &str| a.parse::<Address>().map_err(|e| SendError::Permanent(format!("invalid address {a}: {e}")));
-    lettre::address::Envelope::new(Some(parse(from)?), vec![parse(to)?])
-        .map_err(|e| SendError::Permanent(e.to_string()))
-}
-
-fn mailbox(name: Option<&str>, email: &str) -> Result<Mailbox, String> {
-    let addr = email.parse::<Address>().map_err(|e| format!("invalid address {email}: {e}"))?;
-    // Names are refused with control characters when saved; one stored before that check is made one
-    // line here rather than split the header (lettre would panic on it).
-    let name = name.map(|n| n.chars().map(|c| if c.is_control() { ' ' } else { c }).collect::<String>());
-    Ok(Mailbox::new(name, addr))
-}
+pub(crate) use message::build_signed;
+pub use message::{StoredAttachment, build_message};
+use transport::envelope;
+pub use transport::{SendError, Transport};
 
 /// The machine's cores (read once).
 fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map(usize::from).unwrap_or(1))
-}
-
-/// The message of an email, DKIM-signed when a signer is given (with the List-Unsubscribe headers in
-/// the signature of any email that carries them).
-fn build_signed(e: &EmailRow, signer: Option<&crate::infra::dkim::Signer>, now_ms: i64) -> Result<Vec<u8>, String> {
-    let raw = build_message(e, now_ms)?;
-    match signer {
-        None => Ok(raw),
-        Some(signer) => {
-            let listed = e.headers.to_ascii_lowercase().contains("\"list-unsubscribe\"");
-            let extra: &[&str] = if listed { crate::infra::dkim::LIST_UNSUBSCRIBE_HEADERS } else { &[] };
-            let header = signer.sign(&raw, extra).map_err(|e| e.to_string())?;
-            let mut signed = header.into_bytes();
-            signed.extend_from_slice(&raw);
-            Ok(signed)
-        }
-    }
-}
-
-/// The complete RFC 5322 message of an email (unsigned).
-pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
-    let mut b = lettre::Message::builder()
-        .from(mailbox(e.from_name.as_deref(), &e.from)?)
-        .to(mailbox(e.recipient_name.as_deref(), &e.recipient)?)
-        .subject(e.subject.clone())
-        .message_id(Some(e.message_id.clone()))
-        .date(UNIX_EPOCH + Duration::from_millis(now_ms.max(0) as u64));
-    if let Some(r) = &e.reply_to {
-        b = b.reply_to(mailbox(None, r)?);
-    }
-    let headers: Vec<(String, String)> = serde_json::from_str(&e.headers).unwrap_or_default();
-    for (name, value) in headers {
-        let name = HeaderName::new_from_ascii(name).map_err(|e| format!("invalid header name: {e}"))?;
-        b = b.raw_header(HeaderValue::new(name, value));
-    }
-    let attachments: Vec<StoredAttachment> = serde_json::from_str(&e.attachments).unwrap_or_default();
-    let alternative = MultiPart::alternative_plain_html(e.text.clone(), e.html.clone());
-    let part = |a: &StoredAttachment| -> Result<SinglePart, String> {
-        let bytes = STANDARD.decode(&a.content).map_err(|e| e.to_string())?;
-        let ct = ContentType::parse(&a.content_type)
-            .unwrap_or(ContentType::parse("application/octet-stream").map_err(|e| e.to_string())?);
-        Ok(match (&a.content_id, a.inline) {
-            (Some(cid), true) => Attachment::new_inline_with_name(cid.clone(), a.filename.clone()).body(bytes, ct),
-            _ => Attachment::new(a.filename.clone()).body(bytes, ct),
-        })
-    };
-    let inline: Vec<&StoredAttachment> = attachments.iter().filter(|a| a.inline).collect();
-    let regular: Vec<&StoredAttachment> = attachments.iter().filter(|a| !a.inline).collect();
-    let mut body = if inline.is_empty() {
-        alternative
-    } else {
-        let mut related = MultiPart::related().multipart(alternative);
-        for a in inline {
-            related = related.singlepart(part(a)?);
-        }
-        related
-    };
-    if !regular.is_empty() {
-        let mut mixed = MultiPart::mixed().multipart(body);
-        for a in regular {
-            mixed = mixed.singlepart(part(a)?);
-        }
-        body = mixed;
-    }
-    let msg = b.multipart(body).map_err(|e| e.to_string())?;
-    Ok(msg.formatted())
 }
 
 /// A verified domain's project and its DKIM signer.
@@ -238,14 +108,14 @@ pub const INTERRUPTED: &str =
 /// An outcome for the ledger.
 fn outcome(
     e: &EmailRow,
-    status: &str,
+    status: EmailStatus,
     error: Option<String>,
     pid: Option<String>,
 ) -> crate::store::emails::DeliveryOutcome {
     crate::store::emails::DeliveryOutcome {
         id: e.id.clone(),
         campaign: e.campaign.clone(),
-        status: status.to_string(),
+        status,
         error,
         provider_message_id: pid,
     }
@@ -308,7 +178,7 @@ impl Delivery {
                 let e = by_id.get(email.as_str())?;
                 let wanted = live.get(project).copied().unwrap_or(false)
                     && e.project == *project
-                    && (e.status == "PENDING" || e.status == "SENDING");
+                    && (e.status == EmailStatus::Pending || e.status == EmailStatus::Sending);
                 wanted.then_some(*e)
             })
             .collect();
@@ -330,13 +200,13 @@ impl Delivery {
             .map(|e| match e {
                 // A campaign email still SENDING was inside a transport conversation when the run that
                 // claimed it stopped (a crash, a lost lease): it may have gone, so it never goes again.
-                Some(e) if e.campaign.is_some() && e.status == "SENDING" => {
-                    settled.push(outcome(e, "UNCERTAIN", Some(INTERRUPTED.into()), None));
+                Some(e) if e.campaign.is_some() && e.status == EmailStatus::Sending => {
+                    settled.push(outcome(e, EmailStatus::Uncertain, Some(INTERRUPTED.into()), None));
                     None
                 }
                 Some(e) if e.campaign.is_some() && e.kind == "MARKETING" && gone.contains(&e.contact) => {
                     let why = "the contact unsubscribed before delivery".to_string();
-                    settled.push(outcome(e, "CANCELLED", Some(why), None));
+                    settled.push(outcome(e, EmailStatus::Cancelled, Some(why), None));
                     None
                 }
                 other => other,
@@ -478,28 +348,28 @@ impl Delivery {
         let (outcome, events, done, retry) = match sent {
             Ok(pid) => {
                 let events = if e.contact.is_empty() { vec![] } else { vec![event(e, "email.sent", None, now)] };
-                (Some(outcome(e, "SENT", None, pid)), events, Done::Settled, None)
+                (Some(outcome(e, EmailStatus::Sent, None, pid)), events, Done::Settled, None)
             }
             // A test send (no contact) records its outcome only.
             Err(SendError::Permanent(msg)) if e.contact.is_empty() => {
-                (Some(outcome(e, "BOUNCED", Some(msg), None)), vec![], Done::Settled, None)
+                (Some(outcome(e, EmailStatus::Bounced, Some(msg), None)), vec![], Done::Settled, None)
             }
             Err(SendError::Permanent(msg)) => {
                 let events = vec![event(e, "email.bounce", Some(&msg), now)];
-                (Some(outcome(e, "BOUNCED", Some(msg), None)), events, Done::Bounced, None)
+                (Some(outcome(e, EmailStatus::Bounced, Some(msg), None)), events, Done::Bounced, None)
             }
             Err(SendError::Uncertain(msg)) if campaign => {
                 let why = format!("{INTERRUPTED} ({msg})");
-                (Some(outcome(e, "UNCERTAIN", Some(why), None)), vec![], Done::Settled, None)
+                (Some(outcome(e, EmailStatus::Uncertain, Some(why), None)), vec![], Done::Settled, None)
             }
             Err(SendError::Transient(msg) | SendError::Uncertain(msg)) if last => {
-                (Some(outcome(e, "FAILED", Some(msg), None)), vec![], Done::Settled, None)
+                (Some(outcome(e, EmailStatus::Failed, Some(msg), None)), vec![], Done::Settled, None)
             }
             // Not taken: a claimed campaign email goes back to PENDING for the job's next attempt;
             // transactional mail is retried as it is (the same Message-ID, so a receiver can drop a repeat
             // of an uncertain hand-over).
             Err(SendError::Transient(msg) | SendError::Uncertain(msg)) => {
-                let release = campaign.then(|| outcome(e, "PENDING", Some(msg.clone()), None));
+                let release = campaign.then(|| outcome(e, EmailStatus::Pending, Some(msg.clone()), None));
                 (release, vec![], Done::Settled, Some(format!("temporary failure: {msg}")))
             }
         };

@@ -1,0 +1,141 @@
+//! The statuses of emails, campaigns, sender domains and jobs: one enum each, with one string form each
+//! (the form the database stores, the API shows and queries compare against). Code names a status by its
+//! variant, never by a string literal.
+
+use serde::{Deserialize, Serialize};
+
+/// Defines a status enum with its one string form, `as_str`, `parse`, `ALL` and `Display`.
+macro_rules! status {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $($(#[$vmeta])* #[serde(rename = $text)] $variant,)+
+        }
+
+        impl $name {
+            /// Every status, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The status's one string form.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            /// The status with this string form.
+            pub fn parse(s: &str) -> Option<$name> {
+                match s {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+status! {
+    /// Where an email is (docs/behaviour.md#delivery-and-email-statuses).
+    EmailStatus {
+        /// Written, waiting for delivery.
+        Pending = "PENDING",
+        /// Claimed by a delivery (campaign mail: its hand-over began).
+        Sending = "SENDING",
+        /// The transport accepted it.
+        Sent = "SENT",
+        /// A hand-over a crash interrupted: the transport may or may not have taken it (never resent).
+        Uncertain = "UNCERTAIN",
+        Delivered = "DELIVERED",
+        Opened = "OPENED",
+        Clicked = "CLICKED",
+        Bounced = "BOUNCED",
+        Complained = "COMPLAINED",
+        /// Delivery gave up after its attempts.
+        Failed = "FAILED",
+        /// Its campaign was cancelled before it was handed over.
+        Cancelled = "CANCELLED",
+    }
+}
+
+status! {
+    /// Where a campaign is (docs/behaviour.md#campaigns).
+    CampaignStatus {
+        Draft = "DRAFT",
+        Scheduled = "SCHEDULED",
+        Sending = "SENDING",
+        Sent = "SENT",
+        Cancelled = "CANCELLED",
+    }
+}
+
+status! {
+    /// Whether a sender domain's records check out (docs/behaviour.md#domains).
+    DomainStatus {
+        Pending = "PENDING",
+        Verified = "VERIFIED",
+        Failed = "FAILED",
+    }
+}
+
+status! {
+    /// Where a job of the durable queue is.
+    JobStatus {
+        Queued = "queued",
+        Running = "running",
+        Completed = "completed",
+        /// Given up: its attempts ran out, or it kept dying with the process.
+        Dead = "dead",
+    }
+}
+
+impl EmailStatus {
+    /// Rank in the order a status may only move up: PENDING/SENDING < SENT/UNCERTAIN < DELIVERED <
+    /// OPENED < CLICKED < BOUNCED < COMPLAINED. FAILED and CANCELLED are final and have no rank.
+    /// UNCERTAIN ranks with SENT: a later notification, open or click shows the message did go.
+    pub const fn rank(self) -> Option<u8> {
+        Some(match self {
+            EmailStatus::Pending | EmailStatus::Sending => 0,
+            EmailStatus::Sent | EmailStatus::Uncertain => 1,
+            EmailStatus::Delivered => 2,
+            EmailStatus::Opened => 3,
+            EmailStatus::Clicked => 4,
+            EmailStatus::Bounced => 5,
+            EmailStatus::Complained => 6,
+            EmailStatus::Failed | EmailStatus::Cancelled => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_status_has_one_string_form_that_round_trips() {
+        fn check<T: Copy + PartialEq + std::fmt::Debug + Serialize>(
+            all: &[T],
+            text: fn(T) -> &'static str,
+            parse: fn(&str) -> Option<T>,
+        ) {
+            for s in all {
+                assert_eq!(parse(text(*s)), Some(*s));
+                assert_eq!(serde_json::to_value(s).unwrap(), serde_json::Value::String(text(*s).into()));
+            }
+        }
+        check(EmailStatus::ALL, EmailStatus::as_str, EmailStatus::parse);
+        check(CampaignStatus::ALL, CampaignStatus::as_str, CampaignStatus::parse);
+        check(DomainStatus::ALL, DomainStatus::as_str, DomainStatus::parse);
+        check(JobStatus::ALL, JobStatus::as_str, JobStatus::parse);
+        assert_eq!(EmailStatus::ALL.len(), 11);
+        assert_eq!(EmailStatus::parse("sent"), None, "one form only");
+        let back: CampaignStatus = serde_json::from_str("\"SCHEDULED\"").unwrap();
+        assert_eq!(back, CampaignStatus::Scheduled);
+    }
+}
