@@ -163,6 +163,9 @@ async fn members_and_roles_follow_the_rules() {
     // A MEMBER cannot manage members or keys.
     let r = member.post(&members, json!({ "email": "outsider@example.com" })).await;
     assert_envelope(&r, 403, "FORBIDDEN");
+    // ... and learns that before any check of what it sent.
+    assert_envelope(&member.post(&members, json!({ "role": "KING" })).await, 403, "FORBIDDEN");
+    assert_envelope(&member.patch(&format!("{members}/{admin_id}"), json!({})).await, 403, "FORBIDDEN");
     let r = member.post(&format!("/users/@me/projects/{id}/regenerate-keys"), json!({})).await;
     assert_envelope(&r, 403, "FORBIDDEN");
     // An ADMIN cannot demote the OWNER; the last OWNER cannot step down or leave.

@@ -270,6 +270,11 @@ async fn static_members_are_added_and_removed_by_email() {
         .post(&format!("/segments/{}/members", dynamic["id"].as_str().unwrap()), json!({"emails": ["a@b.co"]}))
         .await;
     assert_envelope(&r, 400, "BAD_REQUEST");
+    // The segment is checked before the body: a dynamic one is 400 and a missing one 404 whatever was sent.
+    let dynamic_members = format!("/segments/{}/members", dynamic["id"].as_str().unwrap());
+    assert_envelope(&p.secret.post(&dynamic_members, json!({})).await, 400, "BAD_REQUEST");
+    assert_envelope(&p.secret.send("DELETE", &dynamic_members, Some(json!({}))).await, 400, "BAD_REQUEST");
+    assert_envelope(&p.secret.post("/segments/nope/members", json!({})).await, 404, "SEGMENT_NOT_FOUND");
 
     // a static segment in a condition
     let cond = json!({"groups": [{"filters": [{"field": format!("segment.{id}"), "operator": "notMemberOfSegment"}]}]});

@@ -273,6 +273,8 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
+        // Refused before the body is read, as before the service existed: a MEMBER gets 403, not 422.
+        accounts::need(role, Role::Admin, "add members")?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
@@ -299,6 +301,7 @@ pub async fn update_member(
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
         let role = role_in(&st, &id, &u).await?;
+        accounts::need(role, Role::Admin, "change roles")?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let new_role = parse_role(&mut f, true);

@@ -358,14 +358,15 @@ pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut D
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        manage::static_only(&s)?;
         let body = json_object(req).await?;
         let emails = emails_of(&body)?;
         let mut f = Fields::new(&body);
         let create_missing = f.boolean("createMissing").unwrap_or(false);
         let subscribed = f.boolean("subscribed");
         f.finish()?;
-        let c =
-            manage::add_members(&st, &ctx.project_id, &id.into_inner(), &emails, create_missing, subscribed).await?;
+        let c = manage::add_members(&st, &ctx.project_id, &s, &emails, create_missing, subscribed).await?;
         Reply::ok(&MembersOut::from(c))
     });
     fut.await
@@ -377,9 +378,11 @@ pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mu
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
+        let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        manage::static_only(&s)?;
         let body = json_object(req).await?;
         let emails = emails_of(&body)?;
-        let c = manage::remove_members(&st, &ctx.project_id, &id.into_inner(), &emails).await?;
+        let c = manage::remove_members(&st, &ctx.project_id, &s, &emails).await?;
         Reply::ok(&MembersOut::from(c))
     });
     fut.await

@@ -162,7 +162,8 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiErr
     Ok(())
 }
 
-fn static_only(s: &Segment) -> Result<(), ApiError> {
+/// Members are managed on static segments only (400 for a dynamic one).
+pub fn static_only(s: &Segment) -> Result<(), ApiError> {
     if s.is_dynamic() {
         return Err(ApiError::BadRequest(
             "Members are managed on static segments only; a dynamic segment's members follow its condition".into(),
@@ -192,18 +193,17 @@ pub struct MembersChange {
     pub member_count: i64,
 }
 
-/// Adds contacts to a static segment by email: `emails` are (as given, normalised) pairs. With
+/// Adds contacts to a static segment (as read by [`get`]) by email: `emails` are (as given, normalised) pairs. With
 /// `create_missing`, unknown emails become contacts (subscribed per `subscribed`, default true).
 pub async fn add_members(
     st: &AppState,
     project: &str,
-    id: &str,
+    s: &Segment,
     emails: &[(String, String)],
     create_missing: bool,
     subscribed: Option<bool>,
 ) -> Result<MembersChange, ApiError> {
-    let s = get(st, project, id).await?;
-    static_only(&s)?;
+    static_only(s)?;
     let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
     let found = st.store.contacts_by_emails(project, &normalized).await?;
     let mut ids = Vec::new();
@@ -227,7 +227,7 @@ pub async fn add_members(
         }
     }
     let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
-    let ev = member_event(&s, true);
+    let ev = member_event(s, true);
     let now = st.clock.now_ms();
     let added =
         st.store.add_members(project, &s.id, &contact_ids, ev.as_ref().map(|(n, d)| (n.as_str(), d)), now).await?;
@@ -240,11 +240,10 @@ pub async fn add_members(
 pub async fn remove_members(
     st: &AppState,
     project: &str,
-    id: &str,
+    s: &Segment,
     emails: &[(String, String)],
 ) -> Result<MembersChange, ApiError> {
-    let s = get(st, project, id).await?;
-    static_only(&s)?;
+    static_only(s)?;
     let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
     let found = st.store.contacts_by_emails(project, &normalized).await?;
     let mut ids = Vec::new();
@@ -256,7 +255,7 @@ pub async fn remove_members(
         }
     }
     let contact_ids: Vec<String> = ids.iter().map(|(_, c)| c.clone()).collect();
-    let ev = member_event(&s, false);
+    let ev = member_event(s, false);
     let now = st.clock.now_ms();
     let removed =
         st.store.remove_members(project, &s.id, &contact_ids, ev.as_ref().map(|(n, d)| (n.as_str(), d)), now).await?;
