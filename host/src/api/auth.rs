@@ -105,16 +105,11 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         let (Some(email), Some(password)) = (email, password) else {
             return Err(ApiError::Internal("validated fields missing".into()));
         };
-        let user = create_user(&st, &email, &password, name.as_deref()).await?;
+        let user = accounts::create_user(&st, &email, &password, name.as_deref()).await?;
         res.add_cookie(session_cookie(&st, &user.id));
         Reply::created(&UserOut::from(&user))
     });
     fut.await
-}
-
-/// Creates a user with a hashed password; 409 when the email is taken.
-pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, ApiError> {
-    accounts::create_user(st, email, password, name).await
 }
 
 /// Log in with email and password; sets the session cookie.

@@ -82,9 +82,26 @@ fn decode_entities(s: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// The name of a copy: `<name> (Copy)`, cut to its last `max_chars` characters when longer (so the
+/// " (Copy)" mark always shows).
+pub fn copy_name(name: &str, max_chars: usize) -> String {
+    let copy = format!("{name} (Copy)");
+    let len = copy.chars().count();
+    if len <= max_chars { copy } else { copy.chars().skip(len - max_chars).collect() }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::html_to_text;
+    use super::{copy_name, html_to_text};
+
+    #[test]
+    fn a_copy_name_keeps_its_mark_within_the_limit() {
+        assert_eq!(copy_name("Welcome", 200), "Welcome (Copy)");
+        let long = "é".repeat(200);
+        let copy = copy_name(&long, 200);
+        assert_eq!(copy.chars().count(), 200);
+        assert!(copy.ends_with("é (Copy)"));
+    }
 
     #[test]
     fn html_to_text_table() {

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,10 @@ pub trait Batch: Send + Sync + 'static {
 
     /// The project a request belongs to; one transaction never mixes projects.
     fn project(request: &Self::Request) -> &str;
+
+    /// Feeds what chooses a request's lane to `state` (say, its project and contact email, so requests
+    /// for one contact never race each other on two lanes).
+    fn lane_key<H: Hasher>(request: &Self::Request, state: &mut H);
 
     /// Writes the requests of one project in one transaction, in order, and answers each (a request can
     /// fail alone, e.g. when its message cannot be rendered, without failing the others). An `Err` means
@@ -95,10 +99,10 @@ impl<B: Batch> GroupCommit<B> {
         GroupCommit { lanes, name: options.name }
     }
 
-    /// Queues a request on the lane of `key` and waits for its outcome.
-    pub async fn submit(&self, key: impl Hash, request: B::Request) -> Result<B::Output, B::Error> {
+    /// Queues a request on its lane ([`Batch::lane_key`]) and waits for its outcome.
+    pub async fn submit(&self, request: B::Request) -> Result<B::Output, B::Error> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        key.hash(&mut h);
+        B::lane_key(&request, &mut h);
         let lane = &self.lanes[(h.finish() % self.lanes.len() as u64) as usize];
         let (reply, rx) = oneshot::channel();
         if lane.send(Pending { request: Arc::new(request), reply }).await.is_err() {
@@ -201,6 +205,7 @@ mod tests {
         fn project(r: &(String, u32)) -> &str {
             &r.0
         }
+        fn lane_key<H: Hasher>(_: &(String, u32), _: &mut H) {}
         async fn together(
             &self,
             project: &str,
@@ -233,7 +238,7 @@ mod tests {
             .into_iter()
             .map(|r| {
                 let engine = engine.clone();
-                tokio::spawn(async move { engine.submit(0, r).await })
+                tokio::spawn(async move { engine.submit(r).await })
             })
             .collect();
         let mut out = Vec::new();

@@ -16,6 +16,7 @@
 //! Must not import: salvo, surrealdb.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +32,6 @@ use crate::services::ingest::{Upsert, plan};
 use crate::store::contacts::{Contact, WriteResult};
 use crate::store::emails::EmailRow;
 use crate::store::events::Event;
-use crate::store::ingest::VersionedUpdate;
 use crate::store::{Store, StoreError};
 
 /// A validated `/v1/send` request, everything owned so a lane can take it.
@@ -207,6 +207,10 @@ impl Batch for Sends {
         &r.project
     }
 
+    fn lane_key<H: Hasher>(r: &SendRequest, state: &mut H) {
+        (r.project.as_str(), r.recipients.first().map(|r| r.0.as_str())).hash(state);
+    }
+
     async fn together(
         &self,
         project: &str,
@@ -233,8 +237,7 @@ impl Accepter {
     /// Queues a request and waits for its outcome. Requests for the same first recipient take the same
     /// lane, so repeated sends to one contact do not conflict with each other.
     pub async fn submit(&self, req: SendRequest) -> Result<Vec<Accepted>, AcceptError> {
-        let key = (req.project.clone(), req.recipients.first().map(|r| r.0.clone()));
-        self.0.submit(key, req).await
+        self.0.submit(req).await
     }
 }
 
@@ -301,23 +304,7 @@ async fn grouped(
     })
     .await
     .map_err(StoreError::Db)?;
-    let mut created = Vec::new();
-    let mut updated = Vec::new();
-    for (email, c) in &current {
-        match original.get(email) {
-            None => created.push(c.clone()),
-            Some(o) if crate::services::ingest::changed(o, c) => updated.push(VersionedUpdate {
-                id: o.id.clone(),
-                version: o.version,
-                email: o.email.clone(),
-                created_at: o.created_at,
-                subscribed: c.subscribed,
-                data: c.data.clone(),
-                now,
-            }),
-            Some(_) => {}
-        }
-    }
+    let (created, updated) = crate::services::ingest::batch_changes(&original, &current, now);
     let unchanged = read.unchanged_remembered(&updated);
     deps.store
         .write_send_batch(project, &created, &updated, &unchanged, &events, &rows, DELIVER_JOB, DELIVER_ATTEMPTS)

@@ -14,6 +14,7 @@
 
 use serde_json::Map;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +90,34 @@ pub(crate) fn apply(project: &str, current: Option<&Contact>, u: &Upsert, now: i
 
 pub(crate) fn changed(before: &Contact, after: &Contact) -> bool {
     before.subscribed != after.subscribed || before.data != after.data
+}
+
+/// What a group-committed batch writes for its contacts, by email: `current` (after the batch's requests)
+/// against `original` (as read): the new contacts to create, and the changed ones to update at the version
+/// they were read at.
+pub(crate) fn batch_changes(
+    original: &HashMap<String, Contact>,
+    current: &HashMap<String, Contact>,
+    now: i64,
+) -> (Vec<Contact>, Vec<VersionedUpdate>) {
+    let mut created = Vec::new();
+    let mut updated = Vec::new();
+    for (email, c) in current {
+        match original.get(email) {
+            None => created.push(c.clone()),
+            Some(o) if changed(o, c) => updated.push(VersionedUpdate {
+                id: o.id.clone(),
+                version: o.version,
+                email: o.email.clone(),
+                created_at: o.created_at,
+                subscribed: c.subscribed,
+                data: c.data.clone(),
+                now,
+            }),
+            Some(_) => {}
+        }
+    }
+    (created, updated)
 }
 
 /// A contact change worked out but not written yet: the caller writes it together with its own rows (see
@@ -204,6 +233,10 @@ impl Batch for Upserts {
         &r.project
     }
 
+    fn lane_key<H: Hasher>(r: &Request, state: &mut H) {
+        (r.project.as_str(), r.upsert.email.as_str()).hash(state);
+    }
+
     async fn together(
         &self,
         project: &str,
@@ -230,8 +263,7 @@ impl Ingester {
 
     /// Queues an upsert and waits for its outcome. Upserts of one email take the same lane.
     pub async fn submit(&self, project: &str, upsert: Upsert) -> Result<Upserted, StoreError> {
-        let key = (project.to_string(), upsert.email.clone());
-        self.0.submit(key, Request { project: project.to_string(), upsert }).await
+        self.0.submit(Request { project: project.to_string(), upsert }).await
     }
 }
 
@@ -257,23 +289,7 @@ async fn grouped(
         results.push(Upserted { contact: a.contact.clone(), is_new: a.is_new, event_id: a.event_id });
         current.insert(u.email.clone(), a.contact);
     }
-    let mut created = Vec::new();
-    let mut updated = Vec::new();
-    for (email, c) in &current {
-        match original.get(email) {
-            None => created.push(c.clone()),
-            Some(o) if changed(o, c) => updated.push(VersionedUpdate {
-                id: o.id.clone(),
-                version: o.version,
-                email: o.email.clone(),
-                created_at: o.created_at,
-                subscribed: c.subscribed,
-                data: c.data.clone(),
-                now,
-            }),
-            Some(_) => {}
-        }
-    }
+    let (created, updated) = batch_changes(&original, &current, now);
     let unchanged = read.unchanged_remembered(&updated);
     store.write_contact_batch(project, &created, &updated, &unchanged, &events).await?;
     for r in &mut results {

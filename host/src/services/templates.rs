@@ -52,10 +52,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiErr
 pub async fn duplicate(st: &AppState, project: &str, id: &str) -> Result<TemplateRow, ApiError> {
     let t = get(st, project, id).await?;
     let now = st.clock.now_ms();
-    let mut name = format!("{} (Copy)", t.name);
-    if name.chars().count() > MAX_NAME_CHARS {
-        name = name.chars().rev().take(MAX_NAME_CHARS).collect::<Vec<_>>().into_iter().rev().collect();
-    }
+    let name = crate::domain::text::copy_name(&t.name, MAX_NAME_CHARS);
     let copy = TemplateRow { id: uuid::Uuid::now_v7().to_string(), name, created_at: now, updated_at: now, ..t };
     st.store.save_template(project, &copy).await?;
     Ok(copy)

@@ -101,10 +101,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiErr
 pub async fn duplicate(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, ApiError> {
     let c = get(st, project, id).await?;
     let now = st.clock.now_ms();
-    let mut name = format!("{} (Copy)", c.name);
-    if name.chars().count() > MAX_NAME_CHARS {
-        name = name.chars().rev().take(MAX_NAME_CHARS).collect::<Vec<_>>().into_iter().rev().collect();
-    }
+    let name = crate::domain::text::copy_name(&c.name, MAX_NAME_CHARS);
     let copy = CampaignRow {
         name,
         subject: c.subject,
