@@ -12,7 +12,7 @@ use herald_plugin_testkit::artifacts;
 static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root").to_path_buf()
+    manifest_dir().parent().expect("repository root").to_path_buf()
 }
 
 /// The folder holding `herald_plugin_*.wasm` and `herald_fixture_*.wasm`, building them when needed (with
@@ -91,4 +91,12 @@ pub fn install(dir: &Path, a: Artifact) {
     let manifest = std::fs::read(repo_root().join(a.manifest)).expect("manifest");
     std::fs::write(dir.join(format!("{}.toml", a.name)), manifest).expect("write manifest");
     std::fs::write(dir.join(format!("{}.wasm", a.name)), wasm(a)).expect("write wasm");
+}
+
+/// The package's folder, as cargo says when it runs the test (a test binary reused from another checkout
+/// that shares the target directory still reads this checkout), else where it was built.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }

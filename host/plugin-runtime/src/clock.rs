@@ -55,22 +55,3 @@ impl Clock for ManualClock {
 }
 
 pub type SharedClock = Arc<dyn Clock>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339_has_milliseconds_and_z() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-    }
-
-    #[test]
-    fn manual_clock_moves_only_when_told() {
-        let c = ManualClock::new(1000);
-        assert_eq!(c.now_ms(), 1000);
-        c.advance(500);
-        assert_eq!(c.now_ms(), 1500);
-    }
-}

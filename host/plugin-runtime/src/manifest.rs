@@ -132,38 +132,3 @@ impl Grants {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn manifest_parses_and_grants_layer() {
-        let m = Manifest::parse(
-            "name = \"ses\"\nabi = \"1.0.0\"\nkind = \"transport\"\n[capabilities]\nhttp = [\"*.amazonaws.com\"]\n\
-             secrets = [\"key\"]\n[limits]\ntimeout_ms = 500\n[config]\nregion = \"eu-west-1\"\n",
-        )
-        .unwrap();
-        let grant = PluginGrant {
-            allow_private: true,
-            secrets: [("key".to_string(), "s3cr3t".to_string()), ("other".to_string(), "x".to_string())].into(),
-            config: [("region".to_string(), "us-east-1".to_string())].into(),
-            ..Default::default()
-        };
-        let g = Grants::resolve(Some(&m), "ses", Some(&grant));
-        assert_eq!(g.http_hosts, vec!["*.amazonaws.com"]);
-        assert!(g.allow_private);
-        assert_eq!(g.secrets.get("key").map(String::as_str), Some("s3cr3t"));
-        assert!(!g.secrets.contains_key("other"), "a secret the manifest does not name stays hidden");
-        assert_eq!(g.config.get("region").map(String::as_str), Some("us-east-1"));
-        assert_eq!(g.timeout, Duration::from_millis(500));
-        assert_eq!(g.memory_bytes, 64 << 20);
-    }
-
-    #[test]
-    fn bad_manifests_are_refused() {
-        assert!(Manifest::parse("name = \"Bad Name\"\nabi = \"1.0.0\"\nkind = \"step\"").is_err());
-        assert!(Manifest::parse("name = \"x\"\nabi = \"1.0.0\"\nkind = \"bogus\"").is_err());
-        assert!(Manifest::parse("name = \"x\"\nabi = \"1.0.0\"\nkind = \"step\"\nsurprise = 1").is_err());
-    }
-}

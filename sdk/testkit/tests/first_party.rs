@@ -21,7 +21,7 @@ use serde_json::json;
 use sha2::Sha256;
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    manifest_dir().join("../..")
 }
 
 /// The folder holding the built components, building them once.
@@ -434,4 +434,12 @@ async fn a_step_that_times_out_leaves_the_host_serving() {
     let outcome = harness.execute_step(&input).await.unwrap();
     assert!(outcome.output.unwrap_or_default().contains("\"status\":200"));
     assert_eq!(harness.status().map(|s| (s.calls, s.failures)), Some((2, 1)));
+}
+
+/// The package's folder, as cargo says when it runs the test (a test binary reused from another checkout
+/// that shares the target directory still reads this checkout), else where it was built.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
 }
