@@ -162,6 +162,7 @@ impl App {
         .map_err(BuildError::Plugins)?;
         plugins.load_all().await;
         let throttle = ratelimit::SendThrottle::new(config.send_rate_per_second, clock.clone());
+        let ledger = delivery::ledger::Ledger::start(store.clone(), clock.clone());
         Arc::new(delivery::Delivery {
             smtp,
             file: delivery::Transport::File(config.mail_dir.clone()),
@@ -171,8 +172,8 @@ impl App {
             domains: domains.clone(),
             throttle,
             sign: config.dkim_signing,
-            ledger: delivery::ledger::Ledger::start(store.clone(), clock.clone()),
-            handovers: tokio::sync::Semaphore::new(delivery::HANDOVERS),
+            ledger: ledger.clone(),
+            handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
         })
         .register(&mut registry);
         let segments = segments::Engine::new(store.clone(), plugins.clone());

@@ -37,9 +37,17 @@ pub enum Claim {
     Gone,
 }
 
+/// The outcome of a hand-over that rides with the next claim of its slot (`handover.rs`): written in
+/// the claim's round, its writer answered when that round commits.
+pub struct Carried {
+    pub outcomes: Vec<DeliveryOutcome>,
+    pub events: Vec<Event>,
+    pub reply: oneshot::Sender<Result<(), String>>,
+}
+
 enum Entry {
-    /// (email, campaign)
-    Claim(String, String, oneshot::Sender<Result<Claim, String>>),
+    /// (email, campaign, the outcome it carries)
+    Claim(String, String, Option<Carried>, oneshot::Sender<Result<Claim, String>>),
     /// Outcomes, their events, and whether a hand-over slot waits for them (campaign mail).
     Record(Vec<DeliveryOutcome>, Vec<Event>, bool, oneshot::Sender<Result<(), String>>),
 }
@@ -72,11 +80,12 @@ impl Ledger {
         Ledger { tx }
     }
 
-    /// Claims one email of a campaign for its hand-over (durable when this answers).
-    pub async fn claim(&self, id: &str, campaign: &str) -> Result<Claim, String> {
+    /// Claims one email of a campaign for its hand-over (durable when this answers), writing in the
+    /// same transaction the outcome `carried` from the slot's previous hand-over.
+    pub async fn claim(&self, id: &str, campaign: &str, carried: Option<Carried>) -> Result<Claim, String> {
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send(Entry::Claim(id.to_string(), campaign.to_string(), reply))
+            .send(Entry::Claim(id.to_string(), campaign.to_string(), carried, reply))
             .map_err(|_| "the delivery ledger stopped".to_string())?;
         answer.await.map_err(|_| "the delivery ledger stopped".to_string())?
     }
@@ -161,7 +170,13 @@ async fn write(store: &Store, entries: &[Entry], now: i64) -> Result<Vec<(String
     let mut events = Vec::new();
     for e in entries {
         match e {
-            Entry::Claim(id, campaign, _) => claims.push((id.clone(), campaign.clone())),
+            Entry::Claim(id, campaign, carried, _) => {
+                claims.push((id.clone(), campaign.clone()));
+                if let Some(c) = carried {
+                    outcomes.extend(c.outcomes.iter().cloned());
+                    events.extend(c.events.iter().cloned());
+                }
+            }
             Entry::Record(o, ev, _, _) => {
                 outcomes.extend(o.iter().cloned());
                 events.extend(ev.iter().cloned());
@@ -183,7 +198,10 @@ fn answer(entries: impl IntoIterator<Item = Entry>, claimed: &[(String, String)]
         claimed.iter().map(|(id, status)| (id.as_str(), status.as_str())).collect();
     for e in entries {
         match e {
-            Entry::Claim(id, _, reply) => {
+            Entry::Claim(id, _, carried, reply) => {
+                if let Some(c) = carried {
+                    let _ = c.reply.send(Ok(()));
+                }
                 let claim = match claimed.get(id.as_str()).map(|s| EmailStatus::parse(s)) {
                     Some(Some(EmailStatus::Sending)) => Claim::Sending,
                     Some(_) => Claim::Cancelled,
@@ -201,7 +219,10 @@ fn answer(entries: impl IntoIterator<Item = Entry>, claimed: &[(String, String)]
 fn fail(entries: impl IntoIterator<Item = Entry>, err: &str) {
     for e in entries {
         match e {
-            Entry::Claim(_, _, reply) => {
+            Entry::Claim(_, _, carried, reply) => {
+                if let Some(c) = carried {
+                    let _ = c.reply.send(Err(err.to_string()));
+                }
                 let _ = reply.send(Err(err.to_string()));
             }
             Entry::Record(_, _, _, reply) => {

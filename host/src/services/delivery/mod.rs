@@ -28,6 +28,7 @@ pub const DELIVER_JOB: &str = "email.deliver";
 pub const DELIVER_CAMPAIGN_JOB: &str = "email.deliver.campaign";
 pub const DELIVER_ATTEMPTS: i64 = 6;
 
+pub mod handover;
 pub mod ledger;
 mod message;
 pub mod smtp;
@@ -67,16 +68,17 @@ pub struct Delivery {
     pub ledger: ledger::Ledger,
     /// Campaign hand-overs in flight in this process (claimed, outcome not yet written): at most
     /// [`HANDOVERS`], so a crash leaves at most that many emails UNCERTAIN.
-    pub handovers: tokio::sync::Semaphore,
+    pub handovers: Arc<handover::Handovers>,
 }
 
 /// How often a delivery batch re-reads the gates of its campaigns (a cancel reaches the emails waiting
 /// for the throttle within this time; one that reaches its claim first is cancelled by the claim).
 const GATE_POLL: Duration = Duration::from_millis(100);
 
-/// Campaign emails in a hand-over at once in one process (claimed, outcome not yet written): twice the
-/// SMTP pool's sessions, so a session goes on to its next message while the last outcome is written.
-pub const HANDOVERS: usize = 2 * smtp::SESSIONS;
+/// Campaign emails in a hand-over at once in one process (claimed, outcome not yet written): one per
+/// SMTP session. A slot's outcome is written with the next claim of the slot (`handover.rs`), so a
+/// session goes on to its next message without waiting for a round of its own.
+pub const HANDOVERS: usize = smtp::SESSIONS;
 
 /// A delivery job's payload: one email (a test send) or several: the emails of one `/v1/send`
 /// transaction, or a chunk of a campaign's emails.
@@ -316,20 +318,24 @@ impl Delivery {
         // holds and the email goes the normal way.)
         let mut claimed = false;
         if let (Some(c), true) = (&e.campaign, closed()) {
-            match self.ledger.claim(&e.id, c).await? {
+            match self.ledger.claim(&e.id, c, None).await? {
                 ledger::Claim::Sending => claimed = true,
                 ledger::Claim::Cancelled | ledger::Claim::Gone => return Ok(Done::Settled),
             }
         }
-        let _slot = match campaign {
-            true => Some(self.handovers.acquire().await.map_err(|_| "delivery is shutting down".to_string())?),
+        // A campaign email holds a hand-over slot from its claim until its outcome is written or passed on
+        // with the slot (`handover.rs`): its claim, made once it has a transport session, writes the
+        // outcome of the slot's last hand-over in the same round.
+        let mut slot = match campaign {
+            true => Some(self.handovers.acquire().await),
             false => None,
         };
         let sent = match self.session(&transport).await {
             Err(err) => Err(err),
             Ok(session) => {
                 if let (Some(campaign), false) = (&e.campaign, claimed) {
-                    match self.ledger.claim(&e.id, campaign).await? {
+                    let carried = slot.as_mut().and_then(handover::Slot::take_carried);
+                    match self.ledger.claim(&e.id, campaign, carried).await? {
                         ledger::Claim::Sending => {}
                         ledger::Claim::Cancelled | ledger::Claim::Gone => return Ok(Done::Settled),
                     }
@@ -373,8 +379,11 @@ impl Delivery {
                 (release, vec![], Done::Settled, Some(format!("temporary failure: {msg}")))
             }
         };
-        // A campaign email holds its hand-over slot until this is written.
-        self.ledger.record(outcome.into_iter().collect(), events, campaign).await?;
+        let outcomes: Vec<_> = outcome.into_iter().collect();
+        match slot {
+            Some(slot) => self.handovers.pass(slot, outcomes, events).await?,
+            None => self.ledger.record(outcomes, events, false).await?,
+        }
         match retry {
             Some(msg) => Err(msg),
             None => Ok(done),

@@ -22,7 +22,7 @@ use tokio::sync::{Mutex, Semaphore};
 use super::SendError;
 
 /// Sessions kept open to the relay, and the most messages in flight at once.
-pub const SESSIONS: usize = 16;
+pub const SESSIONS: usize = 32;
 /// A pooled session idle this long is closed instead of reused.
 const IDLE: Duration = Duration::from_secs(30);
 /// A pooled session idle this long answers a `NOOP` before it is given a message.
