@@ -77,26 +77,11 @@ fn host_patterns() {
 #[tokio::test]
 async fn loopback_is_denied_unless_allowed() {
     let o = Outbound::new(vec!["*".into()], false, Duration::from_secs(1)).unwrap();
-    let r = o
-        .fetch(FetchRequest {
-            method: "GET".into(),
-            url: "http://127.0.0.1:9/".into(),
-            headers: vec![],
-            body: None,
-            timeout_ms: None,
-        })
-        .await;
-    assert!(matches!(r, Err(FetchError::Denied(_))), "{r:?}");
-    let r = o
-        .fetch(FetchRequest {
-            method: "GET".into(),
-            url: "http://localhost:9/".into(),
-            headers: vec![],
-            body: None,
-            timeout_ms: None,
-        })
-        .await;
-    assert!(matches!(r, Err(FetchError::Denied(_))), "{r:?}");
+    for url in ["http://127.0.0.1:9/", "http://localhost:9/"] {
+        let get = FetchRequest { method: "GET".into(), url: url.into(), headers: vec![], body: None, timeout_ms: None };
+        let r = o.fetch(get).await;
+        assert!(matches!(r, Err(FetchError::Denied(_))), "{url}: {r:?}");
+    }
 }
 
 // ---- manifest

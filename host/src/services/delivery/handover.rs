@@ -67,17 +67,28 @@ impl Handovers {
         }
     }
 
+    /// Hands a slot carrying `carried` to the oldest waiter still waiting; gives `carried` back when
+    /// nobody waits.
+    fn offer(self: &Arc<Self>, st: &mut State, mut carried: Option<Carried>) -> Result<(), Option<Carried>> {
+        while let Some(w) = st.waiting.pop_front() {
+            match w.send(Slot { owner: self.clone(), carried: carried.take(), live: true }) {
+                Ok(()) => return Ok(()),
+                // The waiter gave up: that slot is no one's.
+                Err(mut back) => {
+                    back.live = false;
+                    carried = back.carried.take();
+                }
+            }
+        }
+        Err(carried)
+    }
+
     /// Hands a slot to the oldest waiter, or frees it. Never called with an outcome still to write.
     fn release(self: &Arc<Self>) {
         let mut st = self.state();
-        while let Some(w) = st.waiting.pop_front() {
-            match w.send(Slot { owner: self.clone(), carried: None, live: true }) {
-                Ok(()) => return,
-                // The waiter gave up: that slot is no one's.
-                Err(mut slot) => slot.live = false,
-            }
+        if self.offer(&mut st, None).is_err() {
+            st.free += 1;
         }
-        st.free += 1;
     }
 
     /// Ends a hand-over: its outcome rides with the next claim of the slot when someone waits for one,
@@ -96,25 +107,16 @@ impl Handovers {
             let _ = old.reply.send(done);
         }
         let (reply, written) = oneshot::channel();
-        let mut carried = Some(Carried { outcomes, events, reply });
-        {
-            let mut st = self.state();
-            while let Some(w) = st.waiting.pop_front() {
-                match w.send(Slot { owner: self.clone(), carried: carried.take(), live: true }) {
-                    Ok(()) => break,
-                    Err(mut back) => {
-                        back.live = false;
-                        carried = back.carried.take();
-                    }
-                }
-            }
-        }
-        match carried {
+        let offered = self.offer(&mut self.state(), Some(Carried { outcomes, events, reply }));
+        match offered {
             // Passed on: written with the next claim.
-            None => written.await.map_err(|_| "the delivery ledger stopped".to_string())?,
+            Ok(()) => written.await.map_err(|_| "the delivery ledger stopped".to_string())?,
             // Nobody waits: written now, and only then is the slot free.
-            Some(c) => {
-                let done = self.ledger.record(c.outcomes, c.events, true).await;
+            Err(c) => {
+                let done = match c {
+                    Some(c) => self.ledger.record(c.outcomes, c.events, true).await,
+                    None => Ok(()),
+                };
                 self.release();
                 done
             }
@@ -126,21 +128,6 @@ impl Slot {
     /// The outcome of the slot's last hand-over, for the claim that takes the slot on.
     pub fn take_carried(&mut self) -> Option<Carried> {
         self.carried.take()
-    }
-
-    /// Gives the slot back when nothing was handed over with it.
-    pub async fn give_back(mut self) -> Result<(), String> {
-        self.live = false;
-        let done = match self.carried.take() {
-            Some(c) => {
-                let done = self.owner.ledger.record(c.outcomes, c.events, true).await;
-                let _ = c.reply.send(done.clone());
-                done
-            }
-            None => Ok(()),
-        };
-        self.owner.release();
-        done
     }
 }
 
@@ -187,10 +174,26 @@ mod tests {
         }
     }
 
-    async fn until_waiting(h: &Handovers, n: usize) {
-        while h.state().waiting.len() < n {
+    /// A second email waiting for the slot `held`, and `held` passed on with the outcome of email `id`:
+    /// (the waiter, the pass).
+    async fn pass_to_a_waiter(
+        h: &Arc<Handovers>,
+        held: Slot,
+        id: &str,
+    ) -> (tokio::task::JoinHandle<Slot>, tokio::task::JoinHandle<Result<(), String>>) {
+        let waiter = tokio::spawn({
+            let h = h.clone();
+            async move { h.acquire().await }
+        });
+        while h.state().waiting.is_empty() {
             tokio::task::yield_now().await;
         }
+        let outcome = sent(id);
+        let passing = tokio::spawn({
+            let h = h.clone();
+            async move { h.pass(held, vec![outcome], vec![]).await }
+        });
+        (waiter, passing)
     }
 
     #[tokio::test]
@@ -203,15 +206,7 @@ mod tests {
 
         // Someone waits: the slot goes to it with the outcome, and the pass answers only once the
         // waiter's claim has written it.
-        let waiter = tokio::spawn({
-            let h = h.clone();
-            async move { h.acquire().await }
-        });
-        until_waiting(&h, 1).await;
-        let passing = tokio::spawn({
-            let h = h.clone();
-            async move { h.pass(first, vec![sent("a")], vec![]).await }
-        });
+        let (waiter, passing) = pass_to_a_waiter(&h, first, "a").await;
         let mut second = waiter.await.unwrap();
         let carried = second.take_carried().expect("the slot carries the last outcome");
         assert_eq!(carried.outcomes.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(), ["a"]);
@@ -230,15 +225,7 @@ mod tests {
         drop(third);
         assert_eq!(h.state().free, 1);
         let fourth = h.acquire().await;
-        let waiter = tokio::spawn({
-            let h = h.clone();
-            async move { h.acquire().await }
-        });
-        until_waiting(&h, 1).await;
-        let passing = tokio::spawn({
-            let h = h.clone();
-            async move { h.pass(fourth, vec![sent("c")], vec![]).await }
-        });
+        let (waiter, passing) = pass_to_a_waiter(&h, fourth, "c").await;
         drop(waiter.await.unwrap());
         assert_eq!(passing.await.unwrap(), Ok(()), "the dropped slot wrote what it carried");
         while h.state().free == 0 {
