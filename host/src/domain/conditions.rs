@@ -109,7 +109,8 @@ impl Op {
         })
     }
 
-    fn is_event_op(&self) -> bool {
+    /// The operators of event fields (`triggered`, `triggeredWithin`, ...).
+    pub fn is_event_op(&self) -> bool {
         matches!(
             self,
             Op::Triggered | Op::TriggeredWithin | Op::TriggeredOlderThan | Op::NotTriggered | Op::NotTriggeredWithin
@@ -222,6 +223,11 @@ fn parse_tree(
         out.push(Group { filters: fs, conditions });
     }
     Ok(Tree { logic, groups: out })
+}
+
+/// Parses and checks one filter on its own (a workflow's CONDITION step); `at` names it in messages.
+pub fn parse_one(v: &Value, at: &str, is_plugin_operator: &dyn Fn(&str) -> bool) -> Result<Filter, ConditionError> {
+    parse_filter(v, at, is_plugin_operator)
 }
 
 fn parse_field(name: &str) -> Option<Field> {

@@ -10,3 +10,4 @@ pub mod status;
 pub mod templating;
 pub mod text;
 pub mod tracking;
+pub mod workflows;

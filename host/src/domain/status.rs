@@ -1,4 +1,4 @@
-//! The statuses of emails, campaigns, sender domains and jobs: one enum each, with one string form each
+//! The statuses of emails, campaigns, sender domains, jobs and workflow executions: one enum each, with one string form each
 //! (the form the database stores, the API shows and queries compare against). Code names a status by its
 //! variant, never by a string literal.
 
@@ -95,6 +95,42 @@ status! {
     }
 }
 
+status! {
+    /// Where a workflow execution is (docs/behaviour.md#workflows).
+    ExecutionStatus {
+        /// Its steps are running (or queued to run).
+        Running = "RUNNING",
+        /// Waiting for a delay, an event or a timeout.
+        Waiting = "WAITING",
+        /// It reached a step with nothing after it.
+        Completed = "COMPLETED",
+        /// It reached an EXIT step.
+        Exited = "EXITED",
+        Failed = "FAILED",
+        Cancelled = "CANCELLED",
+    }
+}
+
+status! {
+    /// Where one step of an execution is.
+    StepRunStatus {
+        Running = "RUNNING",
+        Waiting = "WAITING",
+        Completed = "COMPLETED",
+        Failed = "FAILED",
+        /// It had nothing to do (for example a marketing email to an unsubscribed contact).
+        Skipped = "SKIPPED",
+        Cancelled = "CANCELLED",
+    }
+}
+
+impl ExecutionStatus {
+    /// RUNNING or WAITING: the execution still has steps ahead.
+    pub const fn is_active(self) -> bool {
+        matches!(self, ExecutionStatus::Running | ExecutionStatus::Waiting)
+    }
+}
+
 impl EmailStatus {
     /// Rank in the order a status may only move up: PENDING/SENDING < SENT/UNCERTAIN < DELIVERED <
     /// OPENED < CLICKED < BOUNCED < COMPLAINED. FAILED and CANCELLED are final and have no rank.
@@ -133,6 +169,8 @@ mod tests {
         check(CampaignStatus::ALL, CampaignStatus::as_str, CampaignStatus::parse);
         check(DomainStatus::ALL, DomainStatus::as_str, DomainStatus::parse);
         check(JobStatus::ALL, JobStatus::as_str, JobStatus::parse);
+        check(ExecutionStatus::ALL, ExecutionStatus::as_str, ExecutionStatus::parse);
+        check(StepRunStatus::ALL, StepRunStatus::as_str, StepRunStatus::parse);
         assert_eq!(EmailStatus::ALL.len(), 11);
         assert_eq!(EmailStatus::parse("sent"), None, "one form only");
         let back: CampaignStatus = serde_json::from_str("\"SCHEDULED\"").unwrap();
