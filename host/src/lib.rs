@@ -25,7 +25,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::infra::{dkim, dns, jobs, ratelimit, security};
-use crate::services::{accept, campaigns, compose, delivery, events, ingest, segments, sending_domains};
+use crate::services::{accept, campaigns, compose, delivery, events, ingest, segments, sending_domains, workflows};
 
 use crate::config::Config;
 use crate::infra::clock::{SharedClock, SystemClock};
@@ -195,6 +195,14 @@ impl App {
             recounted: Default::default(),
         });
         campaigns.register(&mut registry, config.campaign_progress_ms);
+        let workflows = Arc::new(workflows::engine::Engine {
+            store: store.clone(),
+            clock: clock.clone(),
+            plugins: plugins.clone(),
+            segments: segments.clone(),
+            wake: Default::default(),
+        });
+        workflows.register(&mut registry);
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
@@ -208,6 +216,7 @@ impl App {
             },
         );
         let _ = campaigns.wake.set(worker.waker());
+        let _ = workflows.wake.set(worker.waker());
         let state = Arc::new(AppState {
             session_key: security::derive_key(&secret, "herald-session-v1"),
             links_key: security::derive_key(&secret, "herald-links-v1"),
@@ -230,6 +239,7 @@ impl App {
             segments,
             composer,
             campaigns,
+            workflows,
             config,
             store,
             clock,

@@ -89,4 +89,6 @@ pub struct AppState {
     pub composer: Arc<crate::services::compose::Composer>,
     /// Campaign sending: audiences, batches, progress, cancel.
     pub campaigns: Arc<crate::services::campaigns::Campaigns>,
+    /// The workflow engine.
+    pub workflows: Arc<crate::services::workflows::engine::Engine>,
 }

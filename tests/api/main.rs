@@ -24,3 +24,5 @@ mod send;
 mod smtp_sink;
 mod templates;
 mod tracking;
+mod workflow_runs;
+mod workflows;

@@ -64,6 +64,8 @@ async fn track_validation_and_reserved_names() {
         "contact.unsubscribed",
         "segment.vip.entry",
         "segment.vip.exit",
+        "workflow.started",
+        "workflow.custom",
     ] {
         let r = p.public.post("/v1/track", json!({ "email": "a@example.com", "event": name })).await;
         assert_envelope(&r, 422, "VALIDATION_ERROR");

@@ -22,6 +22,8 @@ pub mod serve;
 pub mod system;
 pub mod templates;
 pub mod tracking;
+pub mod workflow_executions;
+pub mod workflows;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -139,6 +141,7 @@ pub fn api_router() -> Router {
         .push(templates::router())
         .push(campaigns::router())
         .push(segments::router())
+        .push(workflows::router())
         .push(send::router())
         .push(notifications::router())
         .push(plugins::router())

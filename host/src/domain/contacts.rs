@@ -110,7 +110,11 @@ fn is_value_wrapper(o: &Map<String, Value>) -> bool {
 
 /// True when `name` is one of the names Herald emits itself (docs/behaviour.md#events).
 pub fn is_reserved_event(name: &str) -> bool {
-    if name.starts_with("email.") || name == "contact.subscribed" || name == "contact.unsubscribed" {
+    if name.starts_with("email.")
+        || name.starts_with("workflow.")
+        || name == "contact.subscribed"
+        || name == "contact.unsubscribed"
+    {
         return true;
     }
     if let Some(rest) = name.strip_prefix("segment.") {
@@ -236,11 +240,21 @@ mod tests {
             "contact.unsubscribed",
             "segment.vip.entry",
             "segment.a-b.exit",
+            "workflow.started",
+            "workflow.anything",
         ] {
             assert!(is_reserved_event(n), "{n}");
         }
-        for n in ["signup", "email", "emails.sent", "contact.created", "segment.entry", "segment..exits", "segment.vip"]
-        {
+        for n in [
+            "signup",
+            "email",
+            "emails.sent",
+            "contact.created",
+            "segment.entry",
+            "segment..exits",
+            "segment.vip",
+            "workflows.x",
+        ] {
             assert!(!is_reserved_event(n), "{n}");
         }
     }

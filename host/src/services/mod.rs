@@ -21,3 +21,4 @@ pub mod system;
 pub mod templates;
 pub mod tracking;
 pub mod verify;
+pub mod workflows;

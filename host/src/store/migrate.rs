@@ -30,6 +30,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0020_attachment_sets.surql", include_str!("../../../migrations/0020_attachment_sets.surql")),
     ("0021_campaign_gates.surql", include_str!("../../../migrations/0021_campaign_gates.surql")),
     ("0022_email_reports.surql", include_str!("../../../migrations/0022_email_reports.surql")),
+    ("0023_workflows.surql", include_str!("../../../migrations/0023_workflows.surql")),
 ];
 
 #[derive(serde::Deserialize)]

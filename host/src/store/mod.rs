@@ -22,6 +22,8 @@ pub mod jobs;
 pub mod migrate;
 pub mod segments;
 pub mod templates;
+pub mod workflow_runs;
+pub mod workflows;
 
 use std::future::Future;
 use std::time::Duration;

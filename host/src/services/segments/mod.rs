@@ -200,6 +200,16 @@ impl Engine {
         self.store.count_matching(project, c, self).await
     }
 
+    /// Which of these contacts match.
+    pub async fn matching_among(
+        &self,
+        project: &str,
+        c: &Compiled,
+        ids: &[String],
+    ) -> Result<Vec<String>, SegmentError> {
+        self.store.matching_among(project, c, ids, self).await
+    }
+
     /// The matching contact ids, newest first.
     pub async fn matching_ids(&self, project: &str, c: &Compiled) -> Result<Vec<String>, SegmentError> {
         self.store.matching_ids(project, c, self).await

@@ -167,6 +167,13 @@ impl<'a> Cursor<'a> {
         Cursor { c, source, cols }
     }
 
+    /// Candidates read by id: the given contacts only.
+    fn over(c: &'a Compiled, p: &Prepared, ids: &[String]) -> Cursor<'a> {
+        let mut cursor = Cursor::new(c, p, false);
+        cursor.source = Source::Ids { ids: ids.to_vec(), pos: 0, chunk: DRIVE_CHUNK };
+        cursor
+    }
+
     async fn next(&mut self, store: &Store, project: &str) -> Result<Option<Vec<Candidate>>, StoreError> {
         let cols = self.cols.as_deref().unwrap_or("VALUE record::id(id)");
         let mut vars = with_project(&self.c.vars, project);
@@ -516,6 +523,29 @@ impl Store {
         })
         .await?;
         Ok(n)
+    }
+
+    /// Which of `ids` (contacts of the project) match a compiled condition: their rows are read by id and
+    /// every set they need is asked about them alone (a workflow's CONDITION step).
+    pub async fn matching_among<E: From<StoreError>>(
+        &self,
+        project: &str,
+        c: &Compiled,
+        ids: &[String],
+        plugins: &(dyn PluginEval<E> + Sync),
+    ) -> Result<Vec<String>, E> {
+        let mut p = Self::plan(c);
+        p.partial = Self::set_leaves(c);
+        let mut cursor = Cursor::over(c, &p, ids);
+        let mut out = Vec::new();
+        while let Some(batch) = cursor.next(self, project).await? {
+            self.visit_batch(project, c, &p, &batch, plugins, &mut |id| {
+                out.push(id.to_string());
+                true
+            })
+            .await?;
+        }
+        Ok(out)
     }
 
     /// Ids of the contacts matching a compiled condition, newest first (one unordered walk, then a sort:

@@ -1,0 +1,469 @@
+//! The workflow engine (docs/behaviour.md#workflows): starts executions under the re-entry rules and
+//! runs their steps on the durable job queue. Steps that finish at once run back to back in one
+//! `workflow.run` job; a DELAY's end and a wait's timeout are `workflow.timer` jobs that carry the
+//! execution's timer token, so a timer whose execution moved on (cancelled, resumed by its event) does
+//! nothing. Each step's outcome is written with the execution's move in one transaction, over the state
+//! it was decided from: a cancel or another process that came first makes it write nothing, so a step
+//! never takes effect twice.
+//!
+//! Must not import: salvo, surrealdb.
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Map, Value, json};
+
+use crate::domain::conditions::{Group, Logic, Op, Operand, Tree};
+use crate::domain::status::{ExecutionStatus, StepRunStatus};
+use crate::domain::workflows::run::{self, Next};
+use crate::domain::workflows::steps::{self, Source};
+use crate::domain::workflows::{self as wf, Step, WaitOutcome};
+use crate::infra::clock::SharedClock;
+use crate::infra::jobs::{JobContext, Registry};
+use crate::plugins::PluginHost;
+use crate::services::segments;
+use crate::store::events::Event;
+use crate::store::jobs::NewJob;
+use crate::store::workflow_runs::{Effects, ExecutionRow, StartRefused, StepRunRow};
+use crate::store::workflows::WorkflowRow;
+use crate::store::{Store, StoreError};
+
+pub const RUN_JOB: &str = "workflow.run";
+pub const TIMER_JOB: &str = "workflow.timer";
+/// Claim priority of workflow jobs: after transactional delivery (100), before campaign work (5, 1).
+pub const JOB_PRIORITY: i64 = 50;
+/// Attempts of a workflow job before the execution fails.
+const JOB_ATTEMPTS: i64 = 5;
+/// Event names Herald emits for executions.
+pub const STARTED: &str = "workflow.started";
+pub const COMPLETED: &str = "workflow.completed";
+pub const EXITED: &str = "workflow.exited";
+pub const FAILED: &str = "workflow.failed";
+
+pub struct Engine {
+    pub store: Store,
+    pub clock: SharedClock,
+    pub plugins: Arc<PluginHost>,
+    pub segments: segments::Engine,
+    /// Wakes the job worker (set once the worker exists).
+    pub wake: OnceLock<Arc<tokio::sync::Notify>>,
+}
+
+/// What a step came to.
+enum Outcome {
+    /// Finished: the branch or wait outcome to follow, its output and the context after it.
+    Done { branch: Option<String>, wait: Option<WaitOutcome>, output: Value },
+    /// Waits: until a time (a timer job then), for an event, or both.
+    Wait { until: Option<i64>, event: Option<String>, output: Value },
+    /// An EXIT step.
+    Exit { reason: Option<String> },
+    /// The step failed; so does the execution.
+    Failed { error: String },
+}
+
+fn event(project: &str, e: &ExecutionRow, name: &str, extra: Map<String, Value>, now: i64) -> Event {
+    let mut data = Map::new();
+    data.insert("workflowId".into(), json!(e.workflow));
+    data.insert("executionId".into(), json!(e.id));
+    data.extend(extra);
+    Event::new(project, &e.contact, name, data, "system", now)
+}
+
+fn job(kind: &str, payload: Value, run_at: i64) -> Value {
+    let mut j = NewJob::new(kind, payload, run_at);
+    j.priority = JOB_PRIORITY;
+    j.max_attempts = JOB_ATTEMPTS;
+    j.doc(run_at)
+}
+
+fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+impl Engine {
+    pub fn register(self: &Arc<Self>, registry: &mut Registry) {
+        let e = self.clone();
+        registry.register(RUN_JOB, move |ctx: JobContext| {
+            let e = e.clone();
+            async move { e.run_job(ctx).await }
+        });
+        let e = self.clone();
+        registry.register(TIMER_JOB, move |ctx: JobContext| {
+            let e = e.clone();
+            async move { e.timer_job(ctx).await }
+        });
+        registry.set_priority(RUN_JOB, JOB_PRIORITY);
+        registry.set_priority(TIMER_JOB, JOB_PRIORITY);
+    }
+
+    fn wake(&self) {
+        if let Some(w) = self.wake.get() {
+            w.notify_one();
+        }
+    }
+
+    /// Starts an execution of `w` for a contact with a context (the trigger event's data or the caller's):
+    /// the TRIGGER step completes at once and the next step is queued. `id`: the execution's id (derived
+    /// from the event for event triggers, so a repeated event starts nothing).
+    pub async fn start(
+        &self,
+        project: &str,
+        w: &WorkflowRow,
+        contact: &str,
+        context: Value,
+        trigger_event: Option<&str>,
+        id: Option<String>,
+    ) -> Result<Result<ExecutionRow, StartRefused>, StoreError> {
+        let now = self.clock.now_ms();
+        let Some(trigger) = w.graph.trigger() else {
+            return Err(StoreError::Decode("a workflow without a TRIGGER step".into()));
+        };
+        let next = run::next(&w.graph, &trigger.id, None, None);
+        let mut e = ExecutionRow {
+            id: id.unwrap_or_else(new_id),
+            workflow: w.id.clone(),
+            contact: contact.to_string(),
+            status: ExecutionStatus::Running,
+            context,
+            step: None,
+            timer: None,
+            run: None,
+            waiting_event: None,
+            trigger_event: trigger_event.map(str::to_string),
+            error: None,
+            exit_reason: None,
+            created_at: now,
+            updated_at: now,
+            completed_at: None,
+        };
+        let mut fx = Effects::default();
+        fx.runs.push(StepRunRow {
+            id: new_id(),
+            step: trigger.id.clone(),
+            step_type: wf::TRIGGER.into(),
+            status: StepRunStatus::Completed,
+            output: None,
+            error: None,
+            started_at: now,
+            completed_at: Some(now),
+        });
+        fx.events.push(event(project, &e, STARTED, Map::new(), now));
+        match next {
+            Next::Step(s) => {
+                e.step = Some(s);
+                fx.jobs.push(job(RUN_JOB, json!({ "project": project, "execution": e.id }), now));
+            }
+            Next::End => {
+                e.status = ExecutionStatus::Completed;
+                e.completed_at = Some(now);
+                fx.events.push(event(project, &e, COMPLETED, Map::new(), now));
+            }
+        }
+        let started = self.store.start_execution(project, &e, w.allow_reentry, &fx, now).await?;
+        if started.is_ok() {
+            self.wake();
+        }
+        Ok(started.map(|()| e))
+    }
+
+    async fn run_job(&self, ctx: JobContext) -> Result<(), String> {
+        let (Some(project), Some(id)) =
+            (ctx.payload.get("project").and_then(Value::as_str), ctx.payload.get("execution").and_then(Value::as_str))
+        else {
+            return Ok(());
+        };
+        self.run(project, id, ctx.attempt).await
+    }
+
+    /// A DELAY's end or a wait's timeout: inert unless the execution still waits with this timer.
+    async fn timer_job(&self, ctx: JobContext) -> Result<(), String> {
+        let p = &ctx.payload;
+        let (Some(project), Some(id), Some(token)) = (
+            p.get("project").and_then(Value::as_str),
+            p.get("execution").and_then(Value::as_str),
+            p.get("token").and_then(Value::as_str),
+        ) else {
+            return Ok(());
+        };
+        let Some(e) = self.store.execution(project, id).await.map_err(|e| e.to_string())? else { return Ok(()) };
+        if e.status != ExecutionStatus::Waiting || e.timer.as_deref() != Some(token) {
+            return Ok(());
+        }
+        let Some(w) = self.store.workflow(project, &e.workflow).await.map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        let Some(step) = e.step.as_deref().and_then(|s| w.graph.step(s)).cloned() else {
+            return self.fail(project, &e, "its step was deleted from the workflow").await.map_err(|e| e.to_string());
+        };
+        let (wait, output) = match step.kind.as_str() {
+            wf::WAIT_FOR_EVENT => (Some(WaitOutcome::Timeout), json!({ "outcome": "TIMEOUT" })),
+            _ => (None, json!({ "delayed": true })),
+        };
+        if self.resume(project, &w, &e, &step, wait, output, None).await.map_err(|e| e.to_string())? {
+            self.run(project, id, 1).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the wait of `e` in `step` (its timer fired or its event came): the waiting run completes and
+    /// the execution moves on. `context`: the context after the event. False when it moved first.
+    #[allow(clippy::too_many_arguments)]
+    async fn resume(
+        &self,
+        project: &str,
+        w: &WorkflowRow,
+        e: &ExecutionRow,
+        step: &Step,
+        wait: Option<WaitOutcome>,
+        output: Value,
+        context: Option<Value>,
+    ) -> Result<bool, StoreError> {
+        let now = self.clock.now_ms();
+        let mut to = e.clone();
+        to.timer = None;
+        to.waiting_event = None;
+        to.run = None;
+        to.updated_at = now;
+        if let Some(c) = context {
+            to.context = c;
+        }
+        let mut fx = Effects::default();
+        if let Some(run_id) = &e.run {
+            // The waiting run started when the execution last changed (it went WAITING then).
+            fx.runs.push(StepRunRow {
+                id: run_id.clone(),
+                step: step.id.clone(),
+                step_type: step.kind.clone(),
+                status: StepRunStatus::Completed,
+                output: Some(output.to_string()),
+                error: None,
+                started_at: e.updated_at,
+                completed_at: Some(now),
+            });
+        }
+        self.move_on(project, w, &mut to, &step.id, None, wait, &mut fx, now);
+        let moved = self.store.advance_execution(project, e, &to, &fx, now).await?;
+        Ok(moved && to.status == ExecutionStatus::Running)
+    }
+
+    /// Points `to` at the step after `from` (or completes it).
+    #[allow(clippy::too_many_arguments)]
+    fn move_on(
+        &self,
+        project: &str,
+        w: &WorkflowRow,
+        to: &mut ExecutionRow,
+        from: &str,
+        branch: Option<&str>,
+        wait: Option<WaitOutcome>,
+        fx: &mut Effects,
+        now: i64,
+    ) {
+        match run::next(&w.graph, from, branch, wait) {
+            Next::Step(s) => {
+                to.status = ExecutionStatus::Running;
+                to.step = Some(s);
+            }
+            Next::End => {
+                to.status = ExecutionStatus::Completed;
+                to.step = None;
+                to.completed_at = Some(now);
+                fx.leaves = true;
+                fx.events.push(event(project, to, COMPLETED, Map::new(), now));
+            }
+        }
+    }
+
+    /// Fails an execution that cannot go on.
+    async fn fail(&self, project: &str, e: &ExecutionRow, why: &str) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let mut to = e.clone();
+        to.status = ExecutionStatus::Failed;
+        to.error = Some(why.to_string());
+        to.timer = None;
+        to.waiting_event = None;
+        to.run = None;
+        to.updated_at = now;
+        to.completed_at = Some(now);
+        let mut extra = Map::new();
+        extra.insert("error".into(), json!(why));
+        let fx = Effects { leaves: true, events: vec![event(project, &to, FAILED, extra, now)], ..Default::default() };
+        self.store.advance_execution(project, e, &to, &fx, now).await?;
+        Ok(())
+    }
+
+    /// Runs an execution's steps until it waits or ends (at most one pass over the graph: it has no
+    /// cycles). `attempt`: the job's attempt (the last one fails the execution instead of retrying).
+    pub async fn run(&self, project: &str, id: &str, attempt: i64) -> Result<(), String> {
+        let s = |e: StoreError| e.to_string();
+        let Some(mut e) = self.store.execution(project, id).await.map_err(s)? else { return Ok(()) };
+        let Some(w) = self.store.workflow(project, &e.workflow).await.map_err(s)? else { return Ok(()) };
+        for _ in 0..=wf::MAX_STEPS {
+            if e.status != ExecutionStatus::Running {
+                return Ok(());
+            }
+            let Some(step) = e.step.as_deref().and_then(|s| w.graph.step(s)).cloned() else {
+                return self.fail(project, &e, "its step was deleted from the workflow").await.map_err(s);
+            };
+            let now = self.clock.now_ms();
+            let outcome = match self.execute(project, &e, &step, now).await {
+                Ok(o) => o,
+                // The job is tried again with its backoff; its last attempt fails the execution.
+                Err(StepError::Retry(m)) if attempt < JOB_ATTEMPTS => return Err(m),
+                Err(StepError::Retry(m)) => Outcome::Failed { error: m },
+            };
+            let (to, fx) = self.apply(project, &w, &e, &step, outcome, now);
+            if !self.store.advance_execution(project, &e, &to, &fx, now).await.map_err(s)? {
+                return Ok(());
+            }
+            e = to;
+        }
+        Ok(())
+    }
+
+    /// The new state of `e` and what goes with it, after `step` came to `outcome`.
+    fn apply(
+        &self,
+        project: &str,
+        w: &WorkflowRow,
+        e: &ExecutionRow,
+        step: &Step,
+        outcome: Outcome,
+        now: i64,
+    ) -> (ExecutionRow, Effects) {
+        let mut to = e.clone();
+        to.updated_at = now;
+        let mut fx = Effects::default();
+        let run = |status: StepRunStatus, output: Option<Value>, error: Option<String>, done: bool| StepRunRow {
+            id: new_id(),
+            step: step.id.clone(),
+            step_type: step.kind.clone(),
+            status,
+            output: output.map(|o| o.to_string()),
+            error,
+            started_at: now,
+            completed_at: done.then_some(now),
+        };
+        match outcome {
+            Outcome::Done { branch, wait, output } => {
+                fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
+                self.move_on(project, w, &mut to, &step.id, branch.as_deref(), wait, &mut fx, now);
+            }
+            Outcome::Wait { until, event: awaited, output } => {
+                let r = run(StepRunStatus::Waiting, Some(output), None, false);
+                to.status = ExecutionStatus::Waiting;
+                to.run = Some(r.id.clone());
+                to.waiting_event = awaited;
+                fx.runs.push(r);
+                if let Some(at) = until {
+                    let token = new_id();
+                    fx.jobs.push(job(TIMER_JOB, json!({ "project": project, "execution": e.id, "token": token }), at));
+                    to.timer = Some(token);
+                }
+            }
+            Outcome::Exit { reason } => {
+                fx.runs.push(run(StepRunStatus::Completed, Some(json!({ "reason": reason })), None, true));
+                to.status = ExecutionStatus::Exited;
+                to.step = None;
+                to.exit_reason = reason.clone();
+                to.completed_at = Some(now);
+                fx.leaves = true;
+                let mut extra = Map::new();
+                extra.insert("reason".into(), json!(reason));
+                fx.events.push(event(project, &to, EXITED, extra, now));
+            }
+            Outcome::Failed { error } => {
+                fx.runs.push(run(StepRunStatus::Failed, None, Some(error.clone()), true));
+                to.status = ExecutionStatus::Failed;
+                to.error = Some(error.clone());
+                to.completed_at = Some(now);
+                fx.leaves = true;
+                let mut extra = Map::new();
+                extra.insert("error".into(), json!(error));
+                fx.events.push(event(project, &to, FAILED, extra, now));
+            }
+        }
+        (to, fx)
+    }
+
+    /// Decides what a step comes to (no effect is written here).
+    async fn execute(&self, project: &str, e: &ExecutionRow, step: &Step, now: i64) -> Result<Outcome, StepError> {
+        let c = &step.config;
+        Ok(match step.kind.as_str() {
+            wf::TRIGGER => Outcome::Done { branch: None, wait: None, output: json!({}) },
+            wf::DELAY => {
+                let amount = c.get("amount").and_then(Value::as_i64).unwrap_or(0);
+                let unit = c.get("unit").and_then(Value::as_str).unwrap_or("minutes");
+                let ms = crate::domain::conditions::unit_ms(unit).unwrap_or(60_000).saturating_mul(amount);
+                let until = now.saturating_add(ms.clamp(0, steps::MAX_WAIT_SECS * 1000));
+                Outcome::Wait {
+                    until: Some(until),
+                    event: None,
+                    output: json!({ "until": crate::infra::clock::rfc3339(until) }),
+                }
+            }
+            wf::WAIT_FOR_EVENT => {
+                let name = c.get("eventName").and_then(Value::as_str).unwrap_or_default().to_string();
+                let until =
+                    c.get("timeout").and_then(Value::as_i64).map(|t| now.saturating_add(t.saturating_mul(1000)));
+                let output = json!({ "eventName": name, "timeoutAt": until.map(crate::infra::clock::rfc3339) });
+                Outcome::Wait { until, event: Some(name), output }
+            }
+            wf::CONDITION => {
+                let result = self.condition(project, e, c, now).await?;
+                let branch = if result { "yes" } else { "no" };
+                Outcome::Done {
+                    branch: Some(branch.into()),
+                    wait: None,
+                    output: json!({ "result": result, "branch": branch }),
+                }
+            }
+            wf::EXIT => Outcome::Exit { reason: c.get("reason").and_then(Value::as_str).map(str::to_string) },
+            other => Outcome::Failed { error: format!("step type {other} is not run by this version of Herald yet") },
+        })
+    }
+
+    /// Evaluates a CONDITION step for the execution's contact and context.
+    async fn condition(&self, project: &str, e: &ExecutionRow, config: &Value, now: i64) -> Result<bool, StepError> {
+        let plugins = self.plugins.clone();
+        let cond = match steps::parse_condition(config, &move |op| plugins.operator(op).is_some()) {
+            Ok(c) => c,
+            // A plugin operator whose plugin is gone, or a config saved by an older version.
+            Err(m) => return Err(StepError::Retry(format!("the condition cannot be evaluated: {m}"))),
+        };
+        match &cond.source {
+            Source::Context(path) => {
+                let value = run::at_path(&e.context, path);
+                if let Op::Plugin(op) = &cond.filter.op {
+                    let operand = match &cond.filter.operand {
+                        Operand::Raw(v) => crate::plugins::Value::from_json(v),
+                        _ => crate::plugins::Value::Null,
+                    };
+                    let v = crate::plugins::Value::from_json(value.unwrap_or(&Value::Null));
+                    let r =
+                        self.plugins.evaluate(op, &operand, &[v]).await.map_err(|e| StepError::Retry(e.to_string()))?;
+                    return Ok(r.first().copied().unwrap_or(false));
+                }
+                Ok(run::eval(&cond.filter, value, now))
+            }
+            Source::Contact => {
+                let tree =
+                    Tree { logic: Logic::And, groups: vec![Group { filters: vec![cond.filter], conditions: None }] };
+                let compiled =
+                    self.segments.compile(project, &tree, now).await.map_err(|e| StepError::Retry(e.to_string()))?;
+                let ids = [e.contact.clone()];
+                let found = self
+                    .segments
+                    .matching_among(project, &compiled, &ids)
+                    .await
+                    .map_err(|e| StepError::Retry(e.to_string()))?;
+                Ok(!found.is_empty())
+            }
+        }
+    }
+}
+
+/// Why a step could not be decided now.
+enum StepError {
+    /// Worth another attempt later (with the job's backoff); the last attempt fails the execution.
+    Retry(String),
+}
