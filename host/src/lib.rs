@@ -201,8 +201,10 @@ impl App {
             plugins: plugins.clone(),
             segments: segments.clone(),
             wake: Default::default(),
+            listening: Default::default(),
         });
         workflows.register(&mut registry);
+        bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),

@@ -25,4 +25,5 @@ mod smtp_sink;
 mod templates;
 mod tracking;
 mod workflow_runs;
+mod workflow_triggers;
 mod workflows;

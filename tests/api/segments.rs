@@ -286,6 +286,9 @@ async fn static_members_are_added_and_removed_by_email() {
 #[tokio::test]
 async fn compute_emits_entry_and_exit_events_once_per_change_after_contact_data_changes() {
     let s = Server::start_stepped().await;
+    // Subscribed from the start: the application's own subscriber (workflows) drains the stream too.
+    let rec = crate::tracking::Recorder::new(0);
+    s.state.bus.subscribe(rec.clone());
     let p = proj(&s, "seg@example.com").await;
     let ada = contact(&p.secret, "ada@example.com", json!({"plan": "pro"})).await;
     contact(&p.secret, "bob@example.com", json!({"plan": "free"})).await;
@@ -336,8 +339,6 @@ async fn compute_emits_entry_and_exit_events_once_per_change_after_contact_data_
     assert!(ran.iter().any(|(j, _)| j.kind == "segments.track"), "the job ran");
     assert_eq!(events_named(&p.secret, "segment.vip-customers.entry").await.len(), 3);
     // and the event stream hands them to its subscribers
-    let rec = crate::tracking::Recorder::new(0);
-    s.state.bus.subscribe(rec.clone());
     s.clock().advance(5000);
     s.worker.run_once(20).await.unwrap();
     let pending = s.state.store.undispatched_events(100).await.unwrap();

@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0021_campaign_gates.surql", include_str!("../../../migrations/0021_campaign_gates.surql")),
     ("0022_email_reports.surql", include_str!("../../../migrations/0022_email_reports.surql")),
     ("0023_workflows.surql", include_str!("../../../migrations/0023_workflows.surql")),
+    ("0024_workflow_triggers.surql", include_str!("../../../migrations/0024_workflow_triggers.surql")),
 ];
 
 #[derive(serde::Deserialize)]

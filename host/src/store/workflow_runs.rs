@@ -29,6 +29,9 @@ pub struct ExecutionRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub completed_at: Option<i64>,
+    /// how many workflow.* events led to it (0 or none: a tracked event, a contact change, a person)
+    #[serde(default)]
+    pub depth: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -45,7 +48,7 @@ pub struct StepRunRow {
 }
 
 const EXEC_FIELDS: &str = "record::id(id) AS id, workflow, contact, status, context, step, timer, run, waiting_event, \
-                           trigger_event, error, exit_reason, created_at, updated_at, completed_at";
+                           trigger_event, error, exit_reason, created_at, updated_at, completed_at, depth";
 const RUN_FIELDS: &str = "record::id(id) AS id, step, step_type, status, output, error, started_at, completed_at";
 
 fn exec_doc(project: &str, e: &ExecutionRow) -> Value {
@@ -53,7 +56,7 @@ fn exec_doc(project: &str, e: &ExecutionRow) -> Value {
         "project": project, "workflow": e.workflow, "contact": e.contact, "status": e.status, "context": e.context,
         "step": e.step, "timer": e.timer, "run": e.run, "waiting_event": e.waiting_event, "trigger_event": e.trigger_event,
         "error": e.error, "exit_reason": e.exit_reason, "created_at": e.created_at, "updated_at": e.updated_at,
-        "completed_at": e.completed_at,
+        "completed_at": e.completed_at, "depth": e.depth,
     })
 }
 
@@ -190,6 +193,24 @@ impl Store {
         )
         .await?
         .first(0)
+    }
+
+    /// The project's executions of a contact that wait for an event with this name.
+    pub async fn waiting_for_event(
+        &self,
+        project: &str,
+        contact: &str,
+        name: &str,
+    ) -> Result<Vec<ExecutionRow>, StoreError> {
+        self.query(
+            &format!(
+                "SELECT {EXEC_FIELDS} FROM workflow_execution
+                 WHERE project = $p AND contact = $c AND waiting_event = $n AND status = 'WAITING'"
+            ),
+            vars! { "p": project, "c": contact, "n": name },
+        )
+        .await?
+        .all(0)
     }
 
     /// The runs of an execution's steps, in the order they started.

@@ -142,6 +142,49 @@ impl Store {
         .first(0)
     }
 
+    /// The event names any of the project's workflows listens for: the triggers of its enabled EVENT
+    /// workflows and the events its steps wait for or ask about (any workflow: a disabled one's
+    /// executions still wait).
+    pub async fn workflow_event_names(&self, project: &str) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                "SELECT event_name, enabled, trigger_type, ref_events FROM workflow WHERE project = $p",
+                vars! { "p": project },
+            )
+            .await?
+            .all(0)?;
+        let mut names = Vec::new();
+        for r in rows {
+            if r.get("enabled") == Some(&Value::Bool(true))
+                && r.get("trigger_type").and_then(Value::as_str) == Some("EVENT")
+                && let Some(n) = r.get("event_name").and_then(Value::as_str)
+            {
+                names.push(n.to_string());
+            }
+            names.extend(
+                r.get("ref_events")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string)),
+            );
+        }
+        Ok(names)
+    }
+
+    /// The project's enabled workflows with an EVENT trigger on `event`.
+    pub async fn event_workflows(&self, project: &str, event: &str) -> Result<Vec<WorkflowRow>, StoreError> {
+        self.query(
+            &format!(
+                "SELECT {FIELDS} FROM workflow WHERE project = $p AND event_name = $e AND enabled = true
+                 AND trigger_type = 'EVENT'"
+            ),
+            vars! { "p": project, "e": event },
+        )
+        .await?
+        .all(0)
+    }
+
     /// One page of the project's workflows (newest first) and the total matching.
     pub async fn list_workflows(
         &self,

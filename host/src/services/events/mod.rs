@@ -1,5 +1,5 @@
 //! The in-process event stream. Every stored event, tracked or emitted, is handed to each subscriber
-//! (segments and workflows subscribe) by a recurring job on the durable queue that reads the outbox
+//! (the workflow engine subscribes) by a recurring job on the durable queue that reads the outbox
 //! (`outbox`: one row per transaction that stored events, listing them, deleted once dispatched). A
 //! subscriber that fails makes the job retry, and a crash between storing and dispatching only delays
 //! delivery: at-least-once, and subscribers de-duplicate by event id.

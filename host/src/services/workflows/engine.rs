@@ -8,7 +8,9 @@
 //!
 //! Must not import: salvo, surrealdb.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
@@ -46,7 +48,17 @@ pub struct Engine {
     pub segments: segments::Engine,
     /// Wakes the job worker (set once the worker exists).
     pub wake: OnceLock<Arc<tokio::sync::Notify>>,
+    /// Per project, the event names its workflows listen for, and when they were read ([`LISTEN_FRESH`]).
+    pub listening: Mutex<HashMap<String, Listening>>,
 }
+
+/// The event names a project's workflows listen for, and when they were read.
+pub type Listening = (Instant, Arc<HashSet<String>>);
+
+/// How long the event names a project's workflows listen for are used before they are read again. A
+/// change made through this process drops them at once; one made through another process shows within
+/// this time.
+const LISTEN_FRESH: Duration = Duration::from_secs(2);
 
 /// What a step came to.
 enum Outcome {
@@ -60,10 +72,14 @@ enum Outcome {
     Failed { error: String },
 }
 
+/// Most rounds of workflows that trigger each other through their `workflow.*` events.
+pub const MAX_DEPTH: i64 = 8;
+
 fn event(project: &str, e: &ExecutionRow, name: &str, extra: Map<String, Value>, now: i64) -> Event {
     let mut data = Map::new();
     data.insert("workflowId".into(), json!(e.workflow));
     data.insert("executionId".into(), json!(e.id));
+    data.insert("depth".into(), json!(e.depth.unwrap_or(0)));
     data.extend(extra);
     Event::new(project, &e.contact, name, data, "system", now)
 }
@@ -102,24 +118,35 @@ impl Engine {
     }
 
     /// Starts an execution of `w` for a contact with a context (the trigger event's data or the caller's):
-    /// the TRIGGER step completes at once and the next step is queued. `id`: the execution's id (derived
-    /// from the event for event triggers, so a repeated event starts nothing).
+    /// the TRIGGER step completes at once and the next step is queued. An execution an event starts has
+    /// an id derived from the workflow and the event, so the same event delivered again starts nothing.
     pub async fn start(
         &self,
         project: &str,
         w: &WorkflowRow,
         contact: &str,
         context: Value,
-        trigger_event: Option<&str>,
-        id: Option<String>,
+        cause: Option<&Event>,
     ) -> Result<Result<ExecutionRow, StartRefused>, StoreError> {
+        let id = match cause {
+            Some(ev) => {
+                uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("{}:{}", w.id, ev.id).as_bytes()).to_string()
+            }
+            None => new_id(),
+        };
+        let depth = match cause {
+            Some(ev) if ev.name.starts_with("workflow.") => {
+                ev.data.get("depth").and_then(Value::as_i64).unwrap_or(0).saturating_add(1)
+            }
+            _ => 0,
+        };
         let now = self.clock.now_ms();
         let Some(trigger) = w.graph.trigger() else {
             return Err(StoreError::Decode("a workflow without a TRIGGER step".into()));
         };
         let next = run::next(&w.graph, &trigger.id, None, None);
         let mut e = ExecutionRow {
-            id: id.unwrap_or_else(new_id),
+            id,
             workflow: w.id.clone(),
             contact: contact.to_string(),
             status: ExecutionStatus::Running,
@@ -128,12 +155,13 @@ impl Engine {
             timer: None,
             run: None,
             waiting_event: None,
-            trigger_event: trigger_event.map(str::to_string),
+            trigger_event: cause.map(|ev| ev.id.clone()),
             error: None,
             exit_reason: None,
             created_at: now,
             updated_at: now,
             completed_at: None,
+            depth: Some(depth),
         };
         let mut fx = Effects::default();
         fx.runs.push(StepRunRow {
@@ -163,6 +191,80 @@ impl Engine {
             self.wake();
         }
         Ok(started.map(|()| e))
+    }
+
+    /// Forgets what the project's workflows listen for (after a workflow of the project changed).
+    pub fn invalidate(&self, project: &str) {
+        self.listening.lock().unwrap_or_else(|p| p.into_inner()).remove(project);
+    }
+
+    /// Whether any workflow of the project listens for events named `name` (most events: none).
+    async fn listens(&self, project: &str, name: &str) -> Result<bool, StoreError> {
+        let cached = self.listening.lock().unwrap_or_else(|p| p.into_inner()).get(project).cloned();
+        let names = match cached {
+            Some((at, names)) if at.elapsed() < LISTEN_FRESH => names,
+            _ => {
+                let names: Arc<HashSet<String>> =
+                    Arc::new(self.store.workflow_event_names(project).await?.into_iter().collect());
+                let mut map = self.listening.lock().unwrap_or_else(|p| p.into_inner());
+                // Bounded: an entry per project that had events in the last moments.
+                if map.len() > 10_000 {
+                    map.retain(|_, (at, _)| at.elapsed() < LISTEN_FRESH);
+                }
+                map.insert(project.to_string(), (Instant::now(), names.clone()));
+                names
+            }
+        };
+        Ok(names.contains(name))
+    }
+
+    /// An event of the stream (at least once, in order per transaction): starts the project's enabled
+    /// EVENT workflows on its name for its contact (a workflow never starts from its own `workflow.*`
+    /// events, and chains of workflows stop after [`MAX_DEPTH`] rounds), and resumes the contact's
+    /// executions that wait for it (on their EVENT link, its data merged into the context).
+    pub async fn on_event(&self, ev: &Event) -> Result<(), String> {
+        let s = |e: StoreError| e.to_string();
+        if ev.contact.is_empty() || !self.listens(&ev.project, &ev.name).await.map_err(s)? {
+            return Ok(());
+        }
+        let (from_workflow, depth) = if ev.name.starts_with("workflow.") {
+            (
+                ev.data.get("workflowId").and_then(Value::as_str),
+                ev.data.get("depth").and_then(Value::as_i64).unwrap_or(0),
+            )
+        } else {
+            (None, 0)
+        };
+        if depth < MAX_DEPTH {
+            for w in self.store.event_workflows(&ev.project, &ev.name).await.map_err(s)? {
+                if Some(w.id.as_str()) == from_workflow {
+                    continue;
+                }
+                // A refusal (the re-entry rules, the same event again) is the answer, not a failure.
+                let _ = self
+                    .start(&ev.project, &w, &ev.contact, Value::Object(ev.data.clone()), Some(ev))
+                    .await
+                    .map_err(s)?;
+            }
+        }
+        for e in self.store.waiting_for_event(&ev.project, &ev.contact, &ev.name).await.map_err(s)? {
+            // Only an event stored once the wait began resumes it (the stream may hand it over later).
+            if ev.created_at < e.updated_at {
+                continue;
+            }
+            let Some(w) = self.store.workflow(&ev.project, &e.workflow).await.map_err(s)? else { continue };
+            let Some(step) = e.step.as_deref().and_then(|st| w.graph.step(st)).cloned() else { continue };
+            let mut context = match &e.context {
+                Value::Object(m) => m.clone(),
+                _ => Map::new(),
+            };
+            context.extend(ev.data.clone());
+            let output = json!({ "outcome": "EVENT", "eventId": ev.id });
+            self.resume(&ev.project, &w, &e, &step, Some(WaitOutcome::Event), output, Some(Value::Object(context)))
+                .await
+                .map_err(s)?;
+        }
+        Ok(())
     }
 
     async fn run_job(&self, ctx: JobContext) -> Result<(), String> {
@@ -198,14 +300,13 @@ impl Engine {
             wf::WAIT_FOR_EVENT => (Some(WaitOutcome::Timeout), json!({ "outcome": "TIMEOUT" })),
             _ => (None, json!({ "delayed": true })),
         };
-        if self.resume(project, &w, &e, &step, wait, output, None).await.map_err(|e| e.to_string())? {
-            self.run(project, id, 1).await?;
-        }
+        self.resume(project, &w, &e, &step, wait, output, None).await.map_err(|e| e.to_string())?;
         Ok(())
     }
 
     /// Ends the wait of `e` in `step` (its timer fired or its event came): the waiting run completes and
-    /// the execution moves on. `context`: the context after the event. False when it moved first.
+    /// the execution moves on (its next steps in a queued `workflow.run`). `context`: the context after
+    /// the event. False when it moved first.
     #[allow(clippy::too_many_arguments)]
     async fn resume(
         &self,
@@ -241,8 +342,16 @@ impl Engine {
             });
         }
         self.move_on(project, w, &mut to, &step.id, None, wait, &mut fx, now);
+        // The steps after it run in a job queued in the same transaction: a crash right after the resume
+        // leaves that job to carry on.
+        if to.status == ExecutionStatus::Running {
+            fx.jobs.push(job(RUN_JOB, json!({ "project": project, "execution": e.id }), now));
+        }
         let moved = self.store.advance_execution(project, e, &to, &fx, now).await?;
-        Ok(moved && to.status == ExecutionStatus::Running)
+        if moved {
+            self.wake();
+        }
+        Ok(moved)
     }
 
     /// Points `to` at the step after `from` (or completes it).
@@ -459,6 +568,19 @@ impl Engine {
                 Ok(!found.is_empty())
             }
         }
+    }
+}
+
+/// The engine's subscription to the event stream ([`Engine::on_event`]).
+pub struct Triggers(pub Arc<Engine>);
+
+impl crate::services::events::Subscriber for Triggers {
+    fn name(&self) -> &str {
+        "workflows"
+    }
+
+    fn handle<'a>(&'a self, event: &'a Event) -> crate::services::events::SubscriberFuture<'a> {
+        Box::pin(self.0.on_event(event))
     }
 }
 

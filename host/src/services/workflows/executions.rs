@@ -36,7 +36,7 @@ pub async fn start(
     if st.store.contact(project, contact).await?.is_none() {
         return Err(ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {contact} not found")));
     }
-    match st.workflows.start(project, &w, contact, context, None, None).await? {
+    match st.workflows.start(project, &w, contact, context, None).await? {
         Ok(e) => Ok(e),
         Err(StartRefused::Reentry) => Err(ApiError::Conflict(if w.allow_reentry {
             format!("Contact {contact} is in this workflow now (an execution is RUNNING or WAITING)")

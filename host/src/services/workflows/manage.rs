@@ -87,6 +87,7 @@ pub async fn create(st: &AppState, project: &str, new: NewWorkflow) -> Result<Wo
         updated_at: now,
     };
     st.store.create_workflow(project, &w, &refs(&w.graph)).await?;
+    st.workflows.invalidate(project);
     Ok(w)
 }
 
@@ -108,7 +109,10 @@ async fn edit<T>(
         w.version = from + 1;
         w.updated_at = st.clock.now_ms();
         match st.store.update_workflow(project, &w, &refs(&w.graph), from, structural).await {
-            Ok(true) => return Ok((w, out)),
+            Ok(true) => {
+                st.workflows.invalidate(project);
+                return Ok((w, out));
+            }
             Ok(false) => continue,
             Err(e @ StoreError::Thrown(_)) if e.thrown("WORKFLOW_ACTIVE") => {
                 let n = e.to_string().split_once(": ").map(|(_, n)| n.to_string()).unwrap_or_default();
@@ -198,7 +202,10 @@ pub async fn update(st: &AppState, project: &str, id: &str, patch: WorkflowPatch
 /// Deletes a workflow with its executions: 409 while executions are active.
 pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiError> {
     match st.store.delete_workflow(project, id).await {
-        Ok(true) => Ok(()),
+        Ok(true) => {
+            st.workflows.invalidate(project);
+            Ok(())
+        }
         Ok(false) => Err(not_found(id)),
         Err(e @ StoreError::Thrown(_)) if e.thrown("WORKFLOW_ACTIVE") => {
             let n = e.to_string().split_once(": ").map(|(_, n)| n.to_string()).unwrap_or_default();
