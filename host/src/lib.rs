@@ -200,6 +200,7 @@ impl App {
             clock: clock.clone(),
             plugins: plugins.clone(),
             segments: segments.clone(),
+            composer: composer.clone(),
             wake: Default::default(),
             listening: Default::default(),
         });

@@ -25,5 +25,6 @@ mod smtp_sink;
 mod templates;
 mod tracking;
 mod workflow_runs;
+mod workflow_steps;
 mod workflow_triggers;
 mod workflows;

@@ -427,3 +427,76 @@ async fn one_projects_key_never_reaches_anothers_workflows() {
     assert_eq!(a.secret.get(&format!("/workflows/{wf}")).await.json["name"], "Onboarding", "untouched");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn fields_list_contact_fields_and_the_data_keys_of_recent_events() {
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    p.secret.post("/contacts", json!({ "email": "a@example.com", "data": { "plan": "pro", "seats": 3 } })).await;
+    p.secret
+        .post(
+            "/v1/track",
+            json!({ "email": "a@example.com", "event": "purchase", "data": { "total": 30, "sku": "x" } }),
+        )
+        .await;
+    p.secret.post("/v1/track", json!({ "email": "a@example.com", "event": "refund", "data": { "total": 5 } })).await;
+    let r = p.secret.get("/workflows/fields").await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let names: Vec<&str> = r.json["fields"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    for want in ["contact.email", "contact.subscribed", "data.plan", "data.seats", "event.total", "event.sku"] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+    assert_eq!(r.json["count"], names.len());
+    let typed = r.json["typedFields"].as_array().unwrap();
+    let total = typed.iter().find(|f| f["field"] == "event.total").unwrap();
+    assert_eq!((total["type"].clone(), total["events"].clone()), (json!("number"), json!(["purchase", "refund"])));
+    assert_eq!(typed.iter().find(|f| f["field"] == "data.seats").unwrap()["type"], "number");
+    let only = p.secret.get("/workflows/fields?eventName=refund").await.json;
+    let names: Vec<&str> = only["fields"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(names.contains(&"event.total") && !names.contains(&"event.sku"), "{names:?}");
+    // Another project sees none of it.
+    let q = proj(&s, "q@example.com").await;
+    let theirs = q.secret.get("/workflows/fields").await.json;
+    assert!(!theirs["fields"].as_array().unwrap().iter().any(|f| f == "event.total" || f == "data.plan"), "{theirs}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn usage_reports_name_workflows_and_what_an_enabled_workflow_uses_cannot_go() {
+    let s = Server::start().await;
+    let (p, template) = with_template(&s, "o@example.com").await;
+    let seg = p.secret.post("/segments", json!({ "name": "VIP", "type": "STATIC" })).await;
+    assert_eq!(seg.status, 201, "{}", seg.json);
+    let seg = seg.json["id"].as_str().unwrap().to_string();
+    let (wf, _) = workflow(&p, "signup").await;
+    step(&p, &wf, json!({ "type": "SEND_EMAIL", "name": "Welcome mail", "templateId": template })).await;
+    step(&p, &wf, json!({ "type": "CONDITION", "name": "Pro?", "config": { "field": "data.plan", "operator": "equals", "value": "pro" } })).await;
+    step(&p, &wf, json!({ "type": "CONDITION", "name": "VIP?", "config": { "field": "segment.".to_string() + &seg, "operator": "memberOfSegment" }, "autoConnect": false })).await;
+    step(&p, &wf, json!({ "type": "WAIT_FOR_EVENT", "name": "Bought?", "config": { "eventName": "purchase" }, "autoConnect": false })).await;
+    let named = |r: &Resp, key: &str| r.json[key].as_array().unwrap().iter().any(|w| w["id"] == wf.as_str());
+    assert!(named(&p.secret.get("/events/signup/usage").await, "usedInWorkflows"), "the trigger");
+    assert!(named(&p.secret.get("/events/purchase/usage").await, "usedInWorkflows"), "a wait");
+    assert!(!named(&p.secret.get("/events/other/usage").await, "usedInWorkflows"));
+    let field = p.secret.get("/contacts/fields/data.plan/usage").await;
+    assert!(named(&field, "usedInWorkflows"), "{}", field.json);
+    assert_eq!(field.json["canDelete"], false);
+    let usage = p.secret.get(&format!("/templates/{template}/usage")).await;
+    assert_eq!(usage.json["workflowSteps"][0]["workflowId"], wf.as_str(), "{}", usage.json);
+    assert_eq!(usage.json["workflowSteps"][0]["stepName"], "Welcome mail");
+
+    // Disabled, the workflow blocks nothing; enabled, its template and segment cannot go.
+    p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": true })).await;
+    let r = p.secret.delete(&format!("/templates/{template}")).await;
+    assert_envelope(&r, 409, "CONFLICT");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("Welcome mail"), "{}", r.json);
+    let r = p.secret.delete(&format!("/segments/{seg}")).await;
+    assert_envelope(&r, 409, "CONFLICT");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("1 enabled workflow"), "{}", r.json);
+    assert_eq!(p.secret.delete("/contacts/fields/data.plan").await.status, 409);
+    // The trigger event's history may go.
+    assert_eq!(p.secret.delete("/events/signup").await.status, 200);
+    p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": false })).await;
+    assert_eq!(p.secret.delete(&format!("/segments/{seg}")).await.status, 204);
+    assert_eq!(p.secret.delete(&format!("/templates/{template}")).await.status, 204);
+    s.stop().await;
+}

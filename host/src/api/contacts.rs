@@ -411,13 +411,13 @@ pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<
 
 async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
     let usage = contacts::field_usage(st, project_id, name).await?;
-    // Campaigns and workflows do not name custom fields yet.
+    // Campaigns do not name custom fields.
     Ok(FieldUsageOut {
         field: format!("data.{name}"),
         can_delete: usage.can_delete(),
         used_in_segments: usage.segments.into_iter().map(|(id, name)| json!({ "id": id, "name": name })).collect(),
         used_in_campaigns: vec![],
-        used_in_workflows: vec![],
+        used_in_workflows: usage.workflows.into_iter().map(|(id, name)| json!({ "id": id, "name": name })).collect(),
         contact_count: usage.contact_count,
     })
 }

@@ -367,16 +367,17 @@ pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<R
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
-        let (event_count, segments) = history::usage(&st, &ctx.project_id, &name).await?;
-        let used_in_segments =
-            segments.into_iter().map(|(id, name)| serde_json::json!({ "id": id, "name": name })).collect();
-        // Workflows and campaigns do not exist yet.
+        let found = history::usage(&st, &ctx.project_id, &name).await?;
+        let pairs = |v: Vec<(String, String)>| -> Vec<serde_json::Value> {
+            v.into_iter().map(|(id, name)| serde_json::json!({ "id": id, "name": name })).collect()
+        };
+        // Campaign audiences are segments or conditions without event filters of their own.
         Reply::ok(&EventUsageOut {
             event: name,
-            used_in_segments,
-            used_in_workflows: vec![],
+            used_in_segments: pairs(found.segments),
+            used_in_workflows: pairs(found.workflows),
             used_in_campaigns: vec![],
-            event_count,
+            event_count: found.count,
         })
     });
     fut.await

@@ -306,8 +306,8 @@ pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Res
     fut.await
 }
 
-/// Campaigns and workflow steps that use the template (none until workflows exist: campaigns carry their
-/// own body), and how many emails were rendered from it.
+/// Campaigns and workflow steps that use the template (campaigns carry their own body, so none), and
+/// how many emails were rendered from it.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = UsageOut)))]
 pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
@@ -315,7 +315,12 @@ pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<
         let ctx = project(depot)?;
         let id = id.into_inner();
         let emails_sent = templates::emails_sent(&st, &ctx.project_id, &id).await?;
-        Reply::ok(&UsageOut { campaigns: vec![], workflow_steps: vec![], emails_sent })
+        let workflow_steps = templates::workflow_steps(&st, &ctx.project_id, &id, false)
+            .await?
+            .into_iter()
+            .map(|(w, wn, s, sn)| serde_json::json!({ "workflowId": w, "workflowName": wn, "stepId": s, "stepName": sn }))
+            .collect();
+        Reply::ok(&UsageOut { campaigns: vec![], workflow_steps, emails_sent })
     });
     fut.await
 }

@@ -253,6 +253,7 @@ pub fn router() -> Router {
         .hoop(ApiKeyAuth(KeyRule::SecretOnly))
         .get(list_workflows)
         .post(create_workflow)
+        .push(Router::with_path("fields").get(workflow_fields))
         .append(&mut super::workflow_executions::routes())
         .push(Router::with_path("{id}/steps/{step_id}").patch(patch_step).delete(delete_step))
         .push(Router::with_path("{id}/steps").post(add_step))
@@ -262,6 +263,62 @@ pub fn router() -> Router {
 }
 
 type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
+
+#[derive(Serialize, ToSchema)]
+pub struct FieldOut {
+    field: String,
+    /// string, number, boolean, date or object
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    kind: String,
+    /// Contact Fields, Custom Data or Event Data
+    category: String,
+    /// event fields: the event names the key was seen in
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    events: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct FieldsOut {
+    /// every field name, sorted
+    fields: Vec<String>,
+    typed_fields: Vec<FieldOut>,
+    count: usize,
+}
+
+/// The fields a CONDITION step can read: contact fields (`contact.email`, `contact.subscribed`, ...,
+/// `data.<key>` with types) and event fields (`event.<key>`, from the project's recent events, with the
+/// event names they came from; `eventName` narrows them to one event).
+#[endpoint(
+    tags("workflows"),
+    security(("bearer" = [])),
+    parameters(("eventName" = Option<String>, Query, description = "only the fields of this event")),
+    responses((status_code = 200, body = FieldsOut))
+)]
+pub async fn workflow_fields(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: Fut<'_, Reply> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let event = query_str(req, "eventName");
+        let all = crate::services::workflows::fields::fields(&st, &ctx.project_id, event.as_deref()).await?;
+        Reply::ok(&FieldsOut {
+            fields: all.iter().map(|f| f.field.clone()).collect(),
+            count: all.len(),
+            typed_fields: all
+                .into_iter()
+                .map(|f| FieldOut {
+                    field: f.field,
+                    kind: f.kind.into(),
+                    category: f.category.into(),
+                    events: f.events,
+                })
+                .collect(),
+        })
+    });
+    fut.await
+}
 
 /// Lists workflows, newest first: `page`, `pageSize` (1 to 100), `search` (name, description), `enabled`.
 #[endpoint(

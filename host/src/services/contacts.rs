@@ -105,8 +105,9 @@ pub async fn existing_emails(st: &AppState, project: &str, emails: &[String]) ->
     Ok(st.store.existing_emails(project, emails).await?.into_iter().collect())
 }
 
-/// The type a custom value counts as: a date-time or a date-only string is a `date`.
-fn type_of(v: &Value) -> &'static str {
+/// The type a custom value counts as (`/contacts/fields`, `/workflows/fields`): a date-time or a
+/// date-only string is a `date`.
+pub fn type_of(v: &Value) -> &'static str {
     match v {
         Value::Bool(_) => "boolean",
         Value::Number(_) => "number",
@@ -174,14 +175,16 @@ pub async fn field_values(st: &AppState, project: &str, name: &str, limit: usize
 pub struct FieldUsage {
     /// (id, name) of the segments whose condition names it
     pub segments: Vec<(String, String)>,
+    /// (id, name) of the workflows whose CONDITION steps read it
+    pub workflows: Vec<(String, String)>,
     /// contacts that have it
     pub contact_count: usize,
 }
 
 impl FieldUsage {
-    /// Nothing uses it (campaigns and workflows do not name custom fields yet).
+    /// Nothing uses it (campaigns do not name custom fields).
     pub fn can_delete(&self) -> bool {
-        self.segments.is_empty()
+        self.segments.is_empty() && self.workflows.is_empty()
     }
 }
 
@@ -189,7 +192,14 @@ impl FieldUsage {
 pub async fn field_usage(st: &AppState, project: &str, name: &str) -> Result<FieldUsage, ApiError> {
     let contact_count = st.store.all_contact_data(project).await?.iter().filter(|d| d.contains_key(name)).count();
     let segments = st.store.segments_using_field(project, name).await?;
-    Ok(FieldUsage { segments, contact_count })
+    let workflows = st
+        .store
+        .workflows_referencing(project, "ref_fields", name, false)
+        .await?
+        .into_iter()
+        .map(|w| (w.id, w.name))
+        .collect();
+    Ok(FieldUsage { segments, workflows, contact_count })
 }
 
 /// Deletes a custom field on every contact of the project; 409 while something uses it. Returns the

@@ -40,8 +40,35 @@ pub async fn update(st: &AppState, project: &str, t: &mut TemplateRow, before_fr
     Ok(st.store.save_template(project, t).await?)
 }
 
-/// Deletes a template (404 when it is not the project's).
+/// The SEND_EMAIL steps that use a template: (workflow id, workflow name, step id, step name).
+pub async fn workflow_steps(
+    st: &AppState,
+    project: &str,
+    id: &str,
+    enabled_only: bool,
+) -> Result<Vec<(String, String, String, String)>, ApiError> {
+    let mut out = Vec::new();
+    for w in st.store.workflows_referencing(project, "ref_templates", id, enabled_only).await? {
+        for s in w.graph.steps.iter().filter(|s| s.template_id.as_deref() == Some(id)) {
+            out.push((w.id.clone(), w.name.clone(), s.id.clone(), s.name.clone()));
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes a template (404 when it is not the project's; 409 while an enabled workflow sends it).
 pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiError> {
+    get(st, project, id).await?;
+    let users = workflow_steps(st, project, id, true).await?;
+    if !users.is_empty() {
+        let names: Vec<String> =
+            users.iter().map(|(w, wn, _, sn)| format!("step {sn:?} of workflow {wn:?} ({w})")).collect();
+        return Err(ApiError::Conflict(format!(
+            "Template {id} is sent by {} of an enabled workflow: {}; disable the workflow or change the step first",
+            if users.len() == 1 { "a step" } else { "steps" },
+            names.join(", ")
+        )));
+    }
     if !st.store.delete_template(project, id).await? {
         return Err(not_found(id));
     }

@@ -73,14 +73,38 @@ fn run_docs(project: &str, execution: &str, runs: &[StepRunRow]) -> Vec<Value> {
 }
 
 /// What a write of an execution carries besides the row: its step runs (created or replaced), jobs to
-/// queue, events to store, and whether the contact leaves the workflow (its entry stops being active).
+/// queue, events to store, an email a SEND_EMAIL step wrote, and whether the contact leaves the
+/// workflow (its entry stops being active).
 #[derive(Debug, Clone, Default)]
 pub struct Effects {
     pub runs: Vec<StepRunRow>,
     /// job rows (`NewJob::doc`)
     pub jobs: Vec<Value>,
     pub events: Vec<Event>,
+    pub email: Option<NewEmail>,
+    /// a plugin step's change to the contact, written only over the version it was planned from
+    pub contact: Option<ContactChange>,
     pub leaves: bool,
+}
+
+/// A change to the execution's contact (its events go with the effects' events).
+#[derive(Debug, Clone)]
+pub struct ContactChange {
+    pub id: String,
+    pub version: i64,
+    pub email: String,
+    pub subscribed: bool,
+    pub data: serde_json::Map<String, Value>,
+    pub events: Vec<Event>,
+}
+
+/// An email record to write with its delivery job.
+#[derive(Debug, Clone)]
+pub struct NewEmail {
+    pub row: super::emails::EmailRow,
+    pub job_kind: &'static str,
+    pub priority: i64,
+    pub attempts: i64,
 }
 
 /// Why a new execution was not started.
@@ -99,12 +123,27 @@ impl Store {
                 "FOR $r IN $runs { UPSERT type::record('workflow_step_run', $r.id) CONTENT $r.doc RETURN NONE; };\n",
             );
         }
+        if fx.contact.is_some() {
+            sql.push_str(
+                "LET $cr = (UPDATE type::record('contact', $c.id) SET email = $c.email, subscribed = $c.subscribed,
+                    data = $c.data, version = version + 1, updated_at = $now
+                    WHERE project = $p AND version = $c.version RETURN VALUE id);
+                 IF array::len($cr) == 0 { THROW 'STALE_CONTACT'; };\n",
+            );
+        }
         if fx.leaves {
             sql.push_str(
                 "UPDATE type::record('workflow_entry', [$wf, $contact]) SET active = false, updated_at = $now RETURN NONE;\n",
             );
         }
-        if !fx.jobs.is_empty() {
+        if fx.email.is_some() {
+            sql.push_str(
+                "INSERT INTO email $emails RETURN NONE;
+                 INSERT INTO email_body $bodies RETURN NONE;
+                 INSERT IGNORE INTO attachment_set $sets RETURN NONE;\n",
+            );
+        }
+        if !fx.jobs.is_empty() || fx.email.is_some() {
             sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
         }
         if !fx.events.is_empty() {
@@ -114,9 +153,24 @@ impl Store {
     }
 
     fn effects_vars(project: &str, e: &ExecutionRow, fx: &Effects, now: i64) -> Value {
+        let mut jobs = fx.jobs.clone();
+        let mail = match &fx.email {
+            Some(m) => {
+                let docs =
+                    super::emails::email_docs(std::slice::from_ref(&m.row), m.job_kind, m.priority, m.attempts, 1);
+                jobs.extend(docs.jobs);
+                (docs.rows, docs.bodies, docs.sets)
+            }
+            None => Default::default(),
+        };
+        let change = fx.contact.as_ref().map(|c| {
+            vars! { "id": c.id, "version": c.version, "email": c.email, "subscribed": c.subscribed, "data": c.data }
+        });
         vars! {
+            "c": change,
+            "emails": mail.0, "bodies": mail.1, "sets": mail.2,
             "p": project, "id": e.id, "wf": e.workflow, "contact": e.contact, "now": now,
-            "doc": exec_doc(project, e), "runs": run_docs(project, &e.id, &fx.runs), "jobs": fx.jobs,
+            "doc": exec_doc(project, e), "runs": run_docs(project, &e.id, &fx.runs), "jobs": jobs,
             "events": fx.events.iter().map(Event::row).collect::<Vec<_>>(),
             "outbox": outbox_row(fx.events.iter().map(|x| x.id.as_str())),
         }
@@ -171,6 +225,17 @@ impl Store {
         );
         Self::effects_sql(&mut sql, fx);
         sql.push_str("COMMIT TRANSACTION;");
+        if let Some(c) = &fx.contact {
+            let w = super::contacts::ContactWrite::Update {
+                id: c.id.clone(),
+                version: c.version,
+                email: c.email.clone(),
+                subscribed: c.subscribed,
+                data: c.data.clone(),
+                now,
+            };
+            self.forget_written(project, std::slice::from_ref(&w));
+        }
         let mut v = Self::effects_vars(project, to, fx, now);
         v["fs"] = serde_json::to_value(from.status).unwrap_or(Value::Null);
         // NONE in the row reads as NONE; a bound null would not compare equal to it.

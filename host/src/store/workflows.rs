@@ -253,6 +253,24 @@ impl Store {
         Ok(v.as_bool().unwrap_or(false))
     }
 
+    /// The project's workflows whose graph uses `value` in `refs` (`ref_fields`, `ref_templates` or
+    /// `ref_segments`, a name from the code), enabled ones only when `enabled_only`.
+    pub async fn workflows_referencing(
+        &self,
+        project: &str,
+        refs: &'static str,
+        value: &str,
+        enabled_only: bool,
+    ) -> Result<Vec<WorkflowRow>, StoreError> {
+        let enabled = if enabled_only { " AND enabled = true" } else { "" };
+        self.query(
+            &format!("SELECT {FIELDS} FROM workflow WHERE project = $p AND $v IN {refs}{enabled} ORDER BY created_at"),
+            vars! { "p": project, "v": value },
+        )
+        .await?
+        .all(0)
+    }
+
     /// The names of the project's workflows whose trigger is `event` or whose steps wait for or ask
     /// about it (usage reports).
     pub async fn workflows_using_event(&self, project: &str, event: &str) -> Result<Vec<(String, String)>, StoreError> {

@@ -9,7 +9,8 @@
 //! percent-encoded; line breaks are dropped from header values. In a JSON body, a string that is
 //! exactly one placeholder keeps the value's JSON type (`"{{contact.data}}"` inserts the object).
 //!
-//! The request times out after 10 s. Any HTTP response, 2xx or not, is recorded in the step's output
+//! Every request carries `Idempotency-Key: <executionId>:<stepId>` (unless the config sets that header),
+//! the same on every attempt of the step. The request times out after 10 s. Any HTTP response, 2xx or not, is recorded in the step's output
 //! (`{"status", "ok", "body", "truncated"}`, body cut at 1 KiB) and the flow continues. A timeout or
 //! connection failure is a retryable error; a request the host refuses (a private or loopback address,
 //! a host the operator did not allow) is a non-retryable `denied` error.
@@ -82,6 +83,12 @@ impl Step for Webhook {
                 }
                 request = request.body(rendered.to_string());
             }
+        }
+        // The same key on every attempt of this step of this execution: a receiver can drop the one repeat
+        // a crash between the call and its record can cause.
+        if request.header_value("idempotency-key").is_none() {
+            let key = format!("{}:{}", input.execution.execution_id, input.execution.step_id);
+            request = request.header("Idempotency-Key", key);
         }
         if request.header_value("user-agent").is_none() {
             request = request.header("User-Agent", concat!("Herald-Webhook/", env!("CARGO_PKG_VERSION")));

@@ -81,11 +81,21 @@ pub async fn names(st: &AppState, project: &str) -> Result<Vec<(String, i64, i64
     Ok(rows)
 }
 
-/// How many events have this name, and the (id, name) of the segments whose condition names it.
-pub async fn usage(st: &AppState, project: &str, name: &str) -> Result<(i64, Vec<(String, String)>), ApiError> {
+/// Where an event name is used.
+pub struct EventUsage {
+    pub count: i64,
+    /// (id, name) of the segments whose condition names it
+    pub segments: Vec<(String, String)>,
+    /// (id, name) of the workflows it triggers or whose steps wait for or ask about it
+    pub workflows: Vec<(String, String)>,
+}
+
+/// How many events have this name, and the segments and workflows that name it.
+pub async fn usage(st: &AppState, project: &str, name: &str) -> Result<EventUsage, ApiError> {
     let count = st.store.count_events(project, Some(name), None).await?;
     let segments = st.store.segments_using_event(project, name).await?;
-    Ok((count, segments))
+    let workflows = st.store.workflows_using_event(project, name).await?;
+    Ok(EventUsage { count, segments, workflows })
 }
 
 /// Deletes every event with this name; returns how many.

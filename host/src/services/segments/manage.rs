@@ -156,6 +156,16 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiErr
             campaigns.join(", ")
         )));
     }
+    let workflows = st.store.workflows_referencing(project, "ref_segments", id, true).await?;
+    if !workflows.is_empty() {
+        let names: Vec<String> = workflows.iter().map(|w| format!("{} ({})", w.name, w.id)).collect();
+        return Err(ApiError::Conflict(format!(
+            "Segment {id} is read by a CONDITION step of {} enabled workflow{}: {}",
+            workflows.len(),
+            if workflows.len() == 1 { "" } else { "s" },
+            names.join(", ")
+        )));
+    }
     if !st.store.delete_segment(project, id).await? {
         return Err(not_found(id));
     }

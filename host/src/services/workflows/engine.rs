@@ -14,10 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use crate::domain::conditions::{Group, Logic, Op, Operand, Tree};
 use crate::domain::status::{ExecutionStatus, StepRunStatus};
 use crate::domain::workflows::run::{self, Next};
-use crate::domain::workflows::steps::{self, Source};
+use crate::domain::workflows::steps;
 use crate::domain::workflows::{self as wf, Step, WaitOutcome};
 use crate::infra::clock::SharedClock;
 use crate::infra::jobs::{JobContext, Registry};
@@ -25,7 +24,7 @@ use crate::plugins::PluginHost;
 use crate::services::segments;
 use crate::store::events::Event;
 use crate::store::jobs::NewJob;
-use crate::store::workflow_runs::{Effects, ExecutionRow, StartRefused, StepRunRow};
+use crate::store::workflow_runs::{ContactChange, Effects, ExecutionRow, NewEmail, StartRefused, StepRunRow};
 use crate::store::workflows::WorkflowRow;
 use crate::store::{Store, StoreError};
 
@@ -33,6 +32,9 @@ pub const RUN_JOB: &str = "workflow.run";
 pub const TIMER_JOB: &str = "workflow.timer";
 /// Claim priority of workflow jobs: after transactional delivery (100), before campaign work (5, 1).
 pub const JOB_PRIORITY: i64 = 50;
+/// Delivery priority of workflow mail: after transactional sends (100), before marketing sends (10)
+/// and campaigns (a kind of their own, claimed last).
+pub const EMAIL_PRIORITY: i64 = 50;
 /// Attempts of a workflow job before the execution fails.
 const JOB_ATTEMPTS: i64 = 5;
 /// Event names Herald emits for executions.
@@ -46,6 +48,7 @@ pub struct Engine {
     pub clock: SharedClock,
     pub plugins: Arc<PluginHost>,
     pub segments: segments::Engine,
+    pub composer: Arc<crate::services::compose::Composer>,
     /// Wakes the job worker (set once the worker exists).
     pub wake: OnceLock<Arc<tokio::sync::Notify>>,
     /// Per project, the event names its workflows listen for, and when they were read ([`LISTEN_FRESH`]).
@@ -61,11 +64,17 @@ pub type Listening = (Instant, Arc<HashSet<String>>);
 const LISTEN_FRESH: Duration = Duration::from_secs(2);
 
 /// What a step came to.
-enum Outcome {
-    /// Finished: the branch or wait outcome to follow, its output and the context after it.
+pub(super) enum Outcome {
+    /// Finished: the branch or wait outcome to follow, and its output.
     Done { branch: Option<String>, wait: Option<WaitOutcome>, output: Value },
+    /// A plugin step finished with a change to the contact, written with the step's completion.
+    Patched { branch: Option<String>, output: Value, change: Box<ContactChange> },
     /// Waits: until a time (a timer job then), for an event, or both.
     Wait { until: Option<i64>, event: Option<String>, output: Value },
+    /// A SEND_EMAIL step wrote its email (with the step's completion, so never twice).
+    Sent { email: Box<crate::store::emails::EmailRow>, output: Value },
+    /// The step had nothing to do (the reason in its output); the flow goes on.
+    Skipped { reason: String },
     /// An EXIT step.
     Exit { reason: Option<String> },
     /// The step failed; so does the execution.
@@ -414,7 +423,7 @@ impl Engine {
                 return self.fail(project, &e, "its step was deleted from the workflow").await.map_err(s);
             };
             let now = self.clock.now_ms();
-            let outcome = match self.execute(project, &e, &step, now).await {
+            let outcome = match self.execute(project, &w, &e, &step, now, attempt).await {
                 Ok(o) => o,
                 // The job is tried again with its backoff; its last attempt fails the execution.
                 Err(StepError::Retry(m)) if attempt < JOB_ATTEMPTS => return Err(m),
@@ -457,6 +466,26 @@ impl Engine {
                 fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
                 self.move_on(project, w, &mut to, &step.id, branch.as_deref(), wait, &mut fx, now);
             }
+            Outcome::Patched { branch, output, change } => {
+                fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
+                fx.events.extend(change.events.iter().cloned());
+                fx.contact = Some(*change);
+                self.move_on(project, w, &mut to, &step.id, branch.as_deref(), None, &mut fx, now);
+            }
+            Outcome::Sent { email, output } => {
+                fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
+                fx.email = Some(NewEmail {
+                    row: *email,
+                    job_kind: crate::services::delivery::DELIVER_JOB,
+                    priority: EMAIL_PRIORITY,
+                    attempts: crate::services::delivery::DELIVER_ATTEMPTS,
+                });
+                self.move_on(project, w, &mut to, &step.id, None, None, &mut fx, now);
+            }
+            Outcome::Skipped { reason } => {
+                fx.runs.push(run(StepRunStatus::Skipped, Some(json!({ "reason": reason })), None, true));
+                self.move_on(project, w, &mut to, &step.id, None, None, &mut fx, now);
+            }
             Outcome::Wait { until, event: awaited, output } => {
                 let r = run(StepRunStatus::Waiting, Some(output), None, false);
                 to.status = ExecutionStatus::Waiting;
@@ -495,7 +524,15 @@ impl Engine {
     }
 
     /// Decides what a step comes to (no effect is written here).
-    async fn execute(&self, project: &str, e: &ExecutionRow, step: &Step, now: i64) -> Result<Outcome, StepError> {
+    async fn execute(
+        &self,
+        project: &str,
+        w: &WorkflowRow,
+        e: &ExecutionRow,
+        step: &Step,
+        now: i64,
+        attempt: i64,
+    ) -> Result<Outcome, StepError> {
         let c = &step.config;
         Ok(match step.kind.as_str() {
             wf::TRIGGER => Outcome::Done { branch: None, wait: None, output: json!({}) },
@@ -527,47 +564,9 @@ impl Engine {
                 }
             }
             wf::EXIT => Outcome::Exit { reason: c.get("reason").and_then(Value::as_str).map(str::to_string) },
-            other => Outcome::Failed { error: format!("step type {other} is not run by this version of Herald yet") },
+            wf::SEND_EMAIL => self.send_email(project, e, step, now).await?,
+            _ => self.plugin_step(project, w, e, step, now, attempt).await?,
         })
-    }
-
-    /// Evaluates a CONDITION step for the execution's contact and context.
-    async fn condition(&self, project: &str, e: &ExecutionRow, config: &Value, now: i64) -> Result<bool, StepError> {
-        let plugins = self.plugins.clone();
-        let cond = match steps::parse_condition(config, &move |op| plugins.operator(op).is_some()) {
-            Ok(c) => c,
-            // A plugin operator whose plugin is gone, or a config saved by an older version.
-            Err(m) => return Err(StepError::Retry(format!("the condition cannot be evaluated: {m}"))),
-        };
-        match &cond.source {
-            Source::Context(path) => {
-                let value = run::at_path(&e.context, path);
-                if let Op::Plugin(op) = &cond.filter.op {
-                    let operand = match &cond.filter.operand {
-                        Operand::Raw(v) => crate::plugins::Value::from_json(v),
-                        _ => crate::plugins::Value::Null,
-                    };
-                    let v = crate::plugins::Value::from_json(value.unwrap_or(&Value::Null));
-                    let r =
-                        self.plugins.evaluate(op, &operand, &[v]).await.map_err(|e| StepError::Retry(e.to_string()))?;
-                    return Ok(r.first().copied().unwrap_or(false));
-                }
-                Ok(run::eval(&cond.filter, value, now))
-            }
-            Source::Contact => {
-                let tree =
-                    Tree { logic: Logic::And, groups: vec![Group { filters: vec![cond.filter], conditions: None }] };
-                let compiled =
-                    self.segments.compile(project, &tree, now).await.map_err(|e| StepError::Retry(e.to_string()))?;
-                let ids = [e.contact.clone()];
-                let found = self
-                    .segments
-                    .matching_among(project, &compiled, &ids)
-                    .await
-                    .map_err(|e| StepError::Retry(e.to_string()))?;
-                Ok(!found.is_empty())
-            }
-        }
     }
 }
 
@@ -585,7 +584,7 @@ impl crate::services::events::Subscriber for Triggers {
 }
 
 /// Why a step could not be decided now.
-enum StepError {
+pub(super) enum StepError {
     /// Worth another attempt later (with the job's backoff); the last attempt fails the execution.
     Retry(String),
 }

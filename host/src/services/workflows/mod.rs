@@ -1,9 +1,13 @@
 //! Workflows (docs/behaviour.md#workflows): `manage.rs` is what the user edits (the workflow, its
 //! trigger, steps and transitions under the graph rules of `domain::workflows`); `engine.rs` starts and
-//! runs executions on the job queue; `executions.rs` is what the user does with executions.
+//! runs executions on the job queue and listens to the event stream; `steps.rs` holds the steps that
+//! reach outside it (SEND_EMAIL, plugin steps, CONDITION); `executions.rs` is what the user does with
+//! executions; `fields.rs` answers `GET /workflows/fields`.
 //!
 //! Must not import: salvo, surrealdb.
 
 pub mod engine;
 pub mod executions;
+pub mod fields;
 pub mod manage;
+pub mod steps;
