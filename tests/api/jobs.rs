@@ -324,6 +324,7 @@ async fn each_recurring_kind_is_queued_once_with_its_interval() {
         ("jobs.purge", 3_600_000),
         ("segments.refresh", 300_000),
         ("segments.track", 2_000),
+        ("workflows.schedule", 15_000),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

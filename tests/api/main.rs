@@ -24,6 +24,7 @@ mod send;
 mod smtp_sink;
 mod templates;
 mod tracking;
+mod workflow_durability;
 mod workflow_runs;
 mod workflow_steps;
 mod workflow_triggers;

@@ -4,6 +4,8 @@
 
 use serde_json::{Value, json};
 
+use herald_host::infra::clock::Clock as _;
+
 use crate::harness::*;
 
 /// Lets the event stream's dispatch job come due, then runs the queue until nothing is due.
@@ -178,4 +180,90 @@ async fn workflows_that_trigger_each_other_stop() {
     let c_runs = executions(&p, &c).await;
     assert!(c_runs.iter().all(|e| e["status"] != "RUNNING"));
     s.stop().await;
+}
+
+#[tokio::test]
+async fn a_schedule_enrolls_its_audience_once_per_tick_across_two_processes() {
+    // 2027-01-15 08:00 UTC.
+    let clock = herald_host::infra::clock::ManualClock::new(1_800_000_000_000);
+    let mut config = herald_host::config::Config::for_tests();
+    config.run_jobs = false;
+    let a = Server::start_with(config, Some(clock.clone())).await;
+    let mut config = herald_host::config::Config::for_tests();
+    config.run_jobs = false;
+    let app = herald_host::App::from_store(
+        config,
+        a.state.store.sibling(),
+        std::sync::Arc::new(clock.clone()),
+        herald_host::infra::jobs::builtin_registry(),
+    )
+    .await
+    .unwrap();
+    let b = Server::serve(app, Some(clock.clone())).await;
+    let p = proj(&a, "o@example.com").await;
+    for (email, sub, plan) in
+        [("p1@x.io", true, "pro"), ("p2@x.io", true, "pro"), ("p3@x.io", false, "pro"), ("f1@x.io", true, "free")]
+    {
+        p.secret.post("/contacts", json!({ "email": email, "subscribed": sub, "data": { "plan": plan } })).await;
+    }
+    let (wf, _) = workflow(&p, "unused", true, &[("EXIT", json!({}))]).await;
+    let pro = json!({ "groups": [{ "filters": [{ "field": "data.plan", "operator": "equals", "value": "pro" }] }] });
+    // Refused configs name their field.
+    for (config, field) in [
+        (json!({ "cron": "every day", "audience": { "condition": pro } }), "triggerConfig.cron"),
+        (
+            json!({ "cron": "0 9 * * *", "timezone": "Nowhere/Land", "audience": { "condition": pro } }),
+            "triggerConfig.timezone",
+        ),
+        (json!({ "cron": "0 9 * * *", "audience": { "segmentId": "nope" } }), "triggerConfig.audience.segmentId"),
+        (
+            json!({ "cron": "0 9 * * *", "audience": { "condition": { "groups": [{ "filters": [{ "field": "data.x", "operator": "nope" }] }] } } }),
+            "triggerConfig.audience.condition",
+        ),
+    ] {
+        let r = p
+            .secret
+            .patch(&format!("/workflows/{wf}"), json!({ "triggerType": "SCHEDULE", "triggerConfig": config }))
+            .await;
+        assert_envelope(&r, 422, "VALIDATION_ERROR");
+        assert_eq!(r.json["error"]["errors"][0]["field"], field, "{}", r.json);
+    }
+    let schedule = json!({ "cron": "0 9 * * *", "timezone": "UTC", "audience": { "condition": pro } });
+    let r = p
+        .secret
+        .patch(&format!("/workflows/{wf}"), json!({ "triggerType": "SCHEDULE", "triggerConfig": schedule }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json["triggerConfig"], schedule);
+    assert_eq!(r.json["steps"][0]["config"], schedule, "the TRIGGER step follows");
+
+    let fire_both = async || {
+        let now = clock.now_ms();
+        let (x, y) = tokio::join!(a.state.workflows.fire_due(now), b.state.workflows.fire_due(now));
+        x.unwrap() + y.unwrap()
+    };
+    let drain_both = async || {
+        for _ in 0..50 {
+            let (x, y) = tokio::join!(a.worker.run_once(10), b.worker.run_once(10));
+            if x.unwrap().is_empty() && y.unwrap().is_empty() {
+                return;
+            }
+        }
+    };
+    assert_eq!(fire_both().await, 0, "not due before 09:00");
+    clock.advance(3_600_000);
+    assert_eq!(fire_both().await, 1, "one tick, fired by one of the two processes");
+    drain_both().await;
+    let runs = executions(&p, &wf).await;
+    assert_eq!(runs.len(), 2, "the subscribed contacts of the audience: {runs:?}");
+    assert!(runs.iter().all(|e| e["status"] == "EXITED"));
+    assert_eq!(fire_both().await, 0, "the same tick never fires twice");
+    // Down for three days: the missed ticks fire once.
+    clock.advance(3 * 86_400_000);
+    assert_eq!(fire_both().await, 1);
+    assert_eq!(fire_both().await, 0);
+    drain_both().await;
+    assert_eq!(executions(&p, &wf).await.len(), 4, "one more round for the two (allowReentry true)");
+    a.stop().await;
+    b.stop().await;
 }

@@ -32,6 +32,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0022_email_reports.surql", include_str!("../../../migrations/0022_email_reports.surql")),
     ("0023_workflows.surql", include_str!("../../../migrations/0023_workflows.surql")),
     ("0024_workflow_triggers.surql", include_str!("../../../migrations/0024_workflow_triggers.surql")),
+    ("0025_workflow_schedules.surql", include_str!("../../../migrations/0025_workflow_schedules.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -21,6 +21,9 @@ pub struct WorkflowRow {
     pub version: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    /// when an enabled SCHEDULE workflow is due next
+    #[serde(default)]
+    pub next_at: Option<i64>,
 }
 
 /// A workflow in a list: its fields without the graph, and counts.
@@ -59,7 +62,7 @@ pub struct WorkflowQuery {
 }
 
 const FIELDS: &str = "record::id(id) AS id, name, description, enabled, trigger_type, trigger_config, allow_reentry, \
-                      graph, version, created_at, updated_at";
+                      graph, version, created_at, updated_at, next_at";
 
 const ACTIVE: &str = "count(SELECT VALUE id FROM workflow_execution WHERE workflow = $id AND project = $p AND status IN ['RUNNING', 'WAITING'])";
 
@@ -75,6 +78,7 @@ impl Store {
             "allow_reentry": w.allow_reentry, "graph": w.graph, "version": w.version,
             "ref_events": refs.events, "ref_fields": refs.fields, "ref_templates": refs.templates,
             "ref_segments": refs.segments, "created_at": w.created_at, "updated_at": w.updated_at,
+            "next_at": w.next_at,
         })
     }
 
@@ -170,6 +174,59 @@ impl Store {
             );
         }
         Ok(names)
+    }
+
+    /// Enabled SCHEDULE workflows (of every project) due at `now`, at most `limit`.
+    pub async fn due_workflows(&self, now: i64, limit: usize) -> Result<Vec<(String, WorkflowRow)>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                &format!(
+                    "SELECT project, {FIELDS} FROM workflow WHERE next_at <= $now AND enabled = true
+                     AND trigger_type = 'SCHEDULE' LIMIT $limit"
+                ),
+                vars! { "now": now, "limit": limit },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let project = r.get("project")?.as_str()?.to_string();
+                Some((project, serde_json::from_value(r).ok()?))
+            })
+            .collect())
+    }
+
+    /// Moves a schedule from `due` to `next` and queues its enrollment job in the same transaction, if no
+    /// other process moved it first: true when this call fired the tick.
+    pub async fn fire_schedule(
+        &self,
+        project: &str,
+        id: &str,
+        due: i64,
+        next: Option<i64>,
+        job: &Value,
+    ) -> Result<bool, StoreError> {
+        // A schedule that never comes due again keeps no time (NONE, not a bound null).
+        let set = if next.is_some() { "next_at = $next" } else { "next_at = NONE" };
+        let v = self
+            .write(|| async {
+                self.query(
+                    &format!(
+                        "BEGIN TRANSACTION;
+                         LET $r = (UPDATE type::record('workflow', $id) SET {set}
+                            WHERE project = $p AND next_at = $due AND enabled = true RETURN VALUE record::id(id));
+                         IF array::len($r) > 0 {{ INSERT INTO job [$job] RETURN NONE; }};
+                         RETURN array::len($r) > 0;
+                         COMMIT TRANSACTION;"
+                    ),
+                    vars! { "p": project, "id": id, "due": due, "next": next, "job": job },
+                )
+                .await?
+                .value_last()
+            })
+            .await?;
+        Ok(v.as_bool().unwrap_or(false))
     }
 
     /// The project's enabled workflows with an EVENT trigger on `event`.

@@ -5,6 +5,7 @@
 //! Must not import: salvo, surrealdb, tokio.
 
 pub mod run;
+pub mod schedule;
 pub mod steps;
 
 use std::collections::{HashMap, HashSet, VecDeque};

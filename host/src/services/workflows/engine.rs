@@ -104,6 +104,11 @@ fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// An id derived from `key` (the same key, the same id): what makes a repeated start a duplicate.
+pub fn derived_id(key: &str) -> String {
+    uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
+}
+
 impl Engine {
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
         let e = self.clone();
@@ -118,9 +123,10 @@ impl Engine {
         });
         registry.set_priority(RUN_JOB, JOB_PRIORITY);
         registry.set_priority(TIMER_JOB, JOB_PRIORITY);
+        self.register_schedules(registry);
     }
 
-    fn wake(&self) {
+    pub(super) fn wake(&self) {
         if let Some(w) = self.wake.get() {
             w.notify_one();
         }
@@ -138,9 +144,7 @@ impl Engine {
         cause: Option<&Event>,
     ) -> Result<Result<ExecutionRow, StartRefused>, StoreError> {
         let id = match cause {
-            Some(ev) => {
-                uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("{}:{}", w.id, ev.id).as_bytes()).to_string()
-            }
+            Some(ev) => derived_id(&format!("{}:{}", w.id, ev.id)),
             None => new_id(),
         };
         let depth = match cause {
@@ -149,6 +153,21 @@ impl Engine {
             }
             _ => 0,
         };
+        self.start_as(project, w, contact, context, id, cause.map(|ev| ev.id.clone()), depth).await
+    }
+
+    /// [`Engine::start`] with the execution's id, trigger event and depth given.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start_as(
+        &self,
+        project: &str,
+        w: &WorkflowRow,
+        contact: &str,
+        context: Value,
+        id: String,
+        trigger_event: Option<String>,
+        depth: i64,
+    ) -> Result<Result<ExecutionRow, StartRefused>, StoreError> {
         let now = self.clock.now_ms();
         let Some(trigger) = w.graph.trigger() else {
             return Err(StoreError::Decode("a workflow without a TRIGGER step".into()));
@@ -164,7 +183,7 @@ impl Engine {
             timer: None,
             run: None,
             waiting_event: None,
-            trigger_event: cause.map(|ev| ev.id.clone()),
+            trigger_event,
             error: None,
             exit_reason: None,
             created_at: now,

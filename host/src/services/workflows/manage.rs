@@ -85,6 +85,7 @@ pub async fn create(st: &AppState, project: &str, new: NewWorkflow) -> Result<Wo
         version: 1,
         created_at: now,
         updated_at: now,
+        next_at: None,
     };
     st.store.create_workflow(project, &w, &refs(&w.graph)).await?;
     st.workflows.invalidate(project);
@@ -104,10 +105,19 @@ async fn edit<T>(
     for _ in 0..EDIT_ATTEMPTS {
         let mut w = get(st, project, id).await?;
         let from = w.version;
+        let before = (w.enabled, w.trigger_type.clone(), w.trigger_config.clone());
         let out = edit(&mut w)?;
         w.graph.check().map_err(|e| ApiError::BadRequest(e.0))?;
         w.version = from + 1;
         w.updated_at = st.clock.now_ms();
+        // An enabled SCHEDULE workflow keeps when it is due next; enabling it or a new schedule starts
+        // counting from now (ticks missed while disabled do not fire).
+        let unchanged = before == (w.enabled, w.trigger_type.clone(), w.trigger_config.clone());
+        w.next_at = match scheduled(&w) {
+            Some(_) if unchanged && w.next_at.is_some() => w.next_at,
+            Some(s) => s.next_after(w.updated_at),
+            None => None,
+        };
         match st.store.update_workflow(project, &w, &refs(&w.graph), from, structural).await {
             Ok(true) => {
                 st.workflows.invalidate(project);
@@ -135,6 +145,41 @@ pub struct WorkflowPatch {
     pub allow_reentry: Option<bool>,
 }
 
+/// The schedule of an enabled SCHEDULE workflow.
+pub fn scheduled(w: &WorkflowRow) -> Option<crate::domain::workflows::schedule::Schedule> {
+    if !w.enabled || w.trigger_type != "SCHEDULE" {
+        return None;
+    }
+    crate::domain::workflows::schedule::parse(w.trigger_config.as_ref()).ok().map(|(s, _)| s)
+}
+
+/// Checks a SCHEDULE trigger's audience: its segment exists, or its condition is a valid one.
+pub async fn check_audience(st: &AppState, project: &str, config: &Value) -> Result<(), ApiError> {
+    use crate::domain::workflows::schedule::{Audience, parse};
+    let Ok((s, _)) = parse(Some(config)) else { return Ok(()) };
+    match s.audience {
+        Audience::Segment(id) => {
+            if st.store.segment(project, &id).await?.is_none() {
+                return Err(ApiError::field(
+                    "triggerConfig.audience.segmentId",
+                    "not_found",
+                    &format!("segment {id} does not exist"),
+                    Value::String(id),
+                ));
+            }
+        }
+        Audience::Condition(c) => {
+            st.segments.check(project, &c, None).await.map_err(|e| match ApiError::from(e) {
+                ApiError::BadRequest(m) => {
+                    ApiError::field("triggerConfig.audience.condition", "invalid_condition", &m, c.clone())
+                }
+                other => other,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks a trigger type with its config; answers the config to store.
 pub fn check_trigger(kind: &str, config: Option<&Value>) -> Result<Option<Value>, ApiError> {
     let field = |m: &str| ApiError::field("triggerConfig", "invalid_type", m, config.cloned().unwrap_or(Value::Null));
@@ -148,12 +193,10 @@ pub fn check_trigger(kind: &str, config: Option<&Value>) -> Result<Option<Value>
             Some(Value::Object(o)) if o.is_empty() => Ok(None),
             Some(_) => Err(field("a MANUAL trigger takes no triggerConfig (send null or {})")),
         },
-        "SCHEDULE" => Err(ApiError::field(
-            "triggerType",
-            "invalid_enum_value",
-            "SCHEDULE triggers are not available in this version of Herald yet; use EVENT or MANUAL",
-            Value::String(kind.into()),
-        )),
+        "SCHEDULE" => match crate::domain::workflows::schedule::parse(config) {
+            Ok((_, stored)) => Ok(Some(stored)),
+            Err(list) => Err(problems(list)),
+        },
         other => Err(ApiError::field(
             "triggerType",
             "invalid_enum_value",
@@ -167,6 +210,11 @@ pub fn check_trigger(kind: &str, config: Option<&Value>) -> Result<Option<Value>
 /// the TRIGGER step's config follows it.
 pub async fn update(st: &AppState, project: &str, id: &str, patch: WorkflowPatch) -> Result<WorkflowRow, ApiError> {
     let structural = patch.trigger.is_some();
+    if let Some((kind, Some(config))) = &patch.trigger
+        && kind == "SCHEDULE"
+    {
+        check_audience(st, project, config).await?;
+    }
     let (w, ()) = edit(st, project, id, structural, |w| {
         if let Some(n) = &patch.name {
             w.name = n.clone();

@@ -10,4 +10,5 @@ pub mod engine;
 pub mod executions;
 pub mod fields;
 pub mod manage;
+pub mod schedules;
 pub mod steps;
