@@ -1,0 +1,287 @@
+//! Benchmark of workflows (issue 32). Prints numbers; asserts nothing. Needs `smtp-sink` (Debian package
+//! postfix) and builds the first-party plugins (`cargo plugins`) on first use.
+//!
+//! Herald in-process on a fresh embedded on-disk database with the system clock, the WEBHOOK and
+//! UPDATE_CONTACT plugins loaded (the webhook may call loopback), SMTP to smtp-sink and a webhook
+//! receiver on loopback. One enabled workflow: TRIGGER (event `signup`) → CONDITION (`event.source`
+//! equals `bench`) → UPDATE_CONTACT → SEND_EMAIL → DELAY 1 minute → WEBHOOK → EXIT. CONTACTS contacts
+//! are tracked with `signup` through `/v1/track` (64 at a time). Prints: executions/s through the
+//! instant steps (first track call to the last execution WAITING in its DELAY), p50/p99 from each track
+//! response to its execution's first step, the time from the last DELAY's due time until every
+//! execution has EXITED, emails handed to the transport and webhook calls received (each must equal
+//! CONTACTS), the peak RSS of the process over the run, and the ceiling: the same execution rows and
+//! their step runs written in batches of 500 executions straight to the store, with Herald's rate as a
+//! share of it.
+//!
+//! Run: `cargo bench -p herald-host --bench workflows` (env: BENCH_CONTACTS, default 20,000;
+//! HERALD_DB_CACHE_MB and HERALD_DB_MEMTABLE_MB as for `herald serve`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use herald_host::App;
+use herald_host::config::{PluginGrant, Settings};
+use herald_host::infra::clock::wall_now_ms;
+use salvo::prelude::*;
+use serde_json::{Value, json};
+
+mod common;
+use common::{env_opt, env_or, free_port, peak_rss_mb, percentile_ms};
+
+static HOOKS: AtomicUsize = AtomicUsize::new(0);
+
+#[handler]
+async fn hook(req: &mut Request, res: &mut Response) {
+    let _ = req.payload().await;
+    HOOKS.fetch_add(1, Ordering::Relaxed);
+    res.render(Text::Json("{}"));
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn build_plugins() -> PathBuf {
+    let target = std::env::var_os("HERALD_WASM_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("wasm-plugins"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo).arg("plugins").current_dir(repo()).env("CARGO_TARGET_DIR", &target).status();
+    assert!(status.map(|s| s.success()).unwrap_or(false), "cargo plugins failed");
+    target.join("wasm32-wasip2").join("release")
+}
+
+async fn count(st: &herald_host::state::AppState, sql: &str, vars: Value) -> i64 {
+    let v = st.store.query(sql, vars).await.unwrap().value(0).unwrap();
+    v.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() {
+    let n = env_or("BENCH_CONTACTS", 20_000) as usize;
+    let sink_port = free_port();
+    let mut sink = Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("smtp-sink (Debian package postfix) must be installed");
+    let artifacts = build_plugins();
+    let dir = std::env::temp_dir().join(format!("herald-bench-workflows-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for (file, manifest, name) in [
+        ("herald_plugin_webhook", "plugins/webhook/manifest.toml", "webhook"),
+        ("herald_plugin_update_contact", "plugins/update-contact/manifest.toml", "update-contact"),
+    ] {
+        std::fs::copy(repo().join(manifest), plugins.join(format!("{name}.toml"))).unwrap();
+        std::fs::copy(artifacts.join(format!("{file}.wasm")), plugins.join(format!("{name}.wasm"))).unwrap();
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let receiver = listener.local_addr().unwrap();
+    let acceptor = salvo::conn::tcp::TcpAcceptor::try_from(listener).unwrap();
+    tokio::spawn(Server::new(acceptor).serve(Router::with_path("hook").post(hook)));
+
+    let mut config = Settings {
+        db: Some(format!("surrealkv://{}", dir.join("db").display())),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        secret: Some("bench-secret-bench-secret".into()),
+        rate_limit_per_minute: Some(0),
+        send_rate_per_second: Some(0),
+        smtp_url: Some(format!("smtp://127.0.0.1:{sink_port}")),
+        db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
+        db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
+        job_poll_ms: Some(20),
+        plugins_dir: Some(plugins.clone()),
+        plugin_cache_dir: Some(dir.join("plugin-cache")),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    config.plugin_grants.insert("webhook".into(), PluginGrant { allow_private: true, ..Default::default() });
+    let app = App::build(config).await.unwrap();
+    let st = Arc::clone(&app.state);
+    let (project, keys) = herald_host::services::accounts::create_project_for(&st, "bench", None, None).await.unwrap();
+    let pid = project.id.clone();
+    st.domains.add(&st.store, &pid, "bench.test", true, st.clock.now_ms()).await.unwrap();
+    let running = app.start(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap()).await.unwrap();
+    let base = format!("http://{}", running.addr);
+    let http = reqwest::Client::new();
+    let key = keys.secret.clone();
+    let post = |path: &str, body: Value| {
+        let req = http.post(format!("{base}{path}")).bearer_auth(&key).json(&body);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let t = post(
+        "/templates",
+        json!({ "name": "Welcome", "type": "TRANSACTIONAL", "from": "hello@bench.test",
+                "subject": "Welcome {{firstName ?? \"friend\"}}", "body": "<p>Hello {{firstName}}, welcome aboard.</p>" }),
+    )
+    .await;
+    let wf = post("/workflows", json!({ "name": "Onboarding", "eventName": "signup" })).await;
+    let wf = wf["id"].as_str().expect("workflow created").to_string();
+    for step in [
+        json!({ "type": "CONDITION", "name": "from the bench?", "config": { "field": "event.source", "operator": "equals", "value": "bench" } }),
+        json!({ "type": "UPDATE_CONTACT", "name": "mark", "config": { "updates": { "onboarded": true } } }),
+        json!({ "type": "SEND_EMAIL", "name": "welcome", "templateId": t["id"] }),
+        json!({ "type": "DELAY", "name": "a minute", "config": { "amount": 1, "unit": "minutes" } }),
+        json!({ "type": "WEBHOOK", "name": "tell the CRM", "config": { "url": format!("http://{receiver}/hook"), "method": "POST",
+            "body": { "email": "{{contact.email}}", "onboarded": "{{contact.data.onboarded}}" } } }),
+        json!({ "type": "EXIT", "name": "done" }),
+    ] {
+        let r = post(&format!("/workflows/{wf}/steps"), step).await;
+        assert!(r["id"].is_string(), "step created: {r}");
+    }
+    http.patch(format!("{base}/workflows/{wf}"))
+        .bearer_auth(&key)
+        .json(&json!({ "enabled": true }))
+        .send()
+        .await
+        .unwrap();
+    println!("workflows benchmark: {n} contacts, smtp-sink on 127.0.0.1:{sink_port}, webhook receiver on {receiver}");
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+
+    // The instant part: track every contact's `signup`, 64 requests at a time.
+    let started = Instant::now();
+    let responded: Arc<std::sync::Mutex<HashMap<String, i64>>> = Default::default();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (http, base, key, next, responded) =
+            (http.clone(), base.clone(), key.clone(), next.clone(), responded.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return;
+                }
+                let body = json!({ "email": format!("user{i}@example.org"), "event": "signup",
+                    "data": { "source": "bench", "firstName": format!("User{i}") } });
+                let r: Value = http
+                    .post(format!("{base}/v1/track"))
+                    .bearer_auth(&key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let contact = r["data"]["contact"].as_str().unwrap_or_default().to_string();
+                responded.lock().unwrap().insert(contact, wall_now_ms());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let tracked = started.elapsed().as_secs_f64();
+    let vars = json!({ "p": pid, "w": wf });
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    loop {
+        let waiting = count(&st, "SELECT count() AS n FROM workflow_execution WHERE project = $p AND workflow = $w AND status = 'WAITING' GROUP ALL", vars.clone()).await;
+        let exited = count(&st, "SELECT count() AS n FROM workflow_execution WHERE project = $p AND workflow = $w AND status = 'EXITED' GROUP ALL", vars.clone()).await;
+        if waiting + exited >= n as i64 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let instant = started.elapsed().as_secs_f64();
+    println!("  tracked {n} events in {tracked:.1} s; every execution in its DELAY after {instant:.1} s");
+    println!("  instant steps: {:.0} executions/s", n as f64 / instant);
+    let rows = st
+        .store
+        .query("SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w", vars.clone())
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let responded = responded.lock().unwrap().clone();
+    let mut lat_us: Vec<u64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            let at = responded.get(r["contact"].as_str()?)?;
+            Some(((r["created_at"].as_i64()? - at).max(0) * 1000) as u64)
+        })
+        .collect();
+    lat_us.sort_unstable();
+    println!(
+        "  track response to first step: p50 {:.0} ms, p99 {:.0} ms ({} executions)",
+        percentile_ms(&lat_us, 0.50),
+        percentile_ms(&lat_us, 0.99),
+        lat_us.len()
+    );
+
+    // The delays: due a minute after each DELAY step started; time from the last due time until all EXITED.
+    let due = st
+        .store
+        .query("SELECT math::max(started_at) AS n FROM workflow_step_run WHERE project = $p AND step_type = 'DELAY' GROUP ALL", vars.clone())
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let last_due = due.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0) + 60_000;
+    loop {
+        let exited = count(&st, "SELECT count() AS n FROM workflow_execution WHERE project = $p AND workflow = $w AND status = 'EXITED' GROUP ALL", vars.clone()).await;
+        if exited >= n as i64 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let resumed = (wall_now_ms() - last_due) as f64 / 1000.0;
+    let sent =
+        count(&st, "SELECT count() AS n FROM email WHERE project = $p AND status = 'SENT' GROUP ALL", vars.clone())
+            .await;
+    let peak = peak_rss_mb(std::process::id());
+    println!("  all {n} delays resumed and finished {resumed:.1} s after the last came due");
+    println!("  emails handed to the transport: {sent}; webhook calls received: {}", HOOKS.load(Ordering::Relaxed));
+    println!("  peak RSS {peak:.0} MB (the run)");
+
+    // The ceiling: the same rows straight to the store, 500 executions per transaction.
+    let now = wall_now_ms();
+    let t = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let execs: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({ "id": format!("ceil-{i}"), "project": "ceiling", "workflow": "w", "contact": format!("c{i}"),
+                "status": "EXITED", "context": { "source": "bench" }, "created_at": now, "updated_at": now, "completed_at": now }))
+            .collect();
+        let runs: Vec<Value> = chunk
+            .iter()
+            .flat_map(|i| {
+                ["TRIGGER", "CONDITION", "UPDATE_CONTACT", "SEND_EMAIL", "DELAY", "WEBHOOK", "EXIT"].map(|k| {
+                    json!({ "id": format!("ceil-{i}-{k}"), "project": "ceiling", "execution": format!("ceil-{i}"), "step": k,
+                        "step_type": k, "status": "COMPLETED", "output": "{}", "started_at": now, "completed_at": now })
+                })
+            })
+            .collect();
+        st.store
+            .query(
+                "BEGIN TRANSACTION; INSERT INTO workflow_execution $e RETURN NONE; INSERT INTO workflow_step_run $r RETURN NONE; COMMIT TRANSACTION;",
+                json!({ "e": execs, "r": runs }),
+            )
+            .await
+            .unwrap();
+    }
+    let ceiling = n as f64 / t.elapsed().as_secs_f64();
+    println!(
+        "  ceiling (the rows in batches straight to the store): {ceiling:.0} executions/s; Herald's instant steps at {:.1}% of it",
+        100.0 * (n as f64 / instant) / ceiling
+    );
+    running.shutdown().await;
+    let _ = sink.kill();
+    let _ = sink.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
