@@ -173,6 +173,7 @@ async fn with_plugins(private: bool) -> Server {
     for a in [crate::plugin_kit::WEBHOOK, crate::plugin_kit::UPDATE_CONTACT, crate::plugin_kit::BAD_STEP] {
         crate::plugin_kit::install(&config.plugins_dir, a);
     }
+    config.plugin_grants.insert("misbehaving-step".into(), PluginGrant { timeout_ms: Some(200), ..Default::default() });
     if private {
         config.plugin_grants.insert("webhook".into(), PluginGrant { allow_private: true, ..Default::default() });
     }
@@ -264,5 +265,30 @@ async fn a_trapping_plugin_or_a_refused_address_fails_the_execution_and_the_host
     assert!(e["error"].as_str().unwrap().contains("denied") || e["error"].as_str().unwrap().contains("private"), "{e}");
     assert!(sink.requests().is_empty(), "nothing reached the loopback receiver");
     assert_eq!(p.secret.get("/workflows").await.status, 200, "the host keeps serving");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_plugin_that_keeps_timing_out_is_retried_with_backoff_then_fails_its_execution() {
+    let s = with_plugins(false).await;
+    let p = proj(&s, "o@example.com").await;
+    let wf = chain(&p, vec![json!({ "type": "SPIN", "name": "slow" }), json!({ "type": "EXIT", "name": "x" })]).await;
+    let c = contact(&p, "c@example.com", true, json!({})).await;
+    let id = p.secret.post(&format!("/workflows/{wf}/executions"), json!({ "contactId": c })).await.json["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    drain(&s).await;
+    let e = run_of(&p, &wf, &id).await;
+    assert_eq!(e["status"], "RUNNING", "a timeout is worth another attempt: {e}");
+    // The job's backoff: 1 s, 2 s, 4 s, 8 s; the fifth attempt fails the execution.
+    for _ in 0..5 {
+        s.clock().advance(60_000);
+        drain(&s).await;
+    }
+    let e = run_of(&p, &wf, &id).await;
+    assert_eq!(e["status"], "FAILED", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("timed out"), "{e}");
+    assert_eq!(statuses(&e), vec!["TRIGGER COMPLETED", "SPIN FAILED"]);
     s.stop().await;
 }

@@ -301,7 +301,24 @@ impl Engine {
         else {
             return Ok(());
         };
-        self.run(project, id, ctx.attempt).await
+        let ran = self.run(project, id, ctx.attempt).await;
+        self.unless_last(project, id, ctx.attempt, ran).await
+    }
+
+    /// A job's error, except on its last attempt: then the execution fails with it instead of staying
+    /// RUNNING or WAITING with nothing left to move it.
+    async fn unless_last(&self, project: &str, id: &str, attempt: i64, r: Result<(), String>) -> Result<(), String> {
+        match r {
+            Err(m) if attempt >= JOB_ATTEMPTS => {
+                let e = self.store.execution(project, id).await.map_err(|e| e.to_string())?;
+                if let Some(e) = e.filter(|e| e.status.is_active()) {
+                    let why = format!("gave up after {JOB_ATTEMPTS} attempts: {m}");
+                    self.fail(project, &e, &why).await.map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// A DELAY's end or a wait's timeout: inert unless the execution still waits with this timer.
@@ -328,8 +345,9 @@ impl Engine {
             wf::WAIT_FOR_EVENT => (Some(WaitOutcome::Timeout), json!({ "outcome": "TIMEOUT" })),
             _ => (None, json!({ "delayed": true })),
         };
-        self.resume(project, &w, &e, &step, wait, output, None).await.map_err(|e| e.to_string())?;
-        Ok(())
+        let resumed =
+            self.resume(project, &w, &e, &step, wait, output, None).await.map(|_| ()).map_err(|e| e.to_string());
+        self.unless_last(project, id, ctx.attempt, resumed).await
     }
 
     /// Ends the wait of `e` in `step` (its timer fired or its event came): the waiting run completes and
