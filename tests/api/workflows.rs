@@ -310,6 +310,9 @@ async fn every_graph_rule_is_a_400_that_names_the_steps() {
     assert_eq!(ev.status, 201, "{}", ev.json);
     let r = link(&p, &wf, json!({ "fromStepId": wait, "toStepId": exit, "waitOutcome": "EVENT" })).await;
     assert!(r.json["error"]["message"].as_str().unwrap().contains("already has a EVENT link"));
+    let r = link(&p, &wf, json!({ "fromStepId": wait, "toStepId": exit, "waitOutcome": "TIMEOUT" })).await;
+    assert_envelope(&r, 400, "BAD_REQUEST");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("has no timeout"), "{}", r.json);
     let r = link(&p, &wf, json!({ "fromStepId": wait, "toStepId": exit, "waitOutcome": "LATER" })).await;
     assert_envelope(&r, 422, "VALIDATION_ERROR");
     // Unknown steps are 404; so is a transition of nobody's.

@@ -249,6 +249,13 @@ impl Graph {
                 let mut seen = HashSet::new();
                 for t in &out {
                     match (t.wait_outcome, &t.branch) {
+                        (Some(WaitOutcome::Timeout), None) if s.config.get("timeout").is_none_or(Value::is_null) => {
+                            return err(format!(
+                                "the WAIT_FOR_EVENT step {me} has no timeout, so its TIMEOUT link to {} could never be \
+                                 followed: give the step a timeout first",
+                                self.label(&t.to)
+                            ));
+                        }
                         (Some(o), None) => {
                             if !seen.insert(o) {
                                 return err(format!("the WAIT_FOR_EVENT step {me} already has a {} link", o.as_str()));
@@ -477,6 +484,12 @@ mod tests {
         use WaitOutcome::*;
         let base =
             [("t", TRIGGER), ("s", SEND_EMAIL), ("c", CONDITION), ("w", WAIT_FOR_EVENT), ("x", EXIT), ("h", "WEBHOOK")];
+        let with_timeout = |mut g: Graph| {
+            if let Some(w) = g.step_mut("w") {
+                w.config = json!({ "eventName": "paid", "timeout": 60 });
+            }
+            g
+        };
         let cases: Vec<(Vec<Transition>, Option<&str>)> = vec![
             (vec![link("t", "s"), link("s", "c"), branch("c", "w", "yes"), branch("c", "x", "no")], None),
             (vec![link("t", "w"), wait("w", "s", Event), wait("w", "x", Timeout)], None),
@@ -500,13 +513,15 @@ mod tests {
             (vec![link("t", "nope")], Some("links a step that is not in this workflow")),
         ];
         for (transitions, want) in cases {
-            let g = graph(&base, transitions.clone());
+            let g = with_timeout(graph(&base, transitions.clone()));
             match (g.check(), want) {
                 (Ok(()), None) => {}
                 (Err(e), Some(w)) => assert!(e.0.contains(w), "{transitions:?}: {e} should contain {w}"),
                 (got, want) => panic!("{transitions:?}: got {got:?}, want {want:?}"),
             }
         }
+        let untimed = graph(&base, vec![wait("w", "x", WaitOutcome::Timeout)]);
+        assert!(untimed.check().unwrap_err().0.contains("has no timeout"), "a TIMEOUT link needs a timeout");
         let two = graph(&[("t", TRIGGER), ("u", TRIGGER)], vec![]);
         assert!(two.check().unwrap_err().0.contains("exactly one TRIGGER step, this one would have 2"));
         let none = graph(&[("s", SEND_EMAIL)], vec![]);
