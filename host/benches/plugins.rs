@@ -12,8 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,21 +25,7 @@ use herald_host::plugins::{
 use salvo::prelude::*;
 
 mod common;
-use common::env_or;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn build_plugins() -> PathBuf {
-    let target = std::env::var_os("HERALD_WASM_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("wasm-plugins"));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo).arg("plugins").current_dir(repo()).env("CARGO_TARGET_DIR", &target).status();
-    assert!(status.map(|s| s.success()).unwrap_or(false), "cargo plugins failed");
-    target.join("wasm32-wasip2").join("release")
-}
+use common::{build_plugins, env_or, repo};
 
 fn install(artifacts: &Path, dir: &Path, file: &str, manifest: &str, name: &str) {
     std::fs::copy(repo().join(manifest), dir.join(format!("{name}.toml"))).unwrap();

@@ -22,7 +22,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,7 +34,7 @@ use salvo::prelude::*;
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_opt, env_or, free_port, peak_rss_mb, percentile_ms};
+use common::{build_plugins, env_opt, env_or, free_port, peak_rss_mb, percentile_ms, repo};
 
 static HOOKS: AtomicUsize = AtomicUsize::new(0);
 
@@ -44,20 +43,6 @@ async fn hook(req: &mut Request, res: &mut Response) {
     let _ = req.payload().await;
     HOOKS.fetch_add(1, Ordering::Relaxed);
     res.render(Text::Json("{}"));
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn build_plugins() -> PathBuf {
-    let target = std::env::var_os("HERALD_WASM_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("wasm-plugins"));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo).arg("plugins").current_dir(repo()).env("CARGO_TARGET_DIR", &target).status();
-    assert!(status.map(|s| s.success()).unwrap_or(false), "cargo plugins failed");
-    target.join("wasm32-wasip2").join("release")
 }
 
 async fn count(st: &herald_host::state::AppState, sql: &str, vars: Value) -> i64 {

@@ -25,6 +25,7 @@ mod smtp_sink;
 mod templates;
 mod tracking;
 mod workflow_durability;
+mod workflow_kit;
 mod workflow_runs;
 mod workflow_steps;
 mod workflow_triggers;

@@ -5,41 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::harness::*;
-
-/// Runs the job queue until nothing is due (bounded).
-async fn drain(s: &Server) {
-    for _ in 0..50 {
-        if s.worker.run_once(50).await.unwrap().is_empty() {
-            return;
-        }
-    }
-    panic!("the queue did not drain");
-}
-
-async fn contact(p: &Proj, email: &str, data: Value) -> String {
-    let r = p.secret.post("/contacts", json!({ "email": email, "data": data })).await;
-    assert!(r.status == 200 || r.status == 201, "{}", r.json);
-    r.json["id"].as_str().unwrap().to_string()
-}
-
-/// An enabled workflow built from steps (each `(type, config)` linked after the previous one) answers
-/// its id and the step ids in order (the TRIGGER first).
-async fn flow(p: &Proj, reentry: bool, steps: &[(&str, Value)]) -> (String, Vec<String>) {
-    let r =
-        p.secret.post("/workflows", json!({ "name": "Flow", "eventName": "signup", "allowReentry": reentry })).await;
-    let wf = r.json["id"].as_str().unwrap().to_string();
-    let mut ids = vec![r.json["steps"][0]["id"].as_str().unwrap().to_string()];
-    for (i, (kind, config)) in steps.iter().enumerate() {
-        let r = p
-            .secret
-            .post(&format!("/workflows/{wf}/steps"), json!({ "type": kind, "name": format!("s{i}"), "config": config }))
-            .await;
-        assert_eq!(r.status, 201, "{}", r.json);
-        ids.push(r.json["id"].as_str().unwrap().to_string());
-    }
-    assert_eq!(p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": true })).await.status, 200);
-    (wf, ids)
-}
+use crate::workflow_kit::{contact, drain, enabled_workflow};
 
 async fn start(p: &Proj, wf: &str, contact: &str, context: Value) -> Resp {
     p.secret.post(&format!("/workflows/{wf}/executions"), json!({ "contactId": contact, "context": context })).await
@@ -68,8 +34,9 @@ fn pair(a: &str, b: &str) -> (String, String) {
 async fn instant_steps_run_back_to_back_and_a_condition_picks_its_branch() {
     let s = Server::start_stepped().await;
     let p = proj(&s, "o@example.com").await;
-    let (wf, ids) = flow(
+    let (wf, ids) = enabled_workflow(
         &p,
+        "signup",
         false,
         &[
             ("CONDITION", json!({ "field": "data.plan", "operator": "equals", "value": "pro" })),
@@ -89,8 +56,8 @@ async fn instant_steps_run_back_to_back_and_a_condition_picks_its_branch() {
         )
         .await;
     assert_eq!(l.status, 201, "{}", l.json);
-    let pro = contact(&p, "pro@example.com", json!({ "plan": "pro" })).await;
-    let free = contact(&p, "free@example.com", json!({ "plan": "free" })).await;
+    let pro = contact(&p, "pro@example.com", true, json!({ "plan": "pro" })).await;
+    let free = contact(&p, "free@example.com", true, json!({ "plan": "free" })).await;
 
     let r = start(&p, &wf, &pro, json!({ "source": "ads" })).await;
     assert_eq!(r.status, 201, "{}", r.json);
@@ -147,8 +114,9 @@ async fn instant_steps_run_back_to_back_and_a_condition_picks_its_branch() {
 async fn a_context_condition_and_a_wait_that_times_out() {
     let s = Server::start_stepped().await;
     let p = proj(&s, "o@example.com").await;
-    let (wf, ids) = flow(
+    let (wf, ids) = enabled_workflow(
         &p,
+        "signup",
         true,
         &[
             ("CONDITION", json!({ "field": "workflow.source", "operator": "equals", "value": "ads" })),
@@ -156,7 +124,7 @@ async fn a_context_condition_and_a_wait_that_times_out() {
         ],
     )
     .await;
-    let c = contact(&p, "c@example.com", json!({})).await;
+    let c = contact(&p, "c@example.com", true, json!({})).await;
     let r = start(&p, &wf, &c, json!({ "source": "ads" })).await;
     let id = r.json["id"].as_str().unwrap().to_string();
     drain(&s).await;
@@ -184,8 +152,8 @@ async fn a_context_condition_and_a_wait_that_times_out() {
 async fn starts_are_refused_clearly() {
     let s = Server::start_stepped().await;
     let p = proj(&s, "o@example.com").await;
-    let (wf, _) = flow(&p, false, &[("EXIT", json!({}))]).await;
-    let c = contact(&p, "c@example.com", json!({})).await;
+    let (wf, _) = enabled_workflow(&p, "signup", false, &[("EXIT", json!({}))]).await;
+    let c = contact(&p, "c@example.com", true, json!({})).await;
     assert_eq!(start(&p, &wf, &c, json!({})).await.status, 201);
     drain(&s).await;
     let r = start(&p, &wf, &c, json!({})).await;
@@ -200,7 +168,7 @@ async fn starts_are_refused_clearly() {
     let r = p.secret.post(&format!("/workflows/{wf}/executions"), json!({})).await;
     assert_eq!(r.json["error"]["errors"][0]["field"], "contactId");
     p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": false })).await;
-    let other = contact(&p, "d@example.com", json!({})).await;
+    let other = contact(&p, "d@example.com", true, json!({})).await;
     assert_envelope(&start(&p, &wf, &other, json!({})).await, 400, "BAD_REQUEST");
     s.stop().await;
 }
@@ -209,10 +177,16 @@ async fn starts_are_refused_clearly() {
 async fn cancel_and_cancel_all_leave_their_timers_inert() {
     let s = Server::start_stepped().await;
     let p = proj(&s, "o@example.com").await;
-    let (wf, _) = flow(&p, false, &[("DELAY", json!({ "amount": 5, "unit": "minutes" })), ("EXIT", json!({}))]).await;
+    let (wf, _) = enabled_workflow(
+        &p,
+        "signup",
+        false,
+        &[("DELAY", json!({ "amount": 5, "unit": "minutes" })), ("EXIT", json!({}))],
+    )
+    .await;
     let mut ids = Vec::new();
     for n in 0..3 {
-        let c = contact(&p, &format!("c{n}@example.com"), json!({})).await;
+        let c = contact(&p, &format!("c{n}@example.com"), true, json!({})).await;
         ids.push(start(&p, &wf, &c, json!({})).await.json["id"].as_str().unwrap().to_string());
     }
     drain(&s).await;
@@ -239,8 +213,8 @@ async fn cancel_and_cancel_all_leave_their_timers_inert() {
 async fn structural_edits_wait_until_no_execution_is_active() {
     let s = Server::start_stepped().await;
     let p = proj(&s, "o@example.com").await;
-    let (wf, ids) = flow(&p, false, &[("DELAY", json!({ "amount": 1, "unit": "days" }))]).await;
-    let c = contact(&p, "c@example.com", json!({})).await;
+    let (wf, ids) = enabled_workflow(&p, "signup", false, &[("DELAY", json!({ "amount": 1, "unit": "days" }))]).await;
+    let c = contact(&p, "c@example.com", true, json!({})).await;
     start(&p, &wf, &c, json!({})).await;
     drain(&s).await;
     let add = json!({ "type": "EXIT", "name": "x" });
@@ -286,8 +260,8 @@ async fn one_projects_key_never_reaches_anothers_executions() {
     let s = Server::start_stepped().await;
     let a = proj(&s, "a@example.com").await;
     let b = proj(&s, "b@example.com").await;
-    let (wf, _) = flow(&a, false, &[("DELAY", json!({ "amount": 1, "unit": "days" }))]).await;
-    let c = contact(&a, "c@example.com", json!({})).await;
+    let (wf, _) = enabled_workflow(&a, "signup", false, &[("DELAY", json!({ "amount": 1, "unit": "days" }))]).await;
+    let c = contact(&a, "c@example.com", true, json!({})).await;
     let id = start(&a, &wf, &c, json!({})).await.json["id"].as_str().unwrap().to_string();
     drain(&s).await;
     assert_envelope(&b.secret.get(&format!("/workflows/{wf}/executions")).await, 404, "WORKFLOW_NOT_FOUND");
@@ -299,7 +273,7 @@ async fn one_projects_key_never_reaches_anothers_executions() {
         "WORKFLOW_NOT_FOUND",
     );
     // B's own workflow cannot start A's contact, nor read A's execution through it.
-    let (mine, _) = flow(&b, false, &[("EXIT", json!({}))]).await;
+    let (mine, _) = enabled_workflow(&b, "signup", false, &[("EXIT", json!({}))]).await;
     assert_envelope(&start(&b, &mine, &c, json!({})).await, 404, "CONTACT_NOT_FOUND");
     assert_envelope(&b.secret.get(&format!("/workflows/{mine}/executions/{id}")).await, 404, "EXECUTION_NOT_FOUND");
     assert_eq!(execution(&a, &wf, &id).await["status"], "WAITING");

@@ -11,15 +11,7 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::smtp_sink::{SmtpSink, header, html_of};
-
-async fn drain(s: &Server) {
-    for _ in 0..50 {
-        if s.worker.run_once(50).await.unwrap().is_empty() {
-            return;
-        }
-    }
-    panic!("the queue did not drain");
-}
+use crate::workflow_kit::{contact, drain};
 
 async fn template(p: &Proj, name: &str, kind: &str, subject: &str, body: &str) -> String {
     let r = p
@@ -30,12 +22,6 @@ async fn template(p: &Proj, name: &str, kind: &str, subject: &str, body: &str) -
         )
         .await;
     assert_eq!(r.status, 201, "{}", r.json);
-    r.json["id"].as_str().unwrap().to_string()
-}
-
-async fn contact(p: &Proj, email: &str, subscribed: bool, data: Value) -> String {
-    let r = p.secret.post("/contacts", json!({ "email": email, "subscribed": subscribed, "data": data })).await;
-    assert!(r.status == 200 || r.status == 201, "{}", r.json);
     r.json["id"].as_str().unwrap().to_string()
 }
 

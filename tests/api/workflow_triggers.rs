@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use herald_host::infra::clock::Clock as _;
 
 use crate::harness::*;
+use crate::workflow_kit::enabled_workflow as workflow;
 
 /// Lets the event stream's dispatch job come due, then runs the queue until nothing is due.
 async fn settle(s: &Server) {
@@ -18,22 +19,6 @@ async fn settle(s: &Server) {
             }
         }
     }
-}
-
-async fn workflow(p: &Proj, event: &str, reentry: bool, steps: &[(&str, Value)]) -> (String, Vec<String>) {
-    let r = p.secret.post("/workflows", json!({ "name": event, "eventName": event, "allowReentry": reentry })).await;
-    let wf = r.json["id"].as_str().unwrap().to_string();
-    let mut ids = vec![r.json["steps"][0]["id"].as_str().unwrap().to_string()];
-    for (i, (kind, config)) in steps.iter().enumerate() {
-        let r = p
-            .secret
-            .post(&format!("/workflows/{wf}/steps"), json!({ "type": kind, "name": format!("s{i}"), "config": config }))
-            .await;
-        assert_eq!(r.status, 201, "{}", r.json);
-        ids.push(r.json["id"].as_str().unwrap().to_string());
-    }
-    assert_eq!(p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": true })).await.status, 200);
-    (wf, ids)
 }
 
 async fn executions(p: &Proj, wf: &str) -> Vec<Value> {

@@ -71,3 +71,22 @@ pub fn project_with_trusted_domain(bin: &str, envs: &[(&str, String)], domain: &
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     project["secret"].as_str().unwrap().to_string()
 }
+
+/// The repository's root.
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Builds the first-party plugins and fixtures (`cargo plugins`) into a target directory of their own
+/// (`HERALD_WASM_TARGET_DIR`, default beside the bench's); answers where the `.wasm` files are.
+pub fn build_plugins() -> std::path::PathBuf {
+    use std::path::{Path, PathBuf};
+    let target = std::env::var_os("HERALD_WASM_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("wasm-plugins"));
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status =
+        std::process::Command::new(cargo).arg("plugins").current_dir(repo()).env("CARGO_TARGET_DIR", &target).status();
+    assert!(status.map(|s| s.success()).unwrap_or(false), "cargo plugins failed");
+    target.join("wasm32-wasip2").join("release")
+}

@@ -100,7 +100,7 @@ fn job(kind: &str, payload: Value, run_at: i64) -> Value {
     j.doc(run_at)
 }
 
-fn new_id() -> String {
+pub(super) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
@@ -432,16 +432,9 @@ impl Engine {
     async fn fail(&self, project: &str, e: &ExecutionRow, why: &str) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         let mut to = e.clone();
-        to.status = ExecutionStatus::Failed;
-        to.error = Some(why.to_string());
-        to.timer = None;
-        to.waiting_event = None;
-        to.run = None;
         to.updated_at = now;
-        to.completed_at = Some(now);
-        let mut extra = Map::new();
-        extra.insert("error".into(), json!(why));
-        let fx = Effects { leaves: true, events: vec![event(project, &to, FAILED, extra, now)], ..Default::default() };
+        let mut fx = Effects::default();
+        failed(project, &mut to, &mut fx, why, now);
         self.store.advance_execution(project, e, &to, &fx, now).await?;
         Ok(())
     }
@@ -548,13 +541,7 @@ impl Engine {
             }
             Outcome::Failed { error } => {
                 fx.runs.push(run(StepRunStatus::Failed, None, Some(error.clone()), true));
-                to.status = ExecutionStatus::Failed;
-                to.error = Some(error.clone());
-                to.completed_at = Some(now);
-                fx.leaves = true;
-                let mut extra = Map::new();
-                extra.insert("error".into(), json!(error));
-                fx.events.push(event(project, &to, FAILED, extra, now));
+                failed(project, &mut to, &mut fx, &error, now);
             }
         }
         (to, fx)
@@ -605,6 +592,21 @@ impl Engine {
             _ => self.plugin_step(project, w, e, step, now, attempt).await?,
         })
     }
+}
+
+/// Ends `to` FAILED with `why` (no timer, wait or open run left) and adds what goes with it: the contact
+/// leaves, `workflow.failed` is stored.
+fn failed(project: &str, to: &mut ExecutionRow, fx: &mut Effects, why: &str, now: i64) {
+    to.status = ExecutionStatus::Failed;
+    to.error = Some(why.to_string());
+    to.timer = None;
+    to.waiting_event = None;
+    to.run = None;
+    to.completed_at = Some(now);
+    fx.leaves = true;
+    let mut extra = Map::new();
+    extra.insert("error".into(), json!(why));
+    fx.events.push(event(project, to, FAILED, extra, now));
 }
 
 /// The engine's subscription to the event stream ([`Engine::on_event`]).

@@ -25,8 +25,10 @@ fn step_not_found(id: &str) -> ApiError {
     ApiError::not_found("STEP_NOT_FOUND", format!("Step {id} not found in this workflow"))
 }
 
-/// The 409 of an edit or delete refused while executions are active.
-fn active(n: &str, what: &str) -> ApiError {
+/// The 409 of an edit or delete refused while executions are active (the store's `WORKFLOW_ACTIVE: <n>`).
+fn active(thrown: &StoreError, what: &str) -> ApiError {
+    let text = thrown.to_string();
+    let n = text.split_once(": ").map_or("some", |(_, n)| n);
     ApiError::Conflict(format!(
         "The workflow has {n} active execution(s) (RUNNING or WAITING): {what}. Cancel them \
          (POST /workflows/:id/executions/cancel-all) or wait for them to finish; name, description, enabled and \
@@ -124,9 +126,8 @@ async fn edit<T>(
                 return Ok((w, out));
             }
             Ok(false) => continue,
-            Err(e @ StoreError::Thrown(_)) if e.thrown("WORKFLOW_ACTIVE") => {
-                let n = e.to_string().split_once(": ").map(|(_, n)| n.to_string()).unwrap_or_default();
-                return Err(active(&n, "the steps, transitions and trigger cannot change now"));
+            Err(e) if e.thrown("WORKFLOW_ACTIVE") => {
+                return Err(active(&e, "the steps, transitions and trigger cannot change now"));
             }
             Err(e) => return Err(e.into()),
         }
@@ -255,10 +256,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), ApiErr
             Ok(())
         }
         Ok(false) => Err(not_found(id)),
-        Err(e @ StoreError::Thrown(_)) if e.thrown("WORKFLOW_ACTIVE") => {
-            let n = e.to_string().split_once(": ").map(|(_, n)| n.to_string()).unwrap_or_default();
-            Err(active(&n, "it cannot be deleted now"))
-        }
+        Err(e) if e.thrown("WORKFLOW_ACTIVE") => Err(active(&e, "it cannot be deleted now")),
         Err(e) => Err(e.into()),
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::engine::{Engine, Outcome, StepError};
+use super::engine::{Engine, Outcome, StepError, new_id};
 use crate::domain::conditions::{Group, Logic, Op, Operand, Tree};
 use crate::domain::workflows::Step;
 use crate::domain::workflows::run;
@@ -17,10 +17,6 @@ use crate::domain::workflows::steps::{self, Source};
 use crate::store::StoreError;
 use crate::store::workflow_runs::{ContactChange, ExecutionRow};
 use crate::store::workflows::WorkflowRow;
-
-fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
 
 impl Engine {
     /// A SEND_EMAIL step: renders the step's template for its recipient (the contact, or a custom address
