@@ -264,6 +264,13 @@ impl App {
         };
         tokio::spawn(watch_key_epoch(self.state.clone(), stop_rx.clone()));
         let worker_task = if self.state.config.run_jobs {
+            let st = &self.state;
+            tokio::spawn(services::events::EventBus::hurry(
+                st.store.clone(),
+                st.clock.clone(),
+                self.worker.waker(),
+                stop_rx.clone(),
+            ));
             tokio::spawn(self.worker.clone().run(stop_rx))
         } else {
             tokio::spawn(async {})

@@ -24,6 +24,7 @@ mod send;
 mod smtp_sink;
 mod templates;
 mod tracking;
+mod workflow_batches;
 mod workflow_durability;
 mod workflow_kit;
 mod workflow_runs;

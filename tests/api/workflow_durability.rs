@@ -150,3 +150,38 @@ async fn two_processes_on_one_database_run_each_step_once() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_workflow_enabled_through_another_process_starts_here_once_its_cache_is_stale() {
+    let sink = SmtpSink::start(0).await;
+    let clock = ManualClock::new(T0);
+    let a = Server::start_with(config(&sink), Some(clock.clone())).await;
+    let b = sibling(&a, &sink, &clock).await;
+    let p = proj(&a, "o@example.com").await;
+    let key = p.json["secret"].as_str().unwrap().to_string();
+    let track = |email: &str| {
+        let body = json!({ "email": email, "event": "signup" });
+        let c = &p.secret;
+        async move { assert_eq!(c.post("/v1/track", body).await.status, 200) }
+    };
+    let r = p.secret.post("/workflows", json!({ "name": "Welcome", "eventName": "signup" })).await;
+    let wf = r.json["id"].as_str().unwrap().to_string();
+    let r = p.secret.post(&format!("/workflows/{wf}/steps"), json!({ "type": "EXIT", "name": "done" })).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    // Process a hands out an event while nothing listens (and keeps that answer for a moment).
+    track("before@example.com").await;
+    clock.advance(1_000);
+    drain_all(&[&a]).await;
+    // The workflow is enabled through process b; events a hands out once its answer is stale start it.
+    let r = b.with_key(&key).patch(&format!("/workflows/{wf}"), json!({ "enabled": true })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    clock.advance(3_000);
+    track("after@example.com").await;
+    clock.advance(1_000);
+    drain_all(&[&a]).await;
+    let list = p.secret.get(&format!("/workflows/{wf}/executions")).await.json;
+    let started: Vec<&str> = list["data"].as_array().unwrap().iter().map(|e| e["status"].as_str().unwrap()).collect();
+    assert_eq!(started, vec!["EXITED"], "one execution, for the event after the change: {list}");
+    a.stop().await;
+    b.stop().await;
+}

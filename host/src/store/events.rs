@@ -58,6 +58,8 @@ impl Event {
 /// bound as `$outbox` ([`outbox_row`]). Rows are keyed by UUIDv7, so the table reads oldest first.
 pub(crate) const OUTBOX_INSERT: &str =
     "CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;\n";
+/// What every query that writes an outbox row contains (it notifies [`super::Store::stored_events`]).
+pub(crate) const OUTBOX_MARK: &str = "CREATE type::record('outbox'";
 
 /// The `$outbox` binding of [`OUTBOX_INSERT`] for events with these ids.
 pub(crate) fn outbox_row<'a>(ids: impl IntoIterator<Item = &'a str>) -> Value {

@@ -160,6 +160,25 @@ impl Store {
         Ok(id)
     }
 
+    /// Brings a queued recurring job's next run forward to `now`. False when it is not queued (it runs
+    /// now: bring it forward again once it is back).
+    pub async fn hurry_recurring(&self, kind: &str, now: i64) -> Result<bool, StoreError> {
+        let key = format!("recurring:{kind}");
+        let v = self
+            .write(|| async {
+                self.query(
+                    "UPDATE job SET run_at = $now WHERE unique_key = $k AND status = 'queued' AND run_at > $now
+                        RETURN VALUE id;
+                     SELECT VALUE status FROM job WHERE unique_key = $k;",
+                    vars! { "k": key, "now": now },
+                )
+                .await?
+                .value(1)
+            })
+            .await?;
+        Ok(v.get(0).and_then(Value::as_str) == Some("queued"))
+    }
+
     /// Claims up to `limit` runnable jobs of any kind for `worker` until `now + lease_ms`, highest
     /// `priority` first: queued jobs whose time has come, and running jobs whose lease expired. One
     /// transaction; a concurrent claim of the same job conflicts and is retried against the new state, so

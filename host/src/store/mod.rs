@@ -104,6 +104,8 @@ pub struct Store {
     db: Conn,
     /// Short-lived copies of rows read on every send (see [`ReadCache`]).
     cache: Arc<ReadCache>,
+    /// Notified after each write through this handle that stored events (see [`Store::stored_events`]).
+    events_stored: Arc<tokio::sync::Notify>,
 }
 
 /// How long (seconds) a cached project or sender-domain row is used before it is read again. Writes
@@ -310,13 +312,19 @@ impl Store {
             Conn::Any(db) => db.use_ns(config.db_namespace.clone()).use_db(config.db_database.clone()).await,
         };
         selected.map_err(|e| StoreError::Db(format!("cannot select namespace/database: {e}")))?;
-        Ok(Store { db, cache: Arc::default() })
+        Ok(Store { db, cache: Arc::default(), events_stored: Arc::default() })
     }
 
     /// Another handle on the same database with caches of its own: what a second Herald process sharing
     /// the database sees (tests run two processes' worth of Herald side by side with it).
     pub fn sibling(&self) -> Store {
-        Store { db: self.db.clone(), cache: Arc::default() }
+        Store { db: self.db.clone(), cache: Arc::default(), events_stored: Arc::default() }
+    }
+
+    /// Notified after a write through this handle (or its clones) stored events in the outbox, so that
+    /// the event stream can hand them out without waiting for its next round.
+    pub fn stored_events(&self) -> Arc<tokio::sync::Notify> {
+        self.events_stored.clone()
     }
 
     /// Runs one query with bound variables (`vars` must be a JSON object) and checks every statement
@@ -337,6 +345,9 @@ impl Store {
                 return Err(classified.swap_remove(pos));
             }
             return Err(classified.swap_remove(0));
+        }
+        if sql.contains(events::OUTBOX_MARK) {
+            self.events_stored.notify_one();
         }
         Ok(Rows(res))
     }

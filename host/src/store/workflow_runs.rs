@@ -81,10 +81,28 @@ pub struct Effects {
     /// job rows (`NewJob::doc`)
     pub jobs: Vec<Value>,
     pub events: Vec<Event>,
-    pub email: Option<NewEmail>,
+    pub emails: Vec<NewEmail>,
     /// a plugin step's change to the contact, written only over the version it was planned from
     pub contact: Option<ContactChange>,
     pub leaves: bool,
+}
+
+impl Effects {
+    /// Adds the effects of a later step: a later contact change replaces the earlier one's state and is
+    /// written over the version the first was planned from.
+    pub fn merge(&mut self, later: Effects) {
+        self.runs.extend(later.runs);
+        self.jobs.extend(later.jobs);
+        self.events.extend(later.events);
+        self.emails.extend(later.emails);
+        self.leaves |= later.leaves;
+        if let Some(c) = later.contact {
+            self.contact = Some(match self.contact.take() {
+                Some(first) => ContactChange { version: first.version, events: Vec::new(), ..c },
+                None => c,
+            });
+        }
+    }
 }
 
 /// A change to the execution's contact (its events go with the effects' events).
@@ -116,68 +134,277 @@ pub enum StartRefused {
     Duplicate,
 }
 
-impl Store {
-    fn effects_sql(sql: &mut String, fx: &Effects) {
-        if !fx.runs.is_empty() {
-            sql.push_str(
-                "FOR $r IN $runs { UPSERT type::record('workflow_step_run', $r.id) CONTENT $r.doc RETURN NONE; };\n",
-            );
+/// One execution's move in a batch: written only if it is still `from` (status, step and timer as read).
+pub struct Move<'a> {
+    pub from: &'a ExecutionRow,
+    pub to: &'a ExecutionRow,
+    pub fx: &'a Effects,
+}
+
+/// One new execution in a batch, under the re-entry rules (`allow_reentry`).
+pub struct Start<'a> {
+    pub e: &'a ExecutionRow,
+    pub allow_reentry: bool,
+    pub fx: &'a Effects,
+}
+
+/// Why a batch wrote nothing: one of its items was refused (which one is not said: write the items one
+/// at a time to find out).
+#[derive(Debug, PartialEq, Eq)]
+pub enum BatchRefused {
+    Start(StartRefused),
+    /// An execution moved since it was read.
+    Moved,
+    /// A contact changed since a plugin step's patch was planned from it.
+    StaleContact,
+}
+
+/// The effects of many executions, as statements and their bindings. `open`: the ids of the step runs
+/// that exist (the waiting runs of moved executions); every other run is new.
+fn effects(
+    project: &str,
+    items: &[(&ExecutionRow, &Effects)],
+    open: &std::collections::HashSet<&str>,
+    now: i64,
+    sql: &mut String,
+    v: &mut Value,
+) {
+    let mut runs = Vec::new();
+    let mut new_runs = Vec::new();
+    let mut jobs = Vec::new();
+    let mut events = Vec::new();
+    let mut emails = Vec::new();
+    let mut contacts = Vec::new();
+    let mut leaves = Vec::new();
+    for (e, fx) in items {
+        for (r, doc) in fx.runs.iter().zip(run_docs(project, &e.id, &fx.runs)) {
+            if open.contains(r.id.as_str()) {
+                runs.push(doc);
+            } else {
+                let mut d = doc["doc"].clone();
+                d["id"] = Value::String(r.id.clone());
+                new_runs.push(d);
+            }
         }
-        if fx.contact.is_some() {
-            sql.push_str(
-                "LET $cr = (UPDATE type::record('contact', $c.id) SET email = $c.email, subscribed = $c.subscribed,
-                    data = $c.data, version = version + 1, updated_at = $now
-                    WHERE project = $p AND version = $c.version RETURN VALUE id);
-                 IF array::len($cr) == 0 { THROW 'STALE_CONTACT'; };\n",
-            );
+        jobs.extend(fx.jobs.iter().cloned());
+        events.extend(fx.events.iter());
+        emails.extend(fx.emails.iter());
+        if let Some(c) = &fx.contact {
+            contacts.push(vars! {
+                "id": c.id, "version": c.version, "email": c.email, "subscribed": c.subscribed, "data": c.data,
+            });
         }
         if fx.leaves {
+            leaves.push(vars! { "wf": e.workflow, "contact": e.contact });
+        }
+    }
+    if !runs.is_empty() {
+        sql.push_str(
+            "FOR $r IN $runs { UPSERT type::record('workflow_step_run', $r.id) CONTENT $r.doc RETURN NONE; };\n",
+        );
+    }
+    if !new_runs.is_empty() {
+        sql.push_str("INSERT INTO workflow_step_run $new_runs RETURN NONE;\n");
+    }
+    if !contacts.is_empty() {
+        sql.push_str(
+            "FOR $c IN $contacts {
+                LET $cr = (UPDATE type::record('contact', $c.id) SET email = $c.email, subscribed = $c.subscribed,
+                    data = $c.data, version = version + 1, updated_at = $now
+                    WHERE project = $p AND version = $c.version RETURN VALUE id);
+                IF array::len($cr) == 0 { THROW 'STALE_CONTACT'; };
+             };\n",
+        );
+    }
+    if !leaves.is_empty() {
+        sql.push_str(
+            "FOR $l IN $leaves {
+                UPDATE type::record('workflow_entry', [$l.wf, $l.contact]) SET active = false, updated_at = $now RETURN NONE;
+             };\n",
+        );
+    }
+    // Every workflow email goes with the same delivery settings (the first one's).
+    if let Some(m) = emails.first() {
+        let rows: Vec<super::emails::EmailRow> = emails.iter().map(|m| m.row.clone()).collect();
+        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, 1);
+        jobs.extend(docs.jobs);
+        sql.push_str(
+            "INSERT INTO email $emails RETURN NONE;
+             INSERT INTO email_body $bodies RETURN NONE;
+             INSERT IGNORE INTO attachment_set $sets RETURN NONE;\n",
+        );
+        v["emails"] = Value::Array(docs.rows);
+        v["bodies"] = Value::Array(docs.bodies);
+        v["sets"] = Value::Array(docs.sets);
+    }
+    if !jobs.is_empty() {
+        sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
+    }
+    if !events.is_empty() {
+        sql.push_str("INSERT INTO event $events RETURN NONE;\n");
+        sql.push_str(OUTBOX_INSERT);
+        v["outbox"] = outbox_row(events.iter().map(|x| x.id.as_str()));
+    }
+    v["events"] = Value::Array(events.iter().map(|x| x.row()).collect());
+    v["runs"] = Value::Array(runs);
+    v["new_runs"] = Value::Array(new_runs);
+    v["jobs"] = Value::Array(jobs);
+    v["contacts"] = Value::Array(contacts);
+    v["leaves"] = Value::Array(leaves);
+    v["p"] = Value::String(project.to_string());
+    v["now"] = Value::from(now);
+}
+
+fn refused(err: &StoreError) -> Option<BatchRefused> {
+    [
+        ("DUPLICATE", BatchRefused::Start(StartRefused::Duplicate)),
+        ("REENTRY", BatchRefused::Start(StartRefused::Reentry)),
+        ("MOVED", BatchRefused::Moved),
+        ("STALE_CONTACT", BatchRefused::StaleContact),
+    ]
+    .into_iter()
+    .find_map(|(code, r)| err.thrown(code).then_some(r))
+}
+
+impl Store {
+    /// Starts executions of one project under the re-entry rules, each with its effects, all in one
+    /// transaction: a refused one (the contact entered before or is in the workflow now, or the id
+    /// exists) makes the whole batch write nothing. The entry is active unless the execution ended at once.
+    pub async fn start_executions(
+        &self,
+        project: &str,
+        items: &[Start<'_>],
+        now: i64,
+    ) -> Result<Result<(), BatchRefused>, StoreError> {
+        self.write_executions(project, items, &[], now).await
+    }
+
+    /// Writes new executions (as [`Store::start_executions`]) and moves of existing ones (as
+    /// [`Store::advance_executions`]) of one project in one transaction, all or nothing.
+    pub async fn write_executions(
+        &self,
+        project: &str,
+        starts: &[Start<'_>],
+        moves: &[Move<'_>],
+        now: i64,
+    ) -> Result<Result<(), BatchRefused>, StoreError> {
+        if starts.is_empty() && moves.is_empty() {
+            return Ok(Ok(()));
+        }
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        let mut v = vars! {};
+        if !starts.is_empty() {
             sql.push_str(
-                "UPDATE type::record('workflow_entry', [$wf, $contact]) SET active = false, updated_at = $now RETURN NONE;\n",
+                "FOR $x IN $starts {
+                    IF record::exists(type::record('workflow_execution', $x.id)) { THROW 'DUPLICATE'; };
+                    LET $entry = type::record('workflow_entry', [$x.wf, $x.contact]);
+                    IF record::exists($entry) AND (!$x.reentry OR (SELECT VALUE active FROM ONLY $entry) = true) { THROW 'REENTRY'; };
+                    UPSERT $entry SET project = $p, active = $x.active, updated_at = $now RETURN NONE;
+                 };
+                 INSERT INTO workflow_execution $execs RETURN NONE;\n",
             );
+            v["starts"] = starts
+                .iter()
+                .map(|s| {
+                    vars! {
+                        "id": s.e.id, "wf": s.e.workflow, "contact": s.e.contact, "reentry": s.allow_reentry,
+                        "active": s.e.status.is_active(),
+                    }
+                })
+                .collect();
+            v["execs"] = starts
+                .iter()
+                .map(|s| {
+                    let mut d = exec_doc(project, s.e);
+                    d["id"] = Value::String(s.e.id.clone());
+                    d
+                })
+                .collect();
         }
-        if fx.email.is_some() {
+        if !moves.is_empty() {
+            // NONE in the row reads as NONE, and a bound null does not compare equal to it: both sides
+            // compare as text, with "" for none (ids are never empty).
             sql.push_str(
-                "INSERT INTO email $emails RETURN NONE;
-                 INSERT INTO email_body $bodies RETURN NONE;
-                 INSERT IGNORE INTO attachment_set $sets RETURN NONE;\n",
+                "FOR $x IN $moves {
+                    LET $moved = (UPDATE type::record('workflow_execution', $x.id) CONTENT $x.doc
+                        WHERE project = $p AND status = $x.fs AND (step ?? '') = $x.fstep AND (timer ?? '') = $x.ftimer
+                        RETURN VALUE record::id(id));
+                    IF array::len($moved) == 0 { THROW 'MOVED'; };
+                 };\n",
             );
+            v["moves"] = moves
+                .iter()
+                .map(|m| {
+                    vars! {
+                        "id": m.to.id, "doc": exec_doc(project, m.to), "fs": m.from.status,
+                        "fstep": m.from.step.clone().unwrap_or_default(), "ftimer": m.from.timer.clone().unwrap_or_default(),
+                    }
+                })
+                .collect();
         }
-        if !fx.jobs.is_empty() || fx.email.is_some() {
-            sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
+        // The entry of a started execution is written above (nothing leaves at its start).
+        let start_fx: Vec<Effects> = starts.iter().map(|s| Effects { leaves: false, ..s.fx.clone() }).collect();
+        let pairs: Vec<(&ExecutionRow, &Effects)> =
+            starts.iter().zip(&start_fx).map(|(s, f)| (s.e, f)).chain(moves.iter().map(|m| (m.to, m.fx))).collect();
+        let open: std::collections::HashSet<&str> = moves.iter().filter_map(|m| m.from.run.as_deref()).collect();
+        effects(project, &pairs, &open, now, &mut sql, &mut v);
+        sql.push_str("COMMIT TRANSACTION;");
+        let writes: Vec<super::contacts::ContactWrite> = pairs
+            .iter()
+            .filter_map(|(_, fx)| fx.contact.as_ref())
+            .map(|c| super::contacts::ContactWrite::Update {
+                id: c.id.clone(),
+                version: c.version,
+                email: c.email.clone(),
+                subscribed: c.subscribed,
+                data: c.data.clone(),
+                now,
+            })
+            .collect();
+        if !writes.is_empty() {
+            self.forget_written(project, &writes);
         }
-        if !fx.events.is_empty() {
-            sql.push_str("INSERT INTO event $events RETURN NONE;\n");
-            sql.push_str(OUTBOX_INSERT);
+        match self.write(|| async { self.query(&sql, v.clone()).await }).await {
+            Ok(_) => Ok(Ok(())),
+            Err(err) => refused(&err).map(Err).ok_or(err),
         }
     }
 
-    fn effects_vars(project: &str, e: &ExecutionRow, fx: &Effects, now: i64) -> Value {
-        let mut jobs = fx.jobs.clone();
-        let mail = match &fx.email {
-            Some(m) => {
-                let docs =
-                    super::emails::email_docs(std::slice::from_ref(&m.row), m.job_kind, m.priority, m.attempts, 1);
-                jobs.extend(docs.jobs);
-                (docs.rows, docs.bodies, docs.sets)
-            }
-            None => Default::default(),
-        };
-        let change = fx.contact.as_ref().map(|c| {
-            vars! { "id": c.id, "version": c.version, "email": c.email, "subscribed": c.subscribed, "data": c.data }
-        });
-        vars! {
-            "c": change,
-            "emails": mail.0, "bodies": mail.1, "sets": mail.2,
-            "p": project, "id": e.id, "wf": e.workflow, "contact": e.contact, "now": now,
-            "doc": exec_doc(project, e), "runs": run_docs(project, &e.id, &fx.runs), "jobs": jobs,
-            "events": fx.events.iter().map(Event::row).collect::<Vec<_>>(),
-            "outbox": outbox_row(fx.events.iter().map(|x| x.id.as_str())),
+    /// Which of these starts the re-entry rules or an existing id would refuse now (in order).
+    pub async fn refused_starts(&self, project: &str, items: &[Start<'_>]) -> Result<Vec<bool>, StoreError> {
+        if items.is_empty() {
+            return Ok(Vec::new());
         }
+        let ids: Vec<&str> = items.iter().map(|s| s.e.id.as_str()).collect();
+        let keys: Vec<[&str; 2]> = items.iter().map(|s| [s.e.workflow.as_str(), s.e.contact.as_str()]).collect();
+        let mut r = self
+            .query(
+                "SELECT VALUE record::id(id) FROM array::map($ids, |$i| type::record('workflow_execution', $i)) WHERE id != NONE;
+                 SELECT record::id(id) AS k, active FROM array::map($keys, |$k| type::record('workflow_entry', $k))
+                    WHERE project = $p;",
+                vars! { "p": project, "ids": ids, "keys": keys },
+            )
+            .await?;
+        let existing: std::collections::HashSet<String> = r.all::<String>(0)?.into_iter().collect();
+        #[derive(Deserialize)]
+        struct Entry {
+            k: (String, String),
+            active: bool,
+        }
+        let entries: std::collections::HashMap<(String, String), bool> =
+            r.all::<Entry>(1)?.into_iter().map(|e| (e.k, e.active)).collect();
+        Ok(items
+            .iter()
+            .map(|s| {
+                existing.contains(&s.e.id)
+                    || entries
+                        .get(&(s.e.workflow.clone(), s.e.contact.clone()))
+                        .is_some_and(|active| !s.allow_reentry || *active)
+            })
+            .collect())
     }
 
-    /// Starts an execution under the re-entry rules (`allow_reentry`): with its effects in the same
-    /// transaction. The entry is active unless the execution ended at once.
+    /// Starts one execution ([`Store::start_executions`] of one).
     pub async fn start_execution(
         &self,
         project: &str,
@@ -186,29 +413,27 @@ impl Store {
         fx: &Effects,
         now: i64,
     ) -> Result<Result<(), StartRefused>, StoreError> {
-        let mut sql = String::from(
-            "BEGIN TRANSACTION;
-             IF record::exists(type::record('workflow_execution', $id)) { THROW 'DUPLICATE'; };
-             LET $entry = type::record('workflow_entry', [$wf, $contact]);
-             IF record::exists($entry) AND (!$reentry OR (SELECT VALUE active FROM ONLY $entry) = true) { THROW 'REENTRY'; };
-             UPSERT $entry SET project = $p, active = $active, updated_at = $now RETURN NONE;
-             CREATE type::record('workflow_execution', $id) CONTENT $doc RETURN NONE;\n",
-        );
-        Self::effects_sql(&mut sql, &Effects { leaves: false, ..fx.clone() });
-        sql.push_str("COMMIT TRANSACTION;");
-        let mut v = Self::effects_vars(project, e, fx, now);
-        v["reentry"] = Value::Bool(allow_reentry);
-        v["active"] = Value::Bool(e.status.is_active());
-        match self.write(|| async { self.query(&sql, v.clone()).await }).await {
-            Ok(_) => Ok(Ok(())),
-            Err(err) if err.thrown("REENTRY") => Ok(Err(StartRefused::Reentry)),
-            Err(err) if err.thrown("DUPLICATE") => Ok(Err(StartRefused::Duplicate)),
-            Err(err) => Err(err),
+        match self.start_executions(project, &[Start { e, allow_reentry, fx }], now).await? {
+            Ok(()) => Ok(Ok(())),
+            Err(BatchRefused::Start(r)) => Ok(Err(r)),
+            Err(other) => Err(StoreError::Thrown(format!("{other:?}"))),
         }
     }
 
-    /// Writes an execution's new state with its effects if it is still `from` (status, step and timer
-    /// as read): false when something else moved it first (nothing is written then).
+    /// Writes the new states of executions of one project with their effects, in one transaction, each
+    /// only over the state it was decided from: if one moved first (or a contact a plugin step patches
+    /// changed), the whole batch writes nothing.
+    pub async fn advance_executions(
+        &self,
+        project: &str,
+        items: &[Move<'_>],
+        now: i64,
+    ) -> Result<Result<(), BatchRefused>, StoreError> {
+        self.write_executions(project, &[], items, now).await
+    }
+
+    /// Writes one execution's move ([`Store::advance_executions`] of one): false when it moved first. A
+    /// contact that changed under a plugin step's patch is the error `STALE_CONTACT` (try again).
     pub async fn advance_execution(
         &self,
         project: &str,
@@ -217,38 +442,51 @@ impl Store {
         fx: &Effects,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let mut sql = String::from(
-            "BEGIN TRANSACTION;
-             LET $moved = (UPDATE type::record('workflow_execution', $id) CONTENT $doc
-                WHERE project = $p AND status = $fs AND step = $fstep AND timer = $ftimer RETURN VALUE record::id(id));
-             IF array::len($moved) == 0 { THROW 'MOVED'; };\n",
-        );
-        Self::effects_sql(&mut sql, fx);
-        sql.push_str("COMMIT TRANSACTION;");
-        if let Some(c) = &fx.contact {
-            let w = super::contacts::ContactWrite::Update {
-                id: c.id.clone(),
-                version: c.version,
-                email: c.email.clone(),
-                subscribed: c.subscribed,
-                data: c.data.clone(),
-                now,
-            };
-            self.forget_written(project, std::slice::from_ref(&w));
+        match self.advance_executions(project, &[Move { from, to, fx }], now).await? {
+            Ok(()) => Ok(true),
+            Err(BatchRefused::Moved) => Ok(false),
+            Err(other) => Err(StoreError::Thrown(format!("{other:?}"))),
         }
-        let mut v = Self::effects_vars(project, to, fx, now);
-        v["fs"] = serde_json::to_value(from.status).unwrap_or(Value::Null);
-        // NONE in the row reads as NONE; a bound null would not compare equal to it.
-        v["fstep"] = from.step.clone().map_or(Value::Null, Value::String);
-        v["ftimer"] = from.timer.clone().map_or(Value::Null, Value::String);
-        let sql = sql
-            .replace("step = $fstep", if from.step.is_some() { "step = $fstep" } else { "step = NONE" })
-            .replace("timer = $ftimer", if from.timer.is_some() { "timer = $ftimer" } else { "timer = NONE" });
-        match self.write(|| async { self.query(&sql, v.clone()).await }).await {
-            Ok(_) => Ok(true),
-            Err(err) if err.thrown("MOVED") => Ok(false),
-            Err(err) => Err(err),
+    }
+
+    /// The project's executions with these ids (those that exist).
+    pub async fn executions(&self, project: &str, ids: &[String]) -> Result<Vec<ExecutionRow>, StoreError> {
+        self.query(
+            &format!(
+                "SELECT {EXEC_FIELDS} FROM array::map($ids, |$i| type::record('workflow_execution', $i)) WHERE project = $p"
+            ),
+            vars! { "p": project, "ids": ids },
+        )
+        .await?
+        .all(0)
+    }
+
+    /// The project's executions of these contacts that wait for an event with one of these names (one
+    /// indexed lookup per contact).
+    pub async fn waiting_for_events(
+        &self,
+        project: &str,
+        contacts: &[String],
+        names: &[String],
+    ) -> Result<Vec<ExecutionRow>, StoreError> {
+        if contacts.is_empty() || names.is_empty() {
+            return Ok(Vec::new());
         }
+        let mut sql = String::new();
+        let mut v = vars! { "p": project, "ns": names };
+        for (i, c) in contacts.iter().enumerate() {
+            sql.push_str(&format!(
+                "SELECT {EXEC_FIELDS} FROM workflow_execution
+                 WHERE project = $p AND contact = $c{i} AND waiting_event IN $ns AND status = 'WAITING';\n"
+            ));
+            v[format!("c{i}")] = Value::String(c.clone());
+        }
+        let mut r = self.query(&sql, v).await?;
+        let mut out = Vec::new();
+        for i in 0..contacts.len() {
+            out.extend(r.all::<ExecutionRow>(i)?);
+        }
+        Ok(out)
     }
 
     pub async fn execution(&self, project: &str, id: &str) -> Result<Option<ExecutionRow>, StoreError> {
@@ -258,24 +496,6 @@ impl Store {
         )
         .await?
         .first(0)
-    }
-
-    /// The project's executions of a contact that wait for an event with this name.
-    pub async fn waiting_for_event(
-        &self,
-        project: &str,
-        contact: &str,
-        name: &str,
-    ) -> Result<Vec<ExecutionRow>, StoreError> {
-        self.query(
-            &format!(
-                "SELECT {EXEC_FIELDS} FROM workflow_execution
-                 WHERE project = $p AND contact = $c AND waiting_event = $n AND status = 'WAITING'"
-            ),
-            vars! { "p": project, "c": contact, "n": name },
-        )
-        .await?
-        .all(0)
     }
 
     /// The runs of an execution's steps, in the order they started.

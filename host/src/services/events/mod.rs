@@ -16,11 +16,24 @@ use crate::infra::jobs::{JobContext, Registry};
 use crate::store::events::Event;
 
 pub type SubscriberFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+/// A batch's outcome: on failure, how many events were handled before it, and why.
+pub type BatchFuture<'a> = Pin<Box<dyn Future<Output = Result<(), (usize, String)>> + Send + 'a>>;
 
 pub trait Subscriber: Send + Sync + 'static {
     fn name(&self) -> &str;
     /// Handles one event. Must tolerate seeing the same event again.
     fn handle<'a>(&'a self, event: &'a Event) -> SubscriberFuture<'a>;
+
+    /// Handles events in order; a failure says how many of them (from the first) were handled before
+    /// it, and the stream hands out the rest again later. By default one at a time.
+    fn handle_batch<'a>(&'a self, events: &'a [Event]) -> BatchFuture<'a> {
+        Box::pin(async move {
+            for (i, e) in events.iter().enumerate() {
+                self.handle(e).await.map_err(|m| (i, m))?;
+            }
+            Ok(())
+        })
+    }
 }
 
 #[derive(Default)]
@@ -30,6 +43,9 @@ pub struct EventBus {
 
 pub const DISPATCH_JOB: &str = "events.dispatch";
 const BATCH: usize = 500;
+/// Pause before bringing a dispatch forward, and between tries while one runs.
+const HURRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+const HURRY_TRIES: usize = 200;
 
 impl EventBus {
     pub fn subscribe(&self, s: Arc<dyn Subscriber>) {
@@ -55,42 +71,76 @@ impl EventBus {
             if batch.is_empty() {
                 return Ok(total);
             }
-            // Rows fully handed out are deleted together once the batch is through (or before a failure
-            // is reported): one write per batch, not per row. A crash before that write hands those
-            // events out again (subscribers see an event at least once).
-            let mut done_rows = Vec::new();
-            for entry in &batch {
-                let mut failure = None;
-                let mut done = 0;
-                'events: for event in &entry.events {
-                    for s in &subs {
-                        if let Err(e) = s.handle(event).await {
-                            failure = Some(format!("subscriber {} failed on event {}: {e}", s.name(), event.id));
-                            break 'events;
-                        }
-                    }
-                    done += 1;
+            // The whole batch to each subscriber at once. A subscriber that fails says how many events
+            // it handled first; the later subscribers get only those, and only those count as handed out.
+            let all: Vec<crate::store::events::Event> =
+                batch.iter().flat_map(|entry| entry.events.iter().cloned()).collect();
+            let mut upto = all.len();
+            let mut failure = None;
+            for s in &subs {
+                if let Err((done, e)) = s.handle_batch(&all[..upto]).await {
+                    let at = all.get(done).map(|e| e.id.as_str()).unwrap_or_default();
+                    failure = Some(format!("subscriber {} failed on event {at}: {e}", s.name()));
+                    upto = done.min(upto);
                 }
-                total += done;
-                // The ids not handed out: from the failed event on (events deleted since are skipped).
-                let left: Vec<String> = match failure {
-                    None => Vec::new(),
-                    Some(_) => {
-                        let from = entry.events.get(done).map(|e| e.id.as_str());
-                        let at = from.and_then(|f| entry.ids.iter().position(|i| i == f)).unwrap_or(0);
-                        entry.ids[at..].to_vec()
+            }
+            total += upto;
+            // Rows fully handed out are deleted together (one write per batch, not per row); the row of
+            // a failed event keeps only the events from it on (events deleted since are skipped). A crash
+            // before these writes hands the events out again: subscribers see an event at least once.
+            let mut done_rows = Vec::new();
+            let mut offset = 0;
+            for entry in &batch {
+                let n = entry.events.len();
+                if offset + n <= upto {
+                    done_rows.push(entry.id.clone());
+                    offset += n;
+                    continue;
+                }
+                ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
+                let from = entry.events.get(upto - offset).map(|e| e.id.as_str());
+                let at = from.and_then(|f| entry.ids.iter().position(|i| i == f)).unwrap_or(0);
+                ctx.store.outbox_progress(&entry.id, &entry.ids[at..]).await.map_err(|e| e.to_string())?;
+                return Err(failure.unwrap_or_else(|| "a subscriber failed".into()));
+            }
+            ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
+            if let Some(f) = failure {
+                return Err(f);
+            }
+        }
+    }
+
+    /// Brings the next dispatch forward whenever this process stores events, so that they are handed out
+    /// within moments instead of at the next interval (several writes in a burst make one round).
+    /// Runs until `stop` changes.
+    pub async fn hurry(
+        store: crate::store::Store,
+        clock: crate::infra::clock::SharedClock,
+        worker: Arc<tokio::sync::Notify>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let stored = store.stored_events();
+        loop {
+            tokio::select! {
+                _ = stored.notified() => {}
+                _ = stop.changed() => return,
+            }
+            // While a dispatch runs, wait until it is queued again (its last read may have come before
+            // these events); after about a second the regular interval takes over anyway.
+            for _ in 0..HURRY_TRIES {
+                tokio::time::sleep(HURRY_PAUSE).await;
+                match store.hurry_recurring(DISPATCH_JOB, clock.now_ms()).await {
+                    Ok(true) => {
+                        worker.notify_one();
+                        break;
                     }
-                };
-                match failure {
-                    None => done_rows.push(entry.id.clone()),
-                    Some(f) => {
-                        ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
-                        ctx.store.outbox_progress(&entry.id, &left).await.map_err(|e| e.to_string())?;
-                        return Err(f);
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot bring the event dispatch forward");
+                        break;
                     }
                 }
             }
-            ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
         }
     }
 

@@ -1,19 +1,21 @@
 //! The workflow engine (docs/behaviour.md#workflows): starts executions under the re-entry rules and
-//! runs their steps on the durable job queue. Steps that finish at once run back to back in one
-//! `workflow.run` job; a DELAY's end and a wait's timeout are `workflow.timer` jobs that carry the
-//! execution's timer token, so a timer whose execution moved on (cancelled, resumed by its event) does
-//! nothing. Each step's outcome is written with the execution's move in one transaction, over the state
-//! it was decided from: a cancel or another process that came first makes it write nothing, so a step
-//! never takes effect twice.
+//! decides what each step comes to; `rounds.rs` runs them on the durable job queue. Steps that finish at
+//! once run back to back in one `workflow.run` job; a DELAY's end and a wait's timeout are
+//! `workflow.timer` jobs that carry the execution's timer token, so a timer whose execution moved on
+//! (cancelled, resumed by its event) does nothing. Each step's outcome is written with the execution's
+//! move in one transaction, over the state it was decided from: a cancel or another process that came
+//! first makes it write nothing, so a step never takes effect twice. Both job kinds are claimed many at
+//! a time, and the steps of a batch's executions advance in rounds, one transaction per round.
 //!
 //! Must not import: salvo, surrealdb.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 
+use super::rounds::Run;
 use crate::domain::status::{ExecutionStatus, StepRunStatus};
 use crate::domain::workflows::run::{self, Next};
 use crate::domain::workflows::steps;
@@ -24,7 +26,7 @@ use crate::plugins::PluginHost;
 use crate::services::segments;
 use crate::store::events::Event;
 use crate::store::jobs::NewJob;
-use crate::store::workflow_runs::{ContactChange, Effects, ExecutionRow, NewEmail, StartRefused, StepRunRow};
+use crate::store::workflow_runs::{ContactChange, Effects, ExecutionRow, NewEmail, Start, StartRefused, StepRunRow};
 use crate::store::workflows::WorkflowRow;
 use crate::store::{Store, StoreError};
 
@@ -36,7 +38,12 @@ pub const JOB_PRIORITY: i64 = 50;
 /// and campaigns (a kind of their own, claimed last).
 pub const EMAIL_PRIORITY: i64 = 50;
 /// Attempts of a workflow job before the execution fails.
-const JOB_ATTEMPTS: i64 = 5;
+pub(super) const JOB_ATTEMPTS: i64 = 5;
+/// Workflow jobs of one kind claimed and run together at most.
+const JOB_BATCH: usize = 256;
+/// Executions started in one transaction at most, and such batches in flight at once.
+const START_BATCH: usize = 128;
+const START_CHUNKS: usize = 4;
 /// Event names Herald emits for executions.
 pub const STARTED: &str = "workflow.started";
 pub const COMPLETED: &str = "workflow.completed";
@@ -51,17 +58,18 @@ pub struct Engine {
     pub composer: Arc<crate::services::compose::Composer>,
     /// Wakes the job worker (set once the worker exists).
     pub wake: OnceLock<Arc<tokio::sync::Notify>>,
-    /// Per project, the event names its workflows listen for, and when they were read ([`LISTEN_FRESH`]).
+    /// Per project, the event names its workflows listen for, and when they were read (on the engine's
+    /// clock; see [`LISTEN_FRESH_MS`]).
     pub listening: Mutex<HashMap<String, Listening>>,
 }
 
 /// The event names a project's workflows listen for, and when they were read.
-pub type Listening = (Instant, Arc<HashSet<String>>);
+pub type Listening = (i64, Arc<HashSet<String>>);
 
 /// How long the event names a project's workflows listen for are used before they are read again. A
 /// change made through this process drops them at once; one made through another process shows within
 /// this time.
-const LISTEN_FRESH: Duration = Duration::from_secs(2);
+const LISTEN_FRESH_MS: i64 = 2_000;
 
 /// What a step came to.
 pub(super) enum Outcome {
@@ -93,7 +101,7 @@ fn event(project: &str, e: &ExecutionRow, name: &str, extra: Map<String, Value>,
     Event::new(project, &e.contact, name, data, "system", now)
 }
 
-fn job(kind: &str, payload: Value, run_at: i64) -> Value {
+pub(super) fn job(kind: &str, payload: Value, run_at: i64) -> Value {
     let mut j = NewJob::new(kind, payload, run_at);
     j.priority = JOB_PRIORITY;
     j.max_attempts = JOB_ATTEMPTS;
@@ -109,17 +117,121 @@ pub fn derived_id(key: &str) -> String {
     uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, key.as_bytes()).to_string()
 }
 
+/// What a step sees besides its execution: the contact as the execution's earlier steps left it (None:
+/// gone), and templates read once per batch.
+pub(super) struct Seen<'a> {
+    pub contact: Option<&'a crate::store::contacts::Contact>,
+    pub templates: &'a Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
+}
+
+/// Workflows read once per batch, by id (`None`: gone).
+#[derive(Default)]
+pub(super) struct Flows(HashMap<String, Option<Arc<WorkflowRow>>>);
+
+impl Flows {
+    pub(super) async fn get(
+        &mut self,
+        store: &Store,
+        project: &str,
+        id: &str,
+    ) -> Result<Option<Arc<WorkflowRow>>, StoreError> {
+        if let Some(w) = self.0.get(id) {
+            return Ok(w.clone());
+        }
+        let w = store.workflow(project, id).await?.map(Arc::new);
+        self.0.insert(id.to_string(), w.clone());
+        Ok(w)
+    }
+}
+
+/// A start decided and not yet written.
+pub(super) struct Planned {
+    pub e: ExecutionRow,
+    pub fx: Effects,
+    pub allow_reentry: bool,
+}
+
+/// The depth of an execution an event starts: one more than the event's for `workflow.*` events, else 0.
+fn cause_depth(ev: &Event) -> i64 {
+    if ev.name.starts_with("workflow.") {
+        ev.data.get("depth").and_then(Value::as_i64).unwrap_or(0).saturating_add(1)
+    } else {
+        0
+    }
+}
+
+/// What starting `w` for a contact writes: the TRIGGER step completed, `workflow.started`, and a job
+/// for the next step (or the execution completed at once).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn plan_start(
+    project: &str,
+    w: &WorkflowRow,
+    contact: &str,
+    context: Value,
+    id: String,
+    trigger_event: Option<String>,
+    depth: i64,
+    now: i64,
+) -> Result<Planned, StoreError> {
+    let Some(trigger) = w.graph.trigger() else {
+        return Err(StoreError::Decode("a workflow without a TRIGGER step".into()));
+    };
+    let next = run::next(&w.graph, &trigger.id, None, None);
+    let mut e = ExecutionRow {
+        id,
+        workflow: w.id.clone(),
+        contact: contact.to_string(),
+        status: ExecutionStatus::Running,
+        context,
+        step: None,
+        timer: None,
+        run: None,
+        waiting_event: None,
+        trigger_event,
+        error: None,
+        exit_reason: None,
+        created_at: now,
+        updated_at: now,
+        completed_at: None,
+        depth: Some(depth),
+    };
+    let mut fx = Effects::default();
+    fx.runs.push(StepRunRow {
+        id: new_id(),
+        step: trigger.id.clone(),
+        step_type: wf::TRIGGER.into(),
+        status: StepRunStatus::Completed,
+        output: None,
+        error: None,
+        started_at: now,
+        completed_at: Some(now),
+    });
+    fx.events.push(event(project, &e, STARTED, Map::new(), now));
+    match next {
+        Next::Step(s) => {
+            e.step = Some(s);
+            fx.jobs.push(job(RUN_JOB, json!({ "project": project, "execution": e.id }), now));
+        }
+        Next::End => {
+            e.status = ExecutionStatus::Completed;
+            e.completed_at = Some(now);
+            fx.events.push(event(project, &e, COMPLETED, Map::new(), now));
+        }
+    }
+    Ok(Planned { e, fx, allow_reentry: w.allow_reentry })
+}
+
 impl Engine {
     pub fn register(self: &Arc<Self>, registry: &mut Registry) {
         let e = self.clone();
-        registry.register(RUN_JOB, move |ctx: JobContext| {
+        registry.register_batch(RUN_JOB, JOB_BATCH, move |ctxs: Vec<JobContext>| {
             let e = e.clone();
-            async move { e.run_job(ctx).await }
+            async move { e.run_jobs(ctxs).await }
         });
         let e = self.clone();
-        registry.register(TIMER_JOB, move |ctx: JobContext| {
+        registry.register_batch(TIMER_JOB, JOB_BATCH, move |ctxs: Vec<JobContext>| {
             let e = e.clone();
-            async move { e.timer_job(ctx).await }
+            async move { e.timer_jobs(ctxs).await }
         });
         registry.set_priority(RUN_JOB, JOB_PRIORITY);
         registry.set_priority(TIMER_JOB, JOB_PRIORITY);
@@ -147,12 +259,7 @@ impl Engine {
             Some(ev) => derived_id(&format!("{}:{}", w.id, ev.id)),
             None => new_id(),
         };
-        let depth = match cause {
-            Some(ev) if ev.name.starts_with("workflow.") => {
-                ev.data.get("depth").and_then(Value::as_i64).unwrap_or(0).saturating_add(1)
-            }
-            _ => 0,
-        };
+        let depth = cause.map_or(0, cause_depth);
         self.start_as(project, w, contact, context, id, cause.map(|ev| ev.id.clone()), depth).await
     }
 
@@ -169,56 +276,62 @@ impl Engine {
         depth: i64,
     ) -> Result<Result<ExecutionRow, StartRefused>, StoreError> {
         let now = self.clock.now_ms();
-        let Some(trigger) = w.graph.trigger() else {
-            return Err(StoreError::Decode("a workflow without a TRIGGER step".into()));
-        };
-        let next = run::next(&w.graph, &trigger.id, None, None);
-        let mut e = ExecutionRow {
-            id,
-            workflow: w.id.clone(),
-            contact: contact.to_string(),
-            status: ExecutionStatus::Running,
-            context,
-            step: None,
-            timer: None,
-            run: None,
-            waiting_event: None,
-            trigger_event,
-            error: None,
-            exit_reason: None,
-            created_at: now,
-            updated_at: now,
-            completed_at: None,
-            depth: Some(depth),
-        };
-        let mut fx = Effects::default();
-        fx.runs.push(StepRunRow {
-            id: new_id(),
-            step: trigger.id.clone(),
-            step_type: wf::TRIGGER.into(),
-            status: StepRunStatus::Completed,
-            output: None,
-            error: None,
-            started_at: now,
-            completed_at: Some(now),
-        });
-        fx.events.push(event(project, &e, STARTED, Map::new(), now));
-        match next {
-            Next::Step(s) => {
-                e.step = Some(s);
-                fx.jobs.push(job(RUN_JOB, json!({ "project": project, "execution": e.id }), now));
-            }
-            Next::End => {
-                e.status = ExecutionStatus::Completed;
-                e.completed_at = Some(now);
-                fx.events.push(event(project, &e, COMPLETED, Map::new(), now));
-            }
-        }
-        let started = self.store.start_execution(project, &e, w.allow_reentry, &fx, now).await?;
+        let p = plan_start(project, w, contact, context, id, trigger_event, depth, now)?;
+        let started = self.store.start_execution(project, &p.e, p.allow_reentry, &p.fx, now).await?;
         if started.is_ok() {
             self.wake();
         }
-        Ok(started.map(|()| e))
+        Ok(started.map(|()| p.e))
+    }
+
+    /// Starts executions of one project and runs their first steps, [`START_BATCH`] to a batch; the
+    /// ones the re-entry rules or an existing id refuse (found by a read first) are left out, which is
+    /// their answer. An error: some were not written (start them again; the written ones are refused
+    /// then as duplicates).
+    pub(super) async fn start_many(
+        &self,
+        project: &str,
+        plans: Vec<(Planned, Arc<WorkflowRow>)>,
+    ) -> Result<(), String> {
+        // One start per (workflow, contact) in a batch: a second one goes in a later batch, under the
+        // rules as the first left them.
+        let mut seen = HashSet::new();
+        let (mut first, mut later) = (Vec::new(), Vec::new());
+        for p in plans {
+            if seen.insert((p.0.e.workflow.clone(), p.0.e.contact.clone())) {
+                first.push(p);
+            } else {
+                later.push(p);
+            }
+        }
+        for batch in [first, later] {
+            let mut chunks = Vec::new();
+            let mut batch = batch.into_iter().peekable();
+            while batch.peek().is_some() {
+                chunks.push(batch.by_ref().take(START_BATCH).collect::<Vec<_>>());
+            }
+            // A few chunks at a time: one decides its steps while another writes.
+            let done: Vec<Result<(), String>> = futures_util::stream::iter(chunks)
+                .map(|chunk| self.start_chunk(project, chunk))
+                .buffer_unordered(START_CHUNKS)
+                .collect()
+                .await;
+            done.into_iter().collect::<Result<(), String>>()?;
+        }
+        Ok(())
+    }
+
+    async fn start_chunk(&self, project: &str, chunk: Vec<(Planned, Arc<WorkflowRow>)>) -> Result<(), String> {
+        let starts: Vec<Start> =
+            chunk.iter().map(|(p, _)| Start { e: &p.e, allow_reentry: p.allow_reentry, fx: &p.fx }).collect();
+        let refused = self.store.refused_starts(project, &starts).await.map_err(|e| e.to_string())?;
+        drop(starts);
+        let runs: Vec<Run> =
+            chunk.into_iter().zip(refused).filter(|(_, r)| !r).map(|((p, w), _)| Run::start(project, p, w)).collect();
+        for (_, r) in self.advance(runs).await {
+            r?;
+        }
+        Ok(())
     }
 
     /// Forgets what the project's workflows listen for (after a workflow of the project changed).
@@ -229,326 +342,137 @@ impl Engine {
     /// Whether any workflow of the project listens for events named `name` (most events: none).
     async fn listens(&self, project: &str, name: &str) -> Result<bool, StoreError> {
         let cached = self.listening.lock().unwrap_or_else(|p| p.into_inner()).get(project).cloned();
+        let now = self.clock.now_ms();
+        let fresh = |at: i64| (0..LISTEN_FRESH_MS).contains(&(now - at));
         let names = match cached {
-            Some((at, names)) if at.elapsed() < LISTEN_FRESH => names,
+            Some((at, names)) if fresh(at) => names,
             _ => {
                 let names: Arc<HashSet<String>> =
                     Arc::new(self.store.workflow_event_names(project).await?.into_iter().collect());
                 let mut map = self.listening.lock().unwrap_or_else(|p| p.into_inner());
                 // Bounded: an entry per project that had events in the last moments.
                 if map.len() > 10_000 {
-                    map.retain(|_, (at, _)| at.elapsed() < LISTEN_FRESH);
+                    map.retain(|_, (at, _)| fresh(*at));
                 }
-                map.insert(project.to_string(), (Instant::now(), names.clone()));
+                map.insert(project.to_string(), (now, names.clone()));
                 names
             }
         };
         Ok(names.contains(name))
     }
 
-    /// An event of the stream (at least once, in order per transaction): starts the project's enabled
+    /// Events of the stream (at least once, in order per transaction): each starts the project's enabled
     /// EVENT workflows on its name for its contact (a workflow never starts from its own `workflow.*`
     /// events, and chains of workflows stop after [`MAX_DEPTH`] rounds), and resumes the contact's
-    /// executions that wait for it (on their EVENT link, its data merged into the context).
-    pub async fn on_event(&self, ev: &Event) -> Result<(), String> {
+    /// executions that wait for it (on their EVENT link, its data merged into the context). A batch's
+    /// starts are written together, and so are its resumes.
+    pub async fn on_events(&self, evs: &[Event]) -> Result<(), String> {
         let s = |e: StoreError| e.to_string();
-        if ev.contact.is_empty() || !self.listens(&ev.project, &ev.name).await.map_err(s)? {
-            return Ok(());
+        let mut order: Vec<&str> = Vec::new();
+        let mut groups: HashMap<&str, Vec<&Event>> = HashMap::new();
+        for ev in evs {
+            if ev.contact.is_empty() || !self.listens(&ev.project, &ev.name).await.map_err(s)? {
+                continue;
+            }
+            groups
+                .entry(ev.project.as_str())
+                .or_insert_with(|| {
+                    order.push(ev.project.as_str());
+                    Vec::new()
+                })
+                .push(ev);
         }
-        let (from_workflow, depth) = if ev.name.starts_with("workflow.") {
-            (
-                ev.data.get("workflowId").and_then(Value::as_str),
-                ev.data.get("depth").and_then(Value::as_i64).unwrap_or(0),
-            )
-        } else {
-            (None, 0)
-        };
-        if depth < MAX_DEPTH {
-            for w in self.store.event_workflows(&ev.project, &ev.name).await.map_err(s)? {
+        for project in order {
+            let evs = groups.get(project).map(Vec::as_slice).unwrap_or_default();
+            self.starts_for(project, evs).await?;
+            self.resumes_for(project, evs).await?;
+        }
+        Ok(())
+    }
+
+    /// One event ([`Engine::on_events`]).
+    pub async fn on_event(&self, ev: &Event) -> Result<(), String> {
+        self.on_events(std::slice::from_ref(ev)).await
+    }
+
+    async fn starts_for(&self, project: &str, evs: &[&Event]) -> Result<(), String> {
+        let s = |e: StoreError| e.to_string();
+        let now = self.clock.now_ms();
+        let mut flows: HashMap<&str, Vec<Arc<WorkflowRow>>> = HashMap::new();
+        let mut plans = Vec::new();
+        for ev in evs {
+            let from_workflow =
+                ev.name.starts_with("workflow.").then(|| ev.data.get("workflowId").and_then(Value::as_str)).flatten();
+            if cause_depth(ev) > MAX_DEPTH {
+                continue;
+            }
+            if !flows.contains_key(ev.name.as_str()) {
+                let found = self.store.event_workflows(project, &ev.name).await.map_err(s)?;
+                flows.insert(ev.name.as_str(), found.into_iter().map(Arc::new).collect());
+            }
+            for w in flows.get(ev.name.as_str()).map(Vec::as_slice).unwrap_or_default() {
                 if Some(w.id.as_str()) == from_workflow {
                     continue;
                 }
-                // A refusal (the re-entry rules, the same event again) is the answer, not a failure.
-                let _ = self
-                    .start(&ev.project, &w, &ev.contact, Value::Object(ev.data.clone()), Some(ev))
-                    .await
+                let id = derived_id(&format!("{}:{}", w.id, ev.id));
+                let context = Value::Object(ev.data.clone());
+                let p = plan_start(project, w, &ev.contact, context, id, Some(ev.id.clone()), cause_depth(ev), now)
                     .map_err(s)?;
+                plans.push((p, w.clone()));
             }
         }
-        for e in self.store.waiting_for_event(&ev.project, &ev.contact, &ev.name).await.map_err(s)? {
-            // Only an event stored once the wait began resumes it (the stream may hand it over later).
-            if ev.created_at < e.updated_at {
-                continue;
-            }
-            let Some(w) = self.store.workflow(&ev.project, &e.workflow).await.map_err(s)? else { continue };
-            let Some(step) = e.step.as_deref().and_then(|st| w.graph.step(st)).cloned() else { continue };
-            let mut context = match &e.context {
-                Value::Object(m) => m.clone(),
-                _ => Map::new(),
-            };
-            context.extend(ev.data.clone());
-            let output = json!({ "outcome": "EVENT", "eventId": ev.id });
-            self.resume(&ev.project, &w, &e, &step, Some(WaitOutcome::Event), output, Some(Value::Object(context)))
-                .await
-                .map_err(s)?;
-        }
-        Ok(())
+        self.start_many(project, plans).await
     }
 
-    async fn run_job(&self, ctx: JobContext) -> Result<(), String> {
-        let (Some(project), Some(id)) =
-            (ctx.payload.get("project").and_then(Value::as_str), ctx.payload.get("execution").and_then(Value::as_str))
-        else {
-            return Ok(());
-        };
-        let ran = self.run(project, id, ctx.attempt).await;
-        self.unless_last(project, id, ctx.attempt, ran).await
-    }
-
-    /// A job's error, except on its last attempt: then the execution fails with it instead of staying
-    /// RUNNING or WAITING with nothing left to move it.
-    async fn unless_last(&self, project: &str, id: &str, attempt: i64, r: Result<(), String>) -> Result<(), String> {
-        match r {
-            Err(m) if attempt >= JOB_ATTEMPTS => {
-                let e = self.store.execution(project, id).await.map_err(|e| e.to_string())?;
-                if let Some(e) = e.filter(|e| e.status.is_active()) {
-                    let why = format!("gave up after {JOB_ATTEMPTS} attempts: {m}");
-                    self.fail(project, &e, &why).await.map_err(|e| e.to_string())?;
-                }
-                Ok(())
-            }
-            other => other,
-        }
-    }
-
-    /// A DELAY's end or a wait's timeout: inert unless the execution still waits with this timer.
-    async fn timer_job(&self, ctx: JobContext) -> Result<(), String> {
-        let p = &ctx.payload;
-        let (Some(project), Some(id), Some(token)) = (
-            p.get("project").and_then(Value::as_str),
-            p.get("execution").and_then(Value::as_str),
-            p.get("token").and_then(Value::as_str),
-        ) else {
-            return Ok(());
-        };
-        let Some(e) = self.store.execution(project, id).await.map_err(|e| e.to_string())? else { return Ok(()) };
-        if e.status != ExecutionStatus::Waiting || e.timer.as_deref() != Some(token) {
-            return Ok(());
-        }
-        let Some(w) = self.store.workflow(project, &e.workflow).await.map_err(|e| e.to_string())? else {
-            return Ok(());
-        };
-        let Some(step) = e.step.as_deref().and_then(|s| w.graph.step(s)).cloned() else {
-            return self.fail(project, &e, "its step was deleted from the workflow").await.map_err(|e| e.to_string());
-        };
-        let (wait, output) = match step.kind.as_str() {
-            wf::WAIT_FOR_EVENT => (Some(WaitOutcome::Timeout), json!({ "outcome": "TIMEOUT" })),
-            _ => (None, json!({ "delayed": true })),
-        };
-        let resumed =
-            self.resume(project, &w, &e, &step, wait, output, None).await.map(|_| ()).map_err(|e| e.to_string());
-        self.unless_last(project, id, ctx.attempt, resumed).await
-    }
-
-    /// Ends the wait of `e` in `step` (its timer fired or its event came): the waiting run completes and
-    /// the execution moves on (its next steps in a queued `workflow.run`). `context`: the context after
-    /// the event. False when it moved first.
-    #[allow(clippy::too_many_arguments)]
-    async fn resume(
-        &self,
-        project: &str,
-        w: &WorkflowRow,
-        e: &ExecutionRow,
-        step: &Step,
-        wait: Option<WaitOutcome>,
-        output: Value,
-        context: Option<Value>,
-    ) -> Result<bool, StoreError> {
-        let now = self.clock.now_ms();
-        let mut to = e.clone();
-        to.timer = None;
-        to.waiting_event = None;
-        to.run = None;
-        to.updated_at = now;
-        if let Some(c) = context {
-            to.context = c;
-        }
-        let mut fx = Effects::default();
-        if let Some(run_id) = &e.run {
-            // The waiting run started when the execution last changed (it went WAITING then).
-            fx.runs.push(StepRunRow {
-                id: run_id.clone(),
-                step: step.id.clone(),
-                step_type: step.kind.clone(),
-                status: StepRunStatus::Completed,
-                output: Some(output.to_string()),
-                error: None,
-                started_at: e.updated_at,
-                completed_at: Some(now),
-            });
-        }
-        self.move_on(project, w, &mut to, &step.id, None, wait, &mut fx, now);
-        // The steps after it run in a job queued in the same transaction: a crash right after the resume
-        // leaves that job to carry on.
-        if to.status == ExecutionStatus::Running {
-            fx.jobs.push(job(RUN_JOB, json!({ "project": project, "execution": e.id }), now));
-        }
-        let moved = self.store.advance_execution(project, e, &to, &fx, now).await?;
-        if moved {
-            self.wake();
-        }
-        Ok(moved)
-    }
-
-    /// Points `to` at the step after `from` (or completes it).
-    #[allow(clippy::too_many_arguments)]
-    fn move_on(
-        &self,
-        project: &str,
-        w: &WorkflowRow,
-        to: &mut ExecutionRow,
-        from: &str,
-        branch: Option<&str>,
-        wait: Option<WaitOutcome>,
-        fx: &mut Effects,
-        now: i64,
-    ) {
-        match run::next(&w.graph, from, branch, wait) {
-            Next::Step(s) => {
-                to.status = ExecutionStatus::Running;
-                to.step = Some(s);
-            }
-            Next::End => {
-                to.status = ExecutionStatus::Completed;
-                to.step = None;
-                to.completed_at = Some(now);
-                fx.leaves = true;
-                fx.events.push(event(project, to, COMPLETED, Map::new(), now));
-            }
-        }
-    }
-
-    /// Fails an execution that cannot go on.
-    async fn fail(&self, project: &str, e: &ExecutionRow, why: &str) -> Result<(), StoreError> {
-        let now = self.clock.now_ms();
-        let mut to = e.clone();
-        to.updated_at = now;
-        let mut fx = Effects::default();
-        failed(project, &mut to, &mut fx, why, now);
-        self.store.advance_execution(project, e, &to, &fx, now).await?;
-        Ok(())
-    }
-
-    /// Runs an execution's steps until it waits or ends (at most one pass over the graph: it has no
-    /// cycles). `attempt`: the job's attempt (the last one fails the execution instead of retrying).
-    pub async fn run(&self, project: &str, id: &str, attempt: i64) -> Result<(), String> {
+    async fn resumes_for(&self, project: &str, evs: &[&Event]) -> Result<(), String> {
         let s = |e: StoreError| e.to_string();
-        let Some(mut e) = self.store.execution(project, id).await.map_err(s)? else { return Ok(()) };
-        let Some(w) = self.store.workflow(project, &e.workflow).await.map_err(s)? else { return Ok(()) };
-        for _ in 0..=wf::MAX_STEPS {
-            if e.status != ExecutionStatus::Running {
-                return Ok(());
+        let mut contacts: Vec<String> = evs.iter().map(|e| e.contact.clone()).collect();
+        let mut names: Vec<String> = evs.iter().map(|e| e.name.clone()).collect();
+        contacts.sort_unstable();
+        contacts.dedup();
+        names.sort_unstable();
+        names.dedup();
+        let waiting = self.store.waiting_for_events(project, &contacts, &names).await.map_err(s)?;
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let now = self.clock.now_ms();
+        let mut flows = Flows::default();
+        let mut taken = HashSet::new();
+        let mut runs = Vec::new();
+        for ev in evs {
+            for e in &waiting {
+                // Only an event stored once the wait began resumes it (the stream may hand it over later).
+                if e.contact != ev.contact
+                    || e.waiting_event.as_deref() != Some(ev.name.as_str())
+                    || ev.created_at < e.updated_at
+                    || taken.contains(&e.id)
+                {
+                    continue;
+                }
+                let Some(w) = flows.get(&self.store, project, &e.workflow).await.map_err(s)? else { continue };
+                let Some(step) = e.step.as_deref().and_then(|st| w.graph.step(st)) else { continue };
+                let mut context = match &e.context {
+                    Value::Object(m) => m.clone(),
+                    _ => Map::new(),
+                };
+                context.extend(ev.data.clone());
+                let output = json!({ "outcome": "EVENT", "eventId": ev.id });
+                let (to, fx) =
+                    resumed(project, &w, e, step, Some(WaitOutcome::Event), output, Some(Value::Object(context)), now);
+                taken.insert(e.id.clone());
+                runs.push(Run::moved(project, e.clone(), to, fx, w.clone()));
             }
-            let Some(step) = e.step.as_deref().and_then(|s| w.graph.step(s)).cloned() else {
-                return self.fail(project, &e, "its step was deleted from the workflow").await.map_err(s);
-            };
-            let now = self.clock.now_ms();
-            let outcome = match self.execute(project, &w, &e, &step, now, attempt).await {
-                Ok(o) => o,
-                // The job is tried again with its backoff; its last attempt fails the execution.
-                Err(StepError::Retry(m)) if attempt < JOB_ATTEMPTS => return Err(m),
-                Err(StepError::Retry(m)) => Outcome::Failed { error: m },
-            };
-            let (to, fx) = self.apply(project, &w, &e, &step, outcome, now);
-            if !self.store.advance_execution(project, &e, &to, &fx, now).await.map_err(s)? {
-                return Ok(());
-            }
-            e = to;
+        }
+        for (_, r) in self.advance(runs).await {
+            r?;
         }
         Ok(())
-    }
-
-    /// The new state of `e` and what goes with it, after `step` came to `outcome`.
-    fn apply(
-        &self,
-        project: &str,
-        w: &WorkflowRow,
-        e: &ExecutionRow,
-        step: &Step,
-        outcome: Outcome,
-        now: i64,
-    ) -> (ExecutionRow, Effects) {
-        let mut to = e.clone();
-        to.updated_at = now;
-        let mut fx = Effects::default();
-        let run = |status: StepRunStatus, output: Option<Value>, error: Option<String>, done: bool| StepRunRow {
-            id: new_id(),
-            step: step.id.clone(),
-            step_type: step.kind.clone(),
-            status,
-            output: output.map(|o| o.to_string()),
-            error,
-            started_at: now,
-            completed_at: done.then_some(now),
-        };
-        match outcome {
-            Outcome::Done { branch, wait, output } => {
-                fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
-                self.move_on(project, w, &mut to, &step.id, branch.as_deref(), wait, &mut fx, now);
-            }
-            Outcome::Patched { branch, output, change } => {
-                fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
-                fx.events.extend(change.events.iter().cloned());
-                fx.contact = Some(*change);
-                self.move_on(project, w, &mut to, &step.id, branch.as_deref(), None, &mut fx, now);
-            }
-            Outcome::Sent { email, output } => {
-                fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
-                fx.email = Some(NewEmail {
-                    row: *email,
-                    job_kind: crate::services::delivery::DELIVER_JOB,
-                    priority: EMAIL_PRIORITY,
-                    attempts: crate::services::delivery::DELIVER_ATTEMPTS,
-                });
-                self.move_on(project, w, &mut to, &step.id, None, None, &mut fx, now);
-            }
-            Outcome::Skipped { reason } => {
-                fx.runs.push(run(StepRunStatus::Skipped, Some(json!({ "reason": reason })), None, true));
-                self.move_on(project, w, &mut to, &step.id, None, None, &mut fx, now);
-            }
-            Outcome::Wait { until, event: awaited, output } => {
-                let r = run(StepRunStatus::Waiting, Some(output), None, false);
-                to.status = ExecutionStatus::Waiting;
-                to.run = Some(r.id.clone());
-                to.waiting_event = awaited;
-                fx.runs.push(r);
-                if let Some(at) = until {
-                    let token = new_id();
-                    fx.jobs.push(job(TIMER_JOB, json!({ "project": project, "execution": e.id, "token": token }), at));
-                    to.timer = Some(token);
-                }
-            }
-            Outcome::Exit { reason } => {
-                fx.runs.push(run(StepRunStatus::Completed, Some(json!({ "reason": reason })), None, true));
-                to.status = ExecutionStatus::Exited;
-                to.step = None;
-                to.exit_reason = reason.clone();
-                to.completed_at = Some(now);
-                fx.leaves = true;
-                let mut extra = Map::new();
-                extra.insert("reason".into(), json!(reason));
-                fx.events.push(event(project, &to, EXITED, extra, now));
-            }
-            Outcome::Failed { error } => {
-                fx.runs.push(run(StepRunStatus::Failed, None, Some(error.clone()), true));
-                failed(project, &mut to, &mut fx, &error, now);
-            }
-        }
-        (to, fx)
     }
 
     /// Decides what a step comes to (no effect is written here).
-    async fn execute(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn execute(
         &self,
         project: &str,
         w: &WorkflowRow,
@@ -556,6 +480,7 @@ impl Engine {
         step: &Step,
         now: i64,
         attempt: i64,
+        seen: &Seen<'_>,
     ) -> Result<Outcome, StepError> {
         let c = &step.config;
         Ok(match step.kind.as_str() {
@@ -588,15 +513,160 @@ impl Engine {
                 }
             }
             wf::EXIT => Outcome::Exit { reason: c.get("reason").and_then(Value::as_str).map(str::to_string) },
-            wf::SEND_EMAIL => self.send_email(project, e, step, now).await?,
-            _ => self.plugin_step(project, w, e, step, now, attempt).await?,
+            wf::SEND_EMAIL => self.send_email(project, e, step, now, seen).await?,
+            _ => self.plugin_step(project, w, e, step, now, attempt, seen).await?,
         })
     }
 }
 
+/// The new state of `e` and what goes with it, after `step` came to `outcome`.
+pub(super) fn apply(
+    project: &str,
+    w: &WorkflowRow,
+    e: &ExecutionRow,
+    step: &Step,
+    outcome: Outcome,
+    now: i64,
+) -> (ExecutionRow, Effects) {
+    let mut to = e.clone();
+    to.updated_at = now;
+    let mut fx = Effects::default();
+    let run = |status: StepRunStatus, output: Option<Value>, error: Option<String>, done: bool| StepRunRow {
+        id: new_id(),
+        step: step.id.clone(),
+        step_type: step.kind.clone(),
+        status,
+        output: output.map(|o| o.to_string()),
+        error,
+        started_at: now,
+        completed_at: done.then_some(now),
+    };
+    match outcome {
+        Outcome::Done { branch, wait, output } => {
+            fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
+            move_on(project, w, &mut to, &step.id, branch.as_deref(), wait, &mut fx, now);
+        }
+        Outcome::Patched { branch, output, change } => {
+            fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
+            fx.events.extend(change.events.iter().cloned());
+            fx.contact = Some(*change);
+            move_on(project, w, &mut to, &step.id, branch.as_deref(), None, &mut fx, now);
+        }
+        Outcome::Sent { email, output } => {
+            fx.runs.push(run(StepRunStatus::Completed, Some(output), None, true));
+            fx.emails.push(NewEmail {
+                row: *email,
+                job_kind: crate::services::delivery::DELIVER_JOB,
+                priority: EMAIL_PRIORITY,
+                attempts: crate::services::delivery::DELIVER_ATTEMPTS,
+            });
+            move_on(project, w, &mut to, &step.id, None, None, &mut fx, now);
+        }
+        Outcome::Skipped { reason } => {
+            fx.runs.push(run(StepRunStatus::Skipped, Some(json!({ "reason": reason })), None, true));
+            move_on(project, w, &mut to, &step.id, None, None, &mut fx, now);
+        }
+        Outcome::Wait { until, event: awaited, output } => {
+            let r = run(StepRunStatus::Waiting, Some(output), None, false);
+            to.status = ExecutionStatus::Waiting;
+            to.run = Some(r.id.clone());
+            to.waiting_event = awaited;
+            fx.runs.push(r);
+            if let Some(at) = until {
+                let token = new_id();
+                fx.jobs.push(job(TIMER_JOB, json!({ "project": project, "execution": e.id, "token": token }), at));
+                to.timer = Some(token);
+            }
+        }
+        Outcome::Exit { reason } => {
+            fx.runs.push(run(StepRunStatus::Completed, Some(json!({ "reason": reason })), None, true));
+            to.status = ExecutionStatus::Exited;
+            to.step = None;
+            to.exit_reason = reason.clone();
+            to.completed_at = Some(now);
+            fx.leaves = true;
+            let mut extra = Map::new();
+            extra.insert("reason".into(), json!(reason));
+            fx.events.push(event(project, &to, EXITED, extra, now));
+        }
+        Outcome::Failed { error } => {
+            fx.runs.push(run(StepRunStatus::Failed, None, Some(error.clone()), true));
+            failed(project, &mut to, &mut fx, &error, now);
+        }
+    }
+    (to, fx)
+}
+
+/// Points `to` at the step after `from` (or completes it).
+#[allow(clippy::too_many_arguments)]
+fn move_on(
+    project: &str,
+    w: &WorkflowRow,
+    to: &mut ExecutionRow,
+    from: &str,
+    branch: Option<&str>,
+    wait: Option<WaitOutcome>,
+    fx: &mut Effects,
+    now: i64,
+) {
+    match run::next(&w.graph, from, branch, wait) {
+        Next::Step(s) => {
+            to.status = ExecutionStatus::Running;
+            to.step = Some(s);
+        }
+        Next::End => {
+            to.status = ExecutionStatus::Completed;
+            to.step = None;
+            to.completed_at = Some(now);
+            fx.leaves = true;
+            fx.events.push(event(project, to, COMPLETED, Map::new(), now));
+        }
+    }
+}
+
+/// The end of the wait of `e` in `step` (its timer fired or its event came): the waiting run completes
+/// and the execution moves on (its next steps run before anything is written). `context`: the context
+/// after the event.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn resumed(
+    project: &str,
+    w: &WorkflowRow,
+    e: &ExecutionRow,
+    step: &Step,
+    wait: Option<WaitOutcome>,
+    output: Value,
+    context: Option<Value>,
+    now: i64,
+) -> (ExecutionRow, Effects) {
+    let mut to = e.clone();
+    to.timer = None;
+    to.waiting_event = None;
+    to.run = None;
+    to.updated_at = now;
+    if let Some(c) = context {
+        to.context = c;
+    }
+    let mut fx = Effects::default();
+    if let Some(run_id) = &e.run {
+        // The waiting run started when the execution last changed (it went WAITING then).
+        fx.runs.push(StepRunRow {
+            id: run_id.clone(),
+            step: step.id.clone(),
+            step_type: step.kind.clone(),
+            status: StepRunStatus::Completed,
+            output: Some(output.to_string()),
+            error: None,
+            started_at: e.updated_at,
+            completed_at: Some(now),
+        });
+    }
+    move_on(project, w, &mut to, &step.id, None, wait, &mut fx, now);
+    (to, fx)
+}
+
 /// Ends `to` FAILED with `why` (no timer, wait or open run left) and adds what goes with it: the contact
 /// leaves, `workflow.failed` is stored.
-fn failed(project: &str, to: &mut ExecutionRow, fx: &mut Effects, why: &str, now: i64) {
+pub(super) fn failed(project: &str, to: &mut ExecutionRow, fx: &mut Effects, why: &str, now: i64) {
     to.status = ExecutionStatus::Failed;
     to.error = Some(why.to_string());
     to.timer = None;
@@ -619,6 +689,20 @@ impl crate::services::events::Subscriber for Triggers {
 
     fn handle<'a>(&'a self, event: &'a Event) -> crate::services::events::SubscriberFuture<'a> {
         Box::pin(self.0.on_event(event))
+    }
+
+    /// The whole batch at once; when that fails, one event at a time, to say which one fails (the
+    /// engine tolerates seeing an event again).
+    fn handle_batch<'a>(&'a self, events: &'a [Event]) -> crate::services::events::BatchFuture<'a> {
+        Box::pin(async move {
+            if self.0.on_events(events).await.is_ok() {
+                return Ok(());
+            }
+            for (i, e) in events.iter().enumerate() {
+                self.0.on_event(e).await.map_err(|m| (i, m))?;
+            }
+            Ok(())
+        })
     }
 }
 

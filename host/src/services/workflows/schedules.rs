@@ -13,10 +13,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::engine::{Engine, JOB_PRIORITY, derived_id};
+use super::engine::{Engine, JOB_PRIORITY, derived_id, plan_start};
 use crate::domain::workflows::schedule::{self, Audience};
 use crate::infra::jobs::{JobContext, Registry};
-use crate::store::StoreError;
 use crate::store::jobs::NewJob;
 
 pub const SCHEDULE_JOB: &str = "workflows.schedule";
@@ -126,13 +125,16 @@ impl Engine {
             return Ok(());
         }
         let contacts = p.get("contacts").and_then(Value::as_array).cloned().unwrap_or_default();
+        let now = self.clock.now_ms();
+        let context = json!({ "scheduledAt": crate::infra::clock::rfc3339(tick) });
+        let w = Arc::new(w);
+        let mut plans = Vec::new();
         for c in contacts.iter().filter_map(Value::as_str) {
             let key = derived_id(&format!("{id}:{tick}:{c}"));
-            let context = json!({ "scheduledAt": crate::infra::clock::rfc3339(tick) });
-            // A refusal (the re-entry rules, this tick's start made before a retry) is the answer.
-            let started: Result<_, StoreError> = self.start_as(project, &w, c, context, key, None, 0).await;
-            started.map_err(s)?.ok();
+            plans.push((plan_start(project, &w, c, context.clone(), key, None, 0, now).map_err(s)?, w.clone()));
         }
+        // Refusals (the re-entry rules, this tick's starts made before a retry) are the answer.
+        self.start_many(project, plans).await?;
         Ok(())
     }
 }

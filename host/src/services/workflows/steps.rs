@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::engine::{Engine, Outcome, StepError, new_id};
+use super::engine::{Engine, Outcome, Seen, StepError, new_id};
 use crate::domain::conditions::{Group, Logic, Op, Operand, Tree};
 use crate::domain::workflows::Step;
 use crate::domain::workflows::run;
@@ -30,16 +30,26 @@ impl Engine {
         e: &ExecutionRow,
         step: &Step,
         now: i64,
+        seen: &Seen<'_>,
     ) -> Result<Outcome, StepError> {
         use crate::domain::templating::Mode;
         use crate::services::compose::{Message, Recipient};
         let retry = |e: StoreError| StepError::Retry(e.to_string());
         let failed = |error: String| Ok(Outcome::Failed { error });
         let Some(tid) = step.template_id.as_deref() else { return failed("the step has no template".into()) };
-        let Some(t) = self.store.template(project, tid).await.map_err(retry)? else {
+        let known = seen.templates.lock().unwrap_or_else(|p| p.into_inner()).get(tid).cloned();
+        let t = match known {
+            Some(t) => t,
+            None => {
+                let t = self.store.template(project, tid).await.map_err(retry)?.map(Arc::new);
+                seen.templates.lock().unwrap_or_else(|p| p.into_inner()).insert(tid.to_string(), t.clone());
+                t
+            }
+        };
+        let Some(t) = t else {
             return failed(format!("template {tid} does not exist any more"));
         };
-        let Some(contact) = self.store.contact(project, &e.contact).await.map_err(retry)? else {
+        let Some(contact) = seen.contact else {
             return failed("the contact does not exist any more".into());
         };
         let context = e.context.as_object().cloned().unwrap_or_default();
@@ -121,6 +131,7 @@ impl Engine {
     /// timeout, the plugin's own retryable error, no plugin loaded) tries the step again with the job's
     /// backoff; a trap or a permanent error fails the execution with the reason. The contact change
     /// the plugin asks for is planned with the API's data rules and written with the step's completion.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn plugin_step(
         &self,
         project: &str,
@@ -129,10 +140,10 @@ impl Engine {
         step: &Step,
         now: i64,
         attempt: i64,
+        seen: &Seen<'_>,
     ) -> Result<Outcome, StepError> {
         use crate::plugins::{Execution, StepContact, StepInput, TriggerEvent};
-        let retry = |e: StoreError| StepError::Retry(e.to_string());
-        let Some(contact) = self.store.contact(project, &e.contact).await.map_err(retry)? else {
+        let Some(contact) = seen.contact else {
             return Ok(Outcome::Failed { error: "the contact does not exist any more".into() });
         };
         let event = e.trigger_event.as_ref().map(|_| TriggerEvent {
@@ -185,15 +196,20 @@ impl Engine {
             patch: crate::domain::contacts::DataPatch::parse(&data, false),
             event: None,
         };
-        let planned = crate::services::ingest::plan(&self.store, &self.clock, project, &upsert).await.map_err(retry)?;
-        match planned.write {
-            crate::store::contacts::ContactWrite::Update { id, version, email, subscribed, data, .. } => {
-                let change = ContactChange { id, version, email, subscribed, data, events: planned.events };
-                Ok(Outcome::Patched { branch: out.branch, output, change: Box::new(change) })
-            }
-            // Nothing changes (or the contact is gone: nothing to change).
-            _ => Ok(Outcome::Done { branch: out.branch, wait: None, output }),
+        // The change as the API's data rules make it, from the contact as the earlier steps left it.
+        let a = crate::services::ingest::apply(project, Some(contact), &upsert, now);
+        if a.contact.data == contact.data && a.contact.subscribed == contact.subscribed {
+            return Ok(Outcome::Done { branch: out.branch, wait: None, output });
         }
+        let change = ContactChange {
+            id: contact.id.clone(),
+            version: contact.version,
+            email: contact.email.clone(),
+            subscribed: a.contact.subscribed,
+            data: a.contact.data,
+            events: a.events,
+        };
+        Ok(Outcome::Patched { branch: out.branch, output, change: Box::new(change) })
     }
 
     /// Evaluates a CONDITION step for the execution's contact and context.

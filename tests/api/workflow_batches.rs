@@ -1,0 +1,130 @@
+//! Workflows run many executions at a time (docs/behaviour.md#workflows): a burst of events starts
+//! each execution under the re-entry rules once, the steps after a contact change see it before it is
+//! written (and a contact condition after it reads it from the database), and stored events reach the
+//! engine without waiting for the dispatch interval.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use herald_host::config::Config;
+use herald_host::infra::clock::ManualClock;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::smtp_sink::SmtpSink;
+use crate::workflow_kit::enabled_workflow;
+
+async fn executions(p: &Proj, wf: &str) -> Vec<Value> {
+    let r = p.secret.get(&format!("/workflows/{wf}/executions?pageSize=100")).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    r.json["data"].as_array().unwrap().clone()
+}
+
+async fn track(p: &Proj, email: &str, event: &str) {
+    let r = p.secret.post("/v1/track", json!({ "email": email, "event": event })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+}
+
+#[tokio::test]
+async fn a_burst_of_events_starts_each_execution_once_and_later_steps_see_the_contact_change() {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    config.send_rate_per_second = 0;
+    crate::plugin_kit::install(&config.plugins_dir, crate::plugin_kit::UPDATE_CONTACT);
+    let s = Server::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let t = p
+        .secret
+        .post(
+            "/templates",
+            json!({ "name": "T", "type": "TRANSACTIONAL", "from": "news@shop.test",
+                    "subject": "Plan {{plan}} tier {{tier}}", "body": "<p>Hi</p>" }),
+        )
+        .await;
+    let t = t.json["id"].as_str().unwrap().to_string();
+    let (wf, ids) = enabled_workflow(
+        &p,
+        "signup",
+        false,
+        &[
+            ("UPDATE_CONTACT", json!({ "updates": { "plan": "gold" } })),
+            ("UPDATE_CONTACT", json!({ "updates": { "tier": 2 } })),
+            ("CONDITION", json!({ "field": "data.plan", "operator": "equals", "value": "gold" })),
+            ("EXIT", json!({ "reason": "gold" })),
+        ],
+    )
+    .await;
+    // The email goes between the second change and the condition (ids: TRIGGER, the changes, CONDITION, EXIT).
+    let r = p
+        .secret
+        .post(
+            &format!("/workflows/{wf}/steps"),
+            json!({ "type": "SEND_EMAIL", "name": "mail", "templateId": t, "autoConnect": false }),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    let mail = r.json["id"].as_str().unwrap().to_string();
+    let links = p.secret.get(&format!("/workflows/{wf}")).await.json["transitions"].clone();
+    let second_to_condition = links
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["fromStepId"] == ids[2].as_str())
+        .and_then(|l| l["id"].as_str())
+        .unwrap()
+        .to_string();
+    let r = p.secret.delete(&format!("/workflows/{wf}/transitions/{second_to_condition}")).await;
+    assert!(r.status == 200 || r.status == 204, "{}", r.json);
+    for (from, to) in [(&ids[2], &mail), (&mail, &ids[3])] {
+        let r =
+            p.secret.post(&format!("/workflows/{wf}/transitions"), json!({ "fromStepId": from, "toStepId": to })).await;
+        assert_eq!(r.status, 201, "{}", r.json);
+    }
+
+    // A burst: ann twice, bob and cat once, handed to the engine in one dispatch.
+    for email in ["ann@example.com", "bob@example.com", "ann@example.com", "cat@example.com"] {
+        track(&p, email, "signup").await;
+    }
+    for _ in 0..6 {
+        s.clock().advance(1_000);
+        for _ in 0..50 {
+            if s.worker.run_once(50).await.unwrap().is_empty() {
+                break;
+            }
+        }
+    }
+    let runs = executions(&p, &wf).await;
+    assert_eq!(runs.len(), 3, "one execution per contact (allowReentry false): {runs:?}");
+    for e in &runs {
+        assert_eq!((e["status"].as_str(), e["exitReason"].as_str()), (Some("EXITED"), Some("gold")), "{e}");
+        let contact = p.secret.get(&format!("/contacts/{}", e["contactId"].as_str().unwrap())).await.json;
+        assert_eq!(contact["data"], json!({ "plan": "gold", "tier": 2 }), "both changes: {contact}");
+    }
+    sink.wait_for(3).await;
+    let subjects: Vec<String> =
+        sink.received().iter().map(|m| crate::smtp_sink::header(&m.data, "Subject").unwrap_or_default()).collect();
+    assert_eq!(subjects, vec!["Plan gold tier 2"; 3], "the email sees both changes");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn stored_events_reach_workflows_without_waiting_for_the_dispatch_interval() {
+    let mut config = Config::for_tests();
+    config.event_dispatch_ms = 600_000;
+    let s = Server::start_with(config, None).await;
+    let p = proj(&s, "o@example.com").await;
+    let (wf, _) = enabled_workflow(&p, "signup", false, &[("EXIT", json!({}))]).await;
+    // Let the dispatch that runs at start-up pass: the next regular one is ten minutes away.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    track(&p, "ann@example.com", "signup").await;
+    let t = Instant::now();
+    while executions(&p, &wf).await.is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the event never reached the workflow");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s.stop().await;
+}
