@@ -176,7 +176,7 @@ impl Store {
                 .value(1)
             })
             .await?;
-        Ok(v.get(0).and_then(Value::as_str) == Some("queued"))
+        Ok(v.get(0).and_then(Value::as_str).and_then(JobStatus::parse) == Some(JobStatus::Queued))
     }
 
     /// Claims up to `limit` runnable jobs of any kind for `worker` until `now + lease_ms`, highest
