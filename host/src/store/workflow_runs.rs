@@ -267,20 +267,11 @@ fn refused(err: &StoreError) -> Option<BatchRefused> {
 }
 
 impl Store {
-    /// Starts executions of one project under the re-entry rules, each with its effects, all in one
-    /// transaction: a refused one (the contact entered before or is in the workflow now, or the id
-    /// exists) makes the whole batch write nothing. The entry is active unless the execution ended at once.
-    pub async fn start_executions(
-        &self,
-        project: &str,
-        items: &[Start<'_>],
-        now: i64,
-    ) -> Result<Result<(), BatchRefused>, StoreError> {
-        self.write_executions(project, items, &[], now).await
-    }
-
-    /// Writes new executions (as [`Store::start_executions`]) and moves of existing ones (as
-    /// [`Store::advance_executions`]) of one project in one transaction, all or nothing.
+    /// Writes new executions and moves of existing ones of one project, each with its effects, in one
+    /// transaction, all or nothing: a start refused by the re-entry rules (the contact entered before or
+    /// is in the workflow now) or by an existing id, a move whose execution moved since it was read
+    /// (status, step and timer), or a contact a plugin step patches that changed, makes the whole batch
+    /// write nothing. A started execution's entry is active unless it ended at once.
     pub async fn write_executions(
         &self,
         project: &str,
@@ -404,7 +395,7 @@ impl Store {
             .collect())
     }
 
-    /// Starts one execution ([`Store::start_executions`] of one).
+    /// Starts one execution ([`Store::write_executions`] of one).
     pub async fn start_execution(
         &self,
         project: &str,
@@ -413,26 +404,14 @@ impl Store {
         fx: &Effects,
         now: i64,
     ) -> Result<Result<(), StartRefused>, StoreError> {
-        match self.start_executions(project, &[Start { e, allow_reentry, fx }], now).await? {
+        match self.write_executions(project, &[Start { e, allow_reentry, fx }], &[], now).await? {
             Ok(()) => Ok(Ok(())),
             Err(BatchRefused::Start(r)) => Ok(Err(r)),
             Err(other) => Err(StoreError::Thrown(format!("{other:?}"))),
         }
     }
 
-    /// Writes the new states of executions of one project with their effects, in one transaction, each
-    /// only over the state it was decided from: if one moved first (or a contact a plugin step patches
-    /// changed), the whole batch writes nothing.
-    pub async fn advance_executions(
-        &self,
-        project: &str,
-        items: &[Move<'_>],
-        now: i64,
-    ) -> Result<Result<(), BatchRefused>, StoreError> {
-        self.write_executions(project, &[], items, now).await
-    }
-
-    /// Writes one execution's move ([`Store::advance_executions`] of one): false when it moved first. A
+    /// Writes one execution's move ([`Store::write_executions`] of one): false when it moved first. A
     /// contact that changed under a plugin step's patch is the error `STALE_CONTACT` (try again).
     pub async fn advance_execution(
         &self,
@@ -442,7 +421,7 @@ impl Store {
         fx: &Effects,
         now: i64,
     ) -> Result<bool, StoreError> {
-        match self.advance_executions(project, &[Move { from, to, fx }], now).await? {
+        match self.write_executions(project, &[], &[Move { from, to, fx }], now).await? {
             Ok(()) => Ok(true),
             Err(BatchRefused::Moved) => Ok(false),
             Err(other) => Err(StoreError::Thrown(format!("{other:?}"))),

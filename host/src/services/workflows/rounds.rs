@@ -370,35 +370,27 @@ impl Engine {
         }
         let mut woke = false;
         for (project, idx) in by_project {
-            let starts: Vec<(usize, Start)> = idx
+            let (new, old): (Vec<usize>, Vec<usize>) = idx.iter().partition(|i| runs[**i].from.is_none());
+            let s: Vec<Start> = new
                 .iter()
-                .filter_map(|i| {
-                    let r = &runs[*i];
-                    r.from.is_none().then_some((*i, Start { e: &r.e, allow_reentry: r.allow_reentry, fx: &r.fx }))
-                })
+                .map(|i| Start { e: &runs[*i].e, allow_reentry: runs[*i].allow_reentry, fx: &runs[*i].fx })
                 .collect();
-            let moves: Vec<(usize, Move)> = idx
+            let m: Vec<Move> = old
                 .iter()
-                .filter_map(|i| {
-                    let r = &runs[*i];
-                    r.from.as_ref().map(|from| (*i, Move { from, to: &r.e, fx: &r.fx }))
-                })
+                .filter_map(|i| runs[*i].from.as_ref().map(|from| Move { from, to: &runs[*i].e, fx: &runs[*i].fx }))
                 .collect();
-            let s: Vec<Start> =
-                starts.iter().map(|(_, s)| Start { e: s.e, allow_reentry: s.allow_reentry, fx: s.fx }).collect();
-            let m: Vec<Move> = moves.iter().map(|(_, m)| Move { from: m.from, to: m.to, fx: m.fx }).collect();
             match self.store.write_executions(&project, &s, &m, now).await {
                 Ok(Ok(())) => woke = true,
                 // Something came first: one at a time, each refusal (a start the rules refuse, an
                 // execution that moved) its answer.
                 Ok(Err(_)) => {
-                    for (i, st) in &starts {
+                    for (i, st) in new.iter().zip(&s) {
                         match self.store.start_execution(&project, st.e, st.allow_reentry, st.fx, now).await {
                             Ok(_) => woke = true,
                             Err(e) => out[*i].1 = Err(e.to_string()),
                         }
                     }
-                    for (i, mv) in &moves {
+                    for (i, mv) in old.iter().zip(&m) {
                         match self.store.advance_execution(&project, mv.from, mv.to, mv.fx, now).await {
                             Ok(_) => woke = true,
                             Err(e) => out[*i].1 = Err(e.to_string()),

@@ -17,6 +17,7 @@ use super::engine::{Engine, JOB_PRIORITY, derived_id, plan_start};
 use crate::domain::workflows::schedule::{self, Audience};
 use crate::infra::jobs::{JobContext, Registry};
 use crate::store::jobs::NewJob;
+use crate::store::workflows::WorkflowRow;
 
 pub const SCHEDULE_JOB: &str = "workflows.schedule";
 pub const ENROLL_JOB: &str = "workflow.enroll";
@@ -73,21 +74,24 @@ impl Engine {
         Ok(fired)
     }
 
-    /// One tick: the audience's subscribed contacts, split into enrollment batches.
-    async fn enroll(&self, ctx: JobContext) -> Result<(), String> {
-        let p = &ctx.payload;
+    /// A tick job's project, workflow id and tick, with the workflow while it is enabled.
+    async fn tick_of(&self, p: &Value) -> Result<Option<(String, String, i64, WorkflowRow)>, String> {
         let (Some(project), Some(id), Some(tick)) = (
             p.get("project").and_then(Value::as_str),
             p.get("workflow").and_then(Value::as_str),
             p.get("tick").and_then(Value::as_i64),
         ) else {
-            return Ok(());
+            return Ok(None);
         };
-        let Some(w) = self.store.workflow(project, id).await.map_err(s)? else { return Ok(()) };
+        let w = self.store.workflow(project, id).await.map_err(s)?.filter(|w| w.enabled);
+        Ok(w.map(|w| (project.to_string(), id.to_string(), tick, w)))
+    }
+
+    /// One tick: the audience's subscribed contacts, split into enrollment batches.
+    async fn enroll(&self, ctx: JobContext) -> Result<(), String> {
+        let Some((project, id, tick, w)) = self.tick_of(&ctx.payload).await? else { return Ok(()) };
+        let (project, id) = (project.as_str(), id.as_str());
         let Ok((sched, _)) = schedule::parse(w.trigger_config.as_ref()) else { return Ok(()) };
-        if !w.enabled {
-            return Ok(());
-        }
         let subscribed = json!({ "field": "subscribed", "operator": "equals", "value": true });
         let tree = match sched.audience {
             Audience::Segment(seg) => json!({ "groups": [{ "filters": [
@@ -112,18 +116,9 @@ impl Engine {
 
     /// One batch of a tick's contacts: an execution each, under the re-entry rules.
     async fn enroll_batch(&self, ctx: JobContext) -> Result<(), String> {
+        let Some((project, id, tick, w)) = self.tick_of(&ctx.payload).await? else { return Ok(()) };
+        let (project, id) = (project.as_str(), id.as_str());
         let p = &ctx.payload;
-        let (Some(project), Some(id), Some(tick)) = (
-            p.get("project").and_then(Value::as_str),
-            p.get("workflow").and_then(Value::as_str),
-            p.get("tick").and_then(Value::as_i64),
-        ) else {
-            return Ok(());
-        };
-        let Some(w) = self.store.workflow(project, id).await.map_err(s)? else { return Ok(()) };
-        if !w.enabled {
-            return Ok(());
-        }
         let contacts = p.get("contacts").and_then(Value::as_array).cloned().unwrap_or_default();
         let now = self.clock.now_ms();
         let context = json!({ "scheduledAt": crate::infra::clock::rfc3339(tick) });
