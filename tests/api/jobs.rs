@@ -332,3 +332,27 @@ async fn each_recurring_kind_is_queued_once_with_its_interval() {
     assert_eq!(got, want);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_worker_asks_only_for_kinds_that_are_due_queued_or_with_an_expired_lease() {
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let kinds: Vec<String> = ["due", "later", "stale", "held", "idle"].iter().map(|k| k.to_string()).collect();
+    store.enqueue(&NewJob::new("due", json!({}), T0), T0).await.unwrap();
+    store.enqueue(&NewJob::new("later", json!({}), T0 + 60_000), T0).await.unwrap();
+    store.enqueue(&NewJob::new("stale", json!({}), T0), T0).await.unwrap();
+    store.enqueue(&NewJob::new("held", json!({}), T0), T0).await.unwrap();
+    let one = |k: &str| vec![k.to_string()];
+    store.claim_kinds("gone", T0, 1_000, 1, &one("stale")).await.unwrap();
+    store.claim_kinds("alive", T0, 60_000, 1, &one("held")).await.unwrap();
+    clock.advance(1_000);
+    let mut due = store.due_kinds(&kinds, clock.now_ms()).await.unwrap();
+    due.sort();
+    // "later" is not due yet, "held" runs under a live lease, "idle" has no job.
+    assert_eq!(due, ["due", "stale"]);
+    clock.advance(60_000);
+    let mut due = store.due_kinds(&kinds, clock.now_ms()).await.unwrap();
+    due.sort();
+    assert_eq!(due, ["due", "held", "later", "stale"]);
+    assert!(store.due_kinds(&[], clock.now_ms()).await.unwrap().is_empty());
+}

@@ -223,6 +223,27 @@ impl Store {
     /// whose time has come. Each kind is read through the `job_claim` index (status, kind, run_at) and
     /// stops at the limit, so a claim costs the same with a hundred queued jobs or a million (an
     /// `ORDER BY priority` over every due job would sort them all on every claim).
+    /// Which of `kinds` have a job to claim now: a queued one whose time has come, or a running one
+    /// whose lease expired. One read (an index lookup per kind), so a worker asks this before claiming
+    /// instead of running a claim transaction for every kind it serves; a hint only, the claim decides.
+    pub async fn due_kinds(&self, kinds: &[String], now: i64) -> Result<Vec<String>, StoreError> {
+        if kinds.is_empty() {
+            return Ok(vec![]);
+        }
+        let v = self
+            .query(
+                "RETURN array::union(
+                    array::filter($kinds, |$k| array::len(
+                        SELECT VALUE id FROM job WHERE status = 'queued' AND kind = $k AND run_at <= $now LIMIT 1) > 0),
+                    array::filter((SELECT VALUE kind FROM job WHERE status = 'running' AND lease_expires <= $now
+                        LIMIT 64), |$k| $k IN $kinds));",
+                vars! { "kinds": kinds, "now": now },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect())
+    }
+
     pub async fn claim_kinds(
         &self,
         worker: &str,

@@ -342,13 +342,23 @@ impl Worker {
         let in_flight: HashMap<String, Arc<std::sync::atomic::AtomicUsize>> =
             batch_kinds.iter().map(|k| (k.clone(), Arc::default())).collect();
         let single = self.registry.single_kinds();
+        let all_kinds: Vec<String> = batch_kinds.iter().chain(&single).cloned().collect();
         loop {
             if *shutdown.borrow() {
                 break;
             }
             let mut claimed = 0;
+            // One read says which kinds have work, so an idle kind costs no claim transaction (the loop
+            // runs again after every finished job). On error every kind is tried.
+            let due = match self.store.due_kinds(&all_kinds, self.clock.now_ms()).await {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read which job kinds are due");
+                    all_kinds.clone()
+                }
+            };
             // Batch kinds first: one slot runs a whole batch.
-            for kind in &batch_kinds {
+            for kind in batch_kinds.iter().filter(|k| due.contains(k)) {
                 let Some((max, _)) = self.registry.batch.get(kind) else { continue };
                 if slots.available_permits() == 0 {
                     break;
@@ -387,7 +397,8 @@ impl Worker {
                 }
             }
             let free = slots.available_permits();
-            if free > 0 {
+            let single: Vec<String> = single.iter().filter(|k| due.contains(k)).cloned().collect();
+            if free > 0 && !single.is_empty() {
                 match self
                     .store
                     .claim_kinds(&self.opts.id, self.clock.now_ms(), self.opts.lease_ms, free, &single)
