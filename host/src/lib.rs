@@ -205,6 +205,7 @@ impl App {
             listening: Default::default(),
         });
         workflows.register(&mut registry);
+        services::contact_jobs::register(&mut registry);
         bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(

@@ -13,6 +13,7 @@ mod binary;
 mod campaign_delivery;
 mod campaigns;
 mod compat;
+mod contact_bulk;
 mod contacts;
 mod domains;
 mod foundation;

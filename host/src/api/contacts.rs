@@ -153,6 +153,7 @@ pub fn router() -> Router {
         .push(Router::with_path("fields/{field}/values").get(field_values))
         .push(Router::with_path("fields/{field}/usage").get(field_usage))
         .push(Router::with_path("fields/{field}").delete(delete_field))
+        .append(&mut super::contact_jobs::routes())
         .push(Router::with_path("{id}").get(get_contact).patch(patch_contact).delete(delete_contact))
 }
 

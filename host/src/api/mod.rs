@@ -7,6 +7,7 @@ pub mod accounts;
 pub mod auth;
 pub mod body;
 pub mod campaigns;
+pub mod contact_jobs;
 pub mod contacts;
 pub mod domains;
 pub mod errors;

@@ -96,6 +96,17 @@ status! {
 }
 
 status! {
+    /// Where a contact job (a bulk change or a CSV import) is, as its status endpoint says
+    /// (docs/behaviour.md#bulk-changes-and-import).
+    ContactJobState {
+        Queued = "queued",
+        Active = "active",
+        Completed = "completed",
+        Failed = "failed",
+    }
+}
+
+status! {
     /// Where a workflow execution is (docs/behaviour.md#workflows).
     ExecutionStatus {
         /// Its steps are running (or queued to run).
@@ -169,6 +180,7 @@ mod tests {
         check(CampaignStatus::ALL, CampaignStatus::as_str, CampaignStatus::parse);
         check(DomainStatus::ALL, DomainStatus::as_str, DomainStatus::parse);
         check(JobStatus::ALL, JobStatus::as_str, JobStatus::parse);
+        check(ContactJobState::ALL, ContactJobState::as_str, ContactJobState::parse);
         check(ExecutionStatus::ALL, ExecutionStatus::as_str, ExecutionStatus::parse);
         check(StepRunStatus::ALL, StepRunStatus::as_str, StepRunStatus::parse);
         assert_eq!(EmailStatus::ALL.len(), 11);

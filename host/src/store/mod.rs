@@ -12,6 +12,7 @@
 
 pub mod accounts;
 pub mod campaigns;
+pub mod contact_jobs;
 pub mod contacts;
 pub mod domains;
 pub mod emails;
