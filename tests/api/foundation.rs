@@ -141,6 +141,8 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/contacts/bulk-unsubscribe", "post"),
         ("/contacts/bulk-delete", "post"),
         ("/contacts/bulk/{job_id}", "get"),
+        ("/contacts/import", "post"),
+        ("/contacts/import/{job_id}", "get"),
         ("/v1/track", "post"),
         ("/events/track", "post"),
         ("/events", "get"),

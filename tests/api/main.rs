@@ -14,6 +14,7 @@ mod campaign_delivery;
 mod campaigns;
 mod compat;
 mod contact_bulk;
+mod contact_import;
 mod contacts;
 mod domains;
 mod foundation;

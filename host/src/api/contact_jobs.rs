@@ -1,6 +1,7 @@
-//! Bulk changes of contacts (docs/behaviour.md#bulk-changes-and-import): `POST
-//! /contacts/bulk-subscribe|bulk-unsubscribe|bulk-delete` queue a job, `GET /contacts/bulk/:jobId` says
-//! where it is. Mounted under `/contacts` (its auth applies).
+//! Bulk changes and CSV import of contacts (docs/behaviour.md#bulk-changes-and-import): `POST
+//! /contacts/bulk-subscribe|bulk-unsubscribe|bulk-delete` and `POST /contacts/import` (multipart) queue
+//! a job, `GET /contacts/bulk/:jobId` and `GET /contacts/import/:jobId` say where it is. Mounted under
+//! `/contacts` (its auth applies).
 
 use salvo::http::StatusCode;
 use salvo::oapi::ToSchema;
@@ -14,11 +15,14 @@ use super::body::{Reply, json_object};
 use super::state;
 use crate::error::{ApiError, FieldError};
 use crate::infra::clock::rfc3339;
+use crate::services::contact_import::{self, ImportOptions, MAX_FILE_BYTES};
 use crate::services::contact_jobs::{self, BulkOp, MAX_BULK_IDS};
 use crate::store::contact_jobs::ContactJobRow;
 
 /// Longest contact id taken (ids are UUIDs; anything longer cannot be one).
 const MAX_ID_CHARS: usize = 64;
+/// What a multipart body may carry beyond its file (boundaries, part headers, the two option fields).
+const FORM_SLACK: usize = 64 * 1024;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -40,12 +44,13 @@ pub struct ProgressOut {
 #[salvo(schema(rename_all = "camelCase"))]
 pub struct ContactJobOut {
     id: String,
-    /// bulk-subscribe, bulk-unsubscribe or bulk-delete
+    /// bulk-subscribe, bulk-unsubscribe, bulk-delete or import
     kind: String,
     /// queued, active, completed or failed
     state: String,
     progress: ProgressOut,
-    /// what the job did so far: `{updated, unchanged, notFound}` or `{deleted, notFound}`
+    /// what the job did so far: `{updated, unchanged, notFound}` or `{deleted, notFound}`; an import's
+    /// `{created, updated, skipped, failed, errors: [{line, email, reason}]}` (the first 100 bad rows)
     #[salvo(schema(value_type = Object))]
     result: Map<String, Value>,
     error: Option<String>,
@@ -56,12 +61,16 @@ pub struct ContactJobOut {
 impl From<&ContactJobRow> for ContactJobOut {
     fn from(r: &ContactJobRow) -> Self {
         let percent = if r.total <= 0 { 100 } else { (r.done * 100 / r.total).clamp(0, 100) };
+        let mut result = r.result.clone();
+        if r.kind == contact_import::IMPORT_KIND {
+            result.insert("errors".into(), Value::Array(r.errors.clone()));
+        }
         ContactJobOut {
             id: r.id.clone(),
             kind: r.kind.clone(),
             state: r.state.to_string(),
             progress: ProgressOut { done: r.done, total: r.total, percent },
-            result: r.result.clone(),
+            result,
             error: r.error.clone(),
             created_at: rfc3339(r.created_at),
             finished_at: r.finished_at.map(rfc3339),
@@ -85,6 +94,8 @@ pub fn routes() -> Vec<Router> {
         Router::with_path("bulk-unsubscribe").post(bulk_unsubscribe),
         Router::with_path("bulk-delete").post(bulk_delete),
         Router::with_path("bulk/{job_id}").get(get_bulk_job),
+        Router::with_path("import").post(import_contacts),
+        Router::with_path("import/{job_id}").get(get_import_job),
     ]
 }
 
@@ -167,6 +178,87 @@ pub async fn get_bulk_job(job_id: PathParam<String>, depot: &mut Depot) -> Resul
         let st = state(depot)?;
         let ctx = project(depot)?;
         let row = contact_jobs::get(&st, &ctx.project_id, &job_id.into_inner()).await?;
+        Reply::ok(&ContactJobOut::from(&row))
+    });
+    fut.await
+}
+
+fn too_large() -> ApiError {
+    ApiError::PayloadTooLarge { limit: crate::api::body::size_label(MAX_FILE_BYTES) }
+}
+
+/// A `true`/`false` form field (`default` when absent).
+fn form_bool(form: &salvo::http::form::FormData, name: &str, default: bool) -> Result<bool, ApiError> {
+    match form.fields.get(name).map(|v| v.trim()) {
+        None | Some("") => Ok(default),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(ApiError::field(name, "invalid_type", &format!("{name} must be true or false"), json!(v))),
+    }
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct ImportForm {
+    /// the CSV file (at most 5 MB, UTF-8, a header row with an `email` column)
+    #[salvo(schema(value_type = String, format = Binary))]
+    file: Vec<u8>,
+    /// subscription of the contacts the import creates, default true (a `subscribed` column wins)
+    subscribed: Option<bool>,
+    /// whether rows update contacts that exist, default true (false: they are skipped)
+    update_existing: Option<bool>,
+}
+
+/// Imports contacts from a CSV file (multipart field `file`, at most 5 MB), as a job: 202 with its id.
+/// A file too large is 413; one that is not UTF-8 CSV with a header row and an `email` column is 422.
+#[endpoint(
+    tags("contacts"),
+    security(("bearer" = [])),
+    request_body(content = ImportForm, content_type = "multipart/form-data"),
+    responses((status_code = 202, body = JobIdOut))
+)]
+pub async fn import_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: Fut<'_, Reply> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let declared =
+            req.headers().get(salvo::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        if declared.is_some_and(|n: usize| n > MAX_FILE_BYTES + FORM_SLACK) {
+            return Err(too_large());
+        }
+        let form = match req.form_data_max_size(MAX_FILE_BYTES + FORM_SLACK).await {
+            Ok(f) => f,
+            Err(salvo::http::ParseError::PayloadTooLarge) => return Err(too_large()),
+            Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large()),
+            Err(e) => {
+                let message = format!("send the file as multipart/form-data in the field file ({e})");
+                return Err(ApiError::field("file", "required", &message, Value::Null));
+            }
+        };
+        let Some(file) = form.files.get("file") else {
+            return Err(ApiError::field("file", "required", "the multipart field file is required", Value::Null));
+        };
+        if file.size() > MAX_FILE_BYTES as u64 {
+            return Err(too_large());
+        }
+        let opts = ImportOptions {
+            subscribed: form_bool(form, "subscribed", true)?,
+            update_existing: form_bool(form, "updateExisting", true)?,
+        };
+        let bytes = tokio::fs::read(file.path()).await.map_err(|e| ApiError::Internal(format!("the upload: {e}")))?;
+        let job_id = contact_import::start(&st, &ctx.project_id, &bytes, opts).await?;
+        Reply::with(StatusCode::ACCEPTED, &JobIdOut { job_id })
+    });
+    fut.await
+}
+
+/// Where an import is: state, progress (rows) and what it did so far (404 for another project's job).
+#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactJobOut)))]
+pub async fn get_import_job(job_id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: Fut<'_, Reply> = Box::pin(async move {
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let row = contact_import::get(&st, &ctx.project_id, &job_id.into_inner()).await?;
         Reply::ok(&ContactJobOut::from(&row))
     });
     fut.await

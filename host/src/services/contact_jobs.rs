@@ -79,6 +79,8 @@ pub async fn start(st: &AppState, project: &str, op: BulkOp, ids: Vec<String>) -
         input: &ids,
         total: ids.len() as i64,
         counters: op.counters(),
+        options: None,
+        file: None,
     };
     st.store.create_contact_job(&new, &job, now).await?;
     st.job_wake.notify_one();

@@ -8,6 +8,7 @@ pub mod accept;
 pub mod accounts;
 pub mod campaigns;
 pub mod compose;
+pub mod contact_import;
 pub mod contact_jobs;
 pub mod contacts;
 pub mod delivery;

@@ -22,12 +22,18 @@ pub struct ContactJobRow {
     pub done: i64,
     /// What the job did so far: counters by name.
     pub result: Map<String, Value>,
+    /// The first 100 bad rows of an import: `{line, email, reason}`.
+    #[serde(default)]
+    pub errors: Vec<Value>,
+    #[serde(default)]
+    pub options: Option<Value>,
     pub error: Option<String>,
     pub created_at: i64,
     pub finished_at: Option<i64>,
 }
 
-const FIELDS: &str = "record::id(id) AS id, project, kind, state, total, done, result, error, created_at, finished_at";
+const FIELDS: &str =
+    "record::id(id) AS id, project, kind, state, total, done, result, errors, options, error, created_at, finished_at";
 
 /// A contact job to create.
 pub struct NewContactJob<'a> {
@@ -39,6 +45,10 @@ pub struct NewContactJob<'a> {
     pub total: i64,
     /// The names of its result's counters (each starts at 0).
     pub counters: &'a [&'a str],
+    /// What an import was asked, and its file's header.
+    pub options: Option<Value>,
+    /// An import's file.
+    pub file: Option<&'a str>,
 }
 
 /// How a chunk's write ended.
@@ -61,14 +71,39 @@ fn counters(add: &[(&str, i64)]) -> Value {
     Value::Object(add.iter().map(|(k, n)| (k.to_string(), Value::from(*n))).collect())
 }
 
-/// The statements that move the job from `$from` to `$to` and add `$add` to its counters (THROW
-/// `CHUNK_MOVED` when another run got there first).
-const ADVANCE: &str = "
-    LET $j = (SELECT done, result FROM ONLY type::record('contact_job', $job));
+/// The statements that move the job from `$from` to `$to`, add `$add` to its counters and `$errs` to its
+/// first 100 errors (THROW `CHUNK_MOVED` when another run got there first).
+pub(super) const ADVANCE: &str = "
+    LET $j = (SELECT done, result, errors FROM ONLY type::record('contact_job', $job));
     IF $j == NONE OR $j.done != $from { THROW 'CHUNK_MOVED'; };
     UPDATE type::record('contact_job', $job) SET done = $to, updated_at = $now,
-        result = object::from_entries(object::entries($j.result).map(|$e| [$e[0], $e[1] + ($add[$e[0]] ?? 0)]))
+        result = object::from_entries(object::entries($j.result).map(|$e| [$e[0], $e[1] + ($add[$e[0]] ?? 0)])),
+        errors = array::slice(array::concat($j.errors, $errs), 0, 100)
         RETURN NONE;";
+
+/// Where a chunk moves its job, for a write that carries it (`Store::write_import_chunk`).
+pub struct Progress {
+    pub job: String,
+    pub from: i64,
+    pub to: i64,
+    /// Counters to add, by name.
+    pub add: Vec<(&'static str, i64)>,
+    /// Errors to keep (the first 100 of the job are).
+    pub errors: Vec<Value>,
+    pub now: i64,
+}
+
+impl Progress {
+    /// The bindings [`ADVANCE`] reads.
+    pub(super) fn bind(&self, v: &mut Value) {
+        v["job"] = Value::from(self.job.clone());
+        v["from"] = Value::from(self.from);
+        v["to"] = Value::from(self.to);
+        v["add"] = counters(&self.add);
+        v["errs"] = Value::Array(self.errors.clone());
+        v["now"] = Value::from(self.now);
+    }
+}
 
 impl Store {
     /// Creates a contact job and the queue job that runs it, in one transaction.
@@ -77,16 +112,25 @@ impl Store {
         let doc = vars! {
             "project": new.project, "kind": new.kind, "state": ContactJobState::Queued, "total": new.total, "done": 0,
             "input": new.input, "result": counters(&new.counters.iter().map(|k| (*k, 0)).collect::<Vec<_>>()),
-            "created_at": now, "updated_at": now,
+            "errors": [], "options": new.options, "created_at": now, "updated_at": now,
+        };
+        let doc = super::jobs::strip_nulls(doc);
+        let file = if new.file.is_some() {
+            "CREATE type::record('contact_job_file', $id) CONTENT { content: $file } RETURN NONE;"
+        } else {
+            ""
         };
         let job = job.doc(now);
         self.write(|| async {
             self.query(
-                "BEGIN TRANSACTION;
+                &format!(
+                    "BEGIN TRANSACTION;
                  CREATE type::record('contact_job', $id) CONTENT $doc RETURN NONE;
+                 {file}
                  INSERT INTO job [$job] RETURN NONE;
-                 COMMIT TRANSACTION;",
-                vars! { "id": id, "doc": doc.clone(), "job": job.clone() },
+                 COMMIT TRANSACTION;"
+                ),
+                vars! { "id": id, "doc": doc.clone(), "job": job.clone(), "file": new.file },
             )
             .await
         })
@@ -124,6 +168,15 @@ impl Store {
         Ok(row.zip(input.map(|i| i.input)))
     }
 
+    /// An import's file (None once the job ended).
+    pub async fn contact_job_file(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let v = self
+            .query("RETURN (SELECT VALUE content FROM ONLY type::record('contact_job_file', $id))", vars! { "id": id })
+            .await?
+            .value(0)?;
+        Ok(v.as_str().map(str::to_string))
+    }
+
     /// Moves a contact job to `state` (`error` with FAILED; a finished job gets its end time).
     pub async fn set_contact_job_state(
         &self,
@@ -136,7 +189,8 @@ impl Store {
         self.write(|| async {
             self.query(
                 "UPDATE type::record('contact_job', $id) SET state = $state, error = $error ?? NONE, finished_at = $fin ?? NONE,
-                    updated_at = $now RETURN NONE",
+                    updated_at = $now RETURN NONE;
+                 IF $fin != NULL { DELETE type::record('contact_job_file', $id); };",
                 vars! { "id": id, "state": state, "error": error, "fin": finished, "now": now },
             )
             .await
@@ -177,7 +231,7 @@ impl Store {
              COMMIT TRANSACTION;"
         );
         let v = vars! {
-            "job": job, "p": project, "from": from, "to": to, "add": counters(add), "flips": flips,
+            "job": job, "p": project, "from": from, "to": to, "add": counters(add), "errs": [], "flips": flips,
             "sub": subscribed, "events": events.iter().map(Event::row).collect::<Vec<_>>(),
             "outbox": outbox_row(events.iter().map(|e| e.id.as_str())), "now": now,
         };
@@ -215,7 +269,7 @@ impl Store {
              RETURN array::map($gone, |$c| $c.email);
              COMMIT TRANSACTION;"
         );
-        let v = vars! { "job": job, "p": project, "from": from, "to": to, "ids": ids, "now": now };
+        let v = vars! { "job": job, "p": project, "from": from, "to": to, "ids": ids, "errs": [], "now": now };
         match self.write(|| async { self.query(&sql, v.clone()).await?.value_last() }).await {
             Ok(emails) => {
                 let emails: Vec<String> =
@@ -250,7 +304,16 @@ mod tests {
         let store = Store::connect(&Config::for_tests()).await.unwrap();
         let job = NewJob::new("contacts.bulk", serde_json::json!({}), 0);
         let ids: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
-        let new = |id, project, kind, counters| NewContactJob { id, project, kind, input: &ids, total: 3, counters };
+        let new = |id, project, kind, counters| NewContactJob {
+            id,
+            project,
+            kind,
+            input: &ids,
+            total: 3,
+            counters,
+            options: None,
+            file: None,
+        };
         store.create_contact_job(&new("j1", "p1", "bulk-delete", &["deleted", "notFound"]), &job, 0).await.unwrap();
         contact(&store, "p1", "a", true).await;
         contact(&store, "p2", "b", true).await;

@@ -201,7 +201,25 @@ impl Store {
         unchanged: &[Contact],
         events: &[Event],
     ) -> Result<(), StoreError> {
-        self.write_batch(project, created, updated, unchanged, events, Default::default()).await
+        self.write_batch(project, created, updated, unchanged, events, Default::default(), None).await
+    }
+
+    /// [`Store::write_contact_batch`] for one chunk of an import, with the job's progress in the same
+    /// transaction (`contact_jobs::ADVANCE`): false when another run already wrote that chunk.
+    pub async fn write_import_chunk(
+        &self,
+        project: &str,
+        created: &[Contact],
+        updated: &[VersionedUpdate],
+        unchanged: &[Contact],
+        events: &[Event],
+        progress: &super::contact_jobs::Progress,
+    ) -> Result<bool, StoreError> {
+        match self.write_batch(project, created, updated, unchanged, events, Default::default(), Some(progress)).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.thrown("CHUNK_MOVED") => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes several contact changes, their events, and email records with their delivery jobs in one
@@ -303,9 +321,10 @@ impl Store {
                 super::emails::SEND_JOB_CHUNK,
             ));
         }
-        self.write_batch(project, created, updated, unchanged, events, docs).await
+        self.write_batch(project, created, updated, unchanged, events, docs, None).await
     }
 
+    #[allow(clippy::too_many_arguments)] // the rows of one transaction, each its own kind
     async fn write_batch(
         &self,
         project: &str,
@@ -314,8 +333,13 @@ impl Store {
         unchanged: &[Contact],
         events: &[Event],
         emails: super::emails::EmailDocs,
+        progress: Option<&super::contact_jobs::Progress>,
     ) -> Result<(), StoreError> {
         let mut sql = String::from("BEGIN TRANSACTION;\n");
+        if progress.is_some() {
+            sql.push_str(super::contact_jobs::ADVANCE);
+            sql.push('\n');
+        }
         if !unchanged.is_empty() {
             // Remembered, not read: the rows this batch relied on must still be at those versions.
             sql.push_str(
@@ -375,10 +399,13 @@ impl Store {
         let events: Vec<Value> = events.iter().map(Event::row).collect();
         let unchanged_rows: Map<String, Value> =
             unchanged.iter().map(|c| (c.id.clone(), vars! { "version": c.version, "email": c.email })).collect();
-        let v = vars! {
+        let mut v = vars! {
             "p": project, "created": created_rows, "updated": updated_rows, "unchanged": unchanged_rows,
             "events": events, "outbox": outbox, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs, "sets": emails.sets,
         };
+        if let Some(p) = progress {
+            p.bind(&mut v);
+        }
         let known = &self.cache.known_contacts;
         match self.query(&sql, v).await {
             Ok(_) => {
