@@ -420,7 +420,11 @@ impl Store {
                     updated_at: u.now,
                 });
                 let created = created.iter().map(|c| Contact { version: 1, ..c.clone() });
-                known.remember(project, created.chain(written).collect::<Vec<_>>().iter());
+                // An import's contacts are not remembered: a file of new contacts would fill the memory
+                // with rows nobody asks for again soon, and push out those that are.
+                if progress.is_none() {
+                    known.remember(project, created.chain(written).collect::<Vec<_>>().iter());
+                }
                 Ok(())
             }
             Err(e) => {
