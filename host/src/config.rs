@@ -130,6 +130,12 @@ pub struct Settings {
     /// Folder of the file transport (.eml files) when no SMTP server is configured [default: herald-mail]
     #[arg(long, env = "HERALD_MAIL_DIR")]
     pub mail_dir: Option<PathBuf>,
+    /// Folder of uploaded images, served under /uploads/ [default: herald-uploads]
+    #[arg(long, env = "HERALD_UPLOADS_DIR")]
+    pub uploads_dir: Option<PathBuf>,
+    /// Largest image upload in MiB, 1 to 50 [default: 5]
+    #[arg(long, env = "HERALD_UPLOAD_MAX_MB")]
+    pub upload_max_mb: Option<u64>,
     /// DKIM-sign outgoing mail from verified domains (turn off only when an MTA downstream signs) [default: true]
     #[arg(long, env = "HERALD_DKIM_SIGNING")]
     pub dkim_signing: Option<bool>,
@@ -202,6 +208,8 @@ pub struct Config {
     pub send_rate_per_second: u32,
     pub dkim_signing: bool,
     pub mail_dir: PathBuf,
+    pub uploads_dir: PathBuf,
+    pub upload_max_bytes: usize,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
     pub campaign_progress_ms: i64,
@@ -262,6 +270,8 @@ impl Settings {
             send_rate_per_second: self.send_rate_per_second.or(other.send_rate_per_second),
             dkim_signing: self.dkim_signing.or(other.dkim_signing),
             mail_dir: self.mail_dir.or(other.mail_dir),
+            uploads_dir: self.uploads_dir.or(other.uploads_dir),
+            upload_max_mb: self.upload_max_mb.or(other.upload_max_mb),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             campaign_progress_ms: self.campaign_progress_ms.or(other.campaign_progress_ms),
             campaign_batch_size: self.campaign_batch_size.or(other.campaign_batch_size),
@@ -340,6 +350,8 @@ impl Settings {
             send_rate_per_second: s.send_rate_per_second.unwrap_or(100),
             dkim_signing: s.dkim_signing.unwrap_or(true),
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
+            uploads_dir: s.uploads_dir.unwrap_or_else(|| PathBuf::from("herald-uploads")),
+            upload_max_bytes: (s.upload_max_mb.unwrap_or(5).clamp(1, 50) << 20) as usize,
             key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,
             listen,
@@ -398,6 +410,7 @@ impl Config {
             campaign_progress_ms: Some(100),
             plugins_dir: Some(std::env::temp_dir().join(format!("herald-test-plugins-{}", uuid::Uuid::new_v4()))),
             plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
+            uploads_dir: Some(std::env::temp_dir().join(format!("herald-test-uploads-{}", uuid::Uuid::new_v4()))),
             ..Default::default()
         }
         .resolve()

@@ -38,6 +38,9 @@ pub enum ApiError {
     MalformedBody(String),
     #[error("The request body is larger than the {limit} limit")]
     PayloadTooLarge { limit: String },
+    /// A body of a kind the route does not take (an upload that is not one of the image formats).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     #[error("Validation failed")]
     Validation(Vec<FieldError>),
     /// The bare `{ "error": "..." }` 400 responses the interface lists (docs/behaviour.md#errors).
@@ -93,6 +96,7 @@ impl ApiError {
                 (400, "BAD_REQUEST", Some("Send a valid JSON object with Content-Type: application/json"))
             }
             PayloadTooLarge { .. } => (413, "PAYLOAD_TOO_LARGE", None),
+            UnsupportedMediaType(_) => (415, "UNSUPPORTED_MEDIA_TYPE", Some("Upload a PNG, JPEG, GIF or WebP image")),
             Validation(_) => (422, "VALIDATION_ERROR", Some("Check the errors array for the fields that need fixing")),
             BareBadRequest(_) => (400, "BAD_REQUEST", None),
             MissingAuth(_) => (401, "MISSING_AUTH", Some("Send the header Authorization: Bearer <API key>")),

@@ -143,6 +143,8 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/contacts/bulk/{job_id}", "get"),
         ("/contacts/import", "post"),
         ("/contacts/import/{job_id}", "get"),
+        ("/uploads/image", "post"),
+        ("/uploads/{name}", "get"),
         ("/v1/track", "post"),
         ("/events/track", "post"),
         ("/events", "get"),

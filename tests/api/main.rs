@@ -26,6 +26,7 @@ mod send;
 mod smtp_sink;
 mod templates;
 mod tracking;
+mod uploads;
 mod workflow_batches;
 mod workflow_durability;
 mod workflow_kit;

@@ -23,6 +23,7 @@ pub mod serve;
 pub mod system;
 pub mod templates;
 pub mod tracking;
+pub mod uploads;
 pub mod workflow_executions;
 pub mod workflows;
 
@@ -146,6 +147,7 @@ pub fn api_router() -> Router {
         .push(send::router())
         .push(notifications::router())
         .push(plugins::router())
+        .push(uploads::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

@@ -35,6 +35,8 @@ pub struct Features {
     billing: bool,
     plugins: bool,
     smtp: bool,
+    /// `POST /uploads/image` takes images for template bodies
+    uploads: bool,
 }
 
 pub fn router() -> Router {
@@ -73,6 +75,7 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
                 billing: false,
                 plugins: true,
                 smtp: st.config.smtp_url.is_some(),
+                uploads: true,
             },
         })
     });

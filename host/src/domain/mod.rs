@@ -6,6 +6,7 @@ pub mod campaigns;
 pub mod conditions;
 pub mod contacts;
 pub mod domains;
+pub mod images;
 pub mod import;
 pub mod status;
 pub mod templating;

@@ -22,5 +22,6 @@ pub mod sending_domains;
 pub mod system;
 pub mod templates;
 pub mod tracking;
+pub mod uploads;
 pub mod verify;
 pub mod workflows;

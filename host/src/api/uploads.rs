@@ -1,0 +1,114 @@
+//! Image uploads (docs/behaviour.md#uploads): `POST /uploads/image` (multipart field `file`) stores an
+//! image and answers its public URL; `GET /uploads/:name` serves it with a long cache lifetime.
+
+use salvo::http::StatusCode;
+use salvo::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use salvo::oapi::ToSchema;
+use salvo::oapi::extract::PathParam;
+use salvo::prelude::*;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::auth::{ApiKeyAuth, KeyRule};
+use super::body::{Reply, size_label};
+use super::state;
+use crate::error::ApiError;
+use crate::services::uploads;
+
+/// Multipart overhead allowed beyond the file (boundaries and part headers).
+const FORM_SLACK: usize = 16 * 1024;
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct UploadOut {
+    url: String,
+    size: usize,
+    content_type: String,
+    width: u32,
+    height: u32,
+}
+
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct UploadForm {
+    /// a PNG, JPEG, GIF or WebP image (recognised by its content), at most 5 MB by default
+    #[salvo(schema(value_type = String, format = Binary))]
+    file: Vec<u8>,
+}
+
+pub fn router() -> Router {
+    Router::with_path("uploads")
+        .push(Router::with_path("image").hoop(ApiKeyAuth(KeyRule::SecretOnly)).post(upload_image))
+        .push(Router::with_path("{name}").get(get_upload))
+}
+
+type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
+
+/// Stores an image for template bodies: 201 with its public URL, size, type and dimensions. The type
+/// is read from the content (415 for anything else); too large is 413.
+#[endpoint(
+    tags("uploads"),
+    security(("bearer" = [])),
+    request_body(content = UploadForm, content_type = "multipart/form-data"),
+    responses((status_code = 201, body = UploadOut))
+)]
+pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: Fut<'_, Reply> = Box::pin(async move {
+        let st = state(depot)?;
+        let max = st.config.upload_max_bytes;
+        let too_large = || ApiError::PayloadTooLarge { limit: size_label(max) };
+        let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        if declared.is_some_and(|n: usize| n > max + FORM_SLACK) {
+            return Err(too_large());
+        }
+        let form = match req.form_data_max_size(max + FORM_SLACK).await {
+            Ok(f) => f,
+            Err(salvo::http::ParseError::PayloadTooLarge) => return Err(too_large()),
+            Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large()),
+            Err(e) => {
+                let message = format!("send the image as multipart/form-data in the field file ({e})");
+                return Err(ApiError::field("file", "required", &message, Value::Null));
+            }
+        };
+        let Some(file) = form.files.get("file") else {
+            return Err(ApiError::field("file", "required", "the multipart field file is required", Value::Null));
+        };
+        if file.size() > max as u64 {
+            return Err(too_large());
+        }
+        let bytes = tokio::fs::read(file.path()).await.map_err(|e| ApiError::Internal(format!("the upload: {e}")))?;
+        let u = uploads::store_image(&st, &bytes).await?;
+        Reply::with(
+            StatusCode::CREATED,
+            &UploadOut {
+                url: u.url,
+                size: u.size,
+                content_type: u.content_type.into(),
+                width: u.width,
+                height: u.height,
+            },
+        )
+    });
+    fut.await
+}
+
+/// Serves an uploaded image (no authentication: it is meant for email bodies), cached for a year since
+/// its name is its content's hash.
+#[endpoint(tags("uploads"), responses((status_code = 200, description = "the image")))]
+pub async fn get_upload(name: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
+    let fut: Fut<'_, ()> = Box::pin(async move {
+        let st = state(depot)?;
+        let name = name.into_inner();
+        let Some((bytes, content_type)) = uploads::read_image(&st, &name).await else {
+            return Err(ApiError::not_found("UPLOAD_NOT_FOUND", format!("Upload {name} not found")));
+        };
+        let h = res.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.insert(CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
+        h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        res.write_body(bytes).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok(())
+    });
+    fut.await
+}
