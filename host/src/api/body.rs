@@ -189,6 +189,41 @@ impl EndpointOutRegister for Reply {
     fn register(_components: &mut Components, _operation: &mut Operation) {}
 }
 
+/// Multipart overhead allowed beyond a file (boundaries, part headers, a few small fields).
+const FORM_SLACK: usize = 64 * 1024;
+
+/// Reads a `multipart/form-data` body with a file of at most `max` bytes in the field `file`: the
+/// form (for its other fields) and the file's bytes. A body or file over the limit is 413, checked from
+/// `Content-Length` before anything is read; no multipart body or no file field is 422 naming `file`.
+pub async fn multipart_file(
+    req: &mut Request,
+    max: usize,
+) -> Result<(&salvo::http::form::FormData, Vec<u8>), ApiError> {
+    let too_large = || ApiError::PayloadTooLarge { limit: size_label(max) };
+    let declared = req.headers().get(salvo::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+    if declared.is_some_and(|n: usize| n > max + FORM_SLACK) {
+        return Err(too_large());
+    }
+    let form = match req.form_data_max_size(max + FORM_SLACK).await {
+        Ok(f) => f,
+        Err(ParseError::PayloadTooLarge) => return Err(too_large()),
+        Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large()),
+        Err(e) => {
+            let message = format!("send multipart/form-data with the file in the field file ({e})");
+            return Err(ApiError::field("file", "required", &message, Value::Null));
+        }
+    };
+    let Some(file) = form.files.get("file") else {
+        return Err(ApiError::field("file", "required", "the multipart field file is required", Value::Null));
+    };
+    if file.size() > max as u64 {
+        return Err(too_large());
+    }
+    let bytes =
+        tokio::fs::read(file.path()).await.map_err(|e| ApiError::Internal(format!("reading an upload: {e}")))?;
+    Ok((form, bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_email;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::auth::project;
-use super::body::{Reply, json_object};
+use super::body::{Reply, json_object, multipart_file};
 use super::state;
 use crate::error::{ApiError, FieldError};
 use crate::infra::clock::rfc3339;
@@ -21,8 +21,6 @@ use crate::store::contact_jobs::ContactJobRow;
 
 /// Longest contact id taken (ids are UUIDs; anything longer cannot be one).
 const MAX_ID_CHARS: usize = 64;
-/// What a multipart body may carry beyond its file (boundaries, part headers, the two option fields).
-const FORM_SLACK: usize = 64 * 1024;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -183,10 +181,6 @@ pub async fn get_bulk_job(job_id: PathParam<String>, depot: &mut Depot) -> Resul
     fut.await
 }
 
-fn too_large() -> ApiError {
-    ApiError::PayloadTooLarge { limit: crate::api::body::size_label(MAX_FILE_BYTES) }
-}
-
 /// A `true`/`false` form field (`default` when absent).
 fn form_bool(form: &salvo::http::form::FormData, name: &str, default: bool) -> Result<bool, ApiError> {
     match form.fields.get(name).map(|v| v.trim()) {
@@ -221,31 +215,11 @@ pub async fn import_contacts(req: &mut Request, depot: &mut Depot) -> Result<Rep
     let fut: Fut<'_, Reply> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let declared =
-            req.headers().get(salvo::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-        if declared.is_some_and(|n: usize| n > MAX_FILE_BYTES + FORM_SLACK) {
-            return Err(too_large());
-        }
-        let form = match req.form_data_max_size(MAX_FILE_BYTES + FORM_SLACK).await {
-            Ok(f) => f,
-            Err(salvo::http::ParseError::PayloadTooLarge) => return Err(too_large()),
-            Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large()),
-            Err(e) => {
-                let message = format!("send the file as multipart/form-data in the field file ({e})");
-                return Err(ApiError::field("file", "required", &message, Value::Null));
-            }
-        };
-        let Some(file) = form.files.get("file") else {
-            return Err(ApiError::field("file", "required", "the multipart field file is required", Value::Null));
-        };
-        if file.size() > MAX_FILE_BYTES as u64 {
-            return Err(too_large());
-        }
+        let (form, bytes) = multipart_file(req, MAX_FILE_BYTES).await?;
         let opts = ImportOptions {
             subscribed: form_bool(form, "subscribed", true)?,
             update_existing: form_bool(form, "updateExisting", true)?,
         };
-        let bytes = tokio::fs::read(file.path()).await.map_err(|e| ApiError::Internal(format!("the upload: {e}")))?;
         let job_id = contact_import::start(&st, &ctx.project_id, &bytes, opts).await?;
         Reply::with(StatusCode::ACCEPTED, &JobIdOut { job_id })
     });

@@ -2,21 +2,17 @@
 //! image and answers its public URL; `GET /uploads/:name` serves it with a long cache lifetime.
 
 use salvo::http::StatusCode;
-use salvo::http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use salvo::http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
 use salvo::oapi::ToSchema;
 use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
 use serde::Serialize;
-use serde_json::Value;
 
 use super::auth::{ApiKeyAuth, KeyRule};
-use super::body::{Reply, size_label};
+use super::body::{Reply, multipart_file};
 use super::state;
 use crate::error::ApiError;
 use crate::services::uploads;
-
-/// Multipart overhead allowed beyond the file (boundaries and part headers).
-const FORM_SLACK: usize = 16 * 1024;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -56,28 +52,7 @@ type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
 pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: Fut<'_, Reply> = Box::pin(async move {
         let st = state(depot)?;
-        let max = st.config.upload_max_bytes;
-        let too_large = || ApiError::PayloadTooLarge { limit: size_label(max) };
-        let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-        if declared.is_some_and(|n: usize| n > max + FORM_SLACK) {
-            return Err(too_large());
-        }
-        let form = match req.form_data_max_size(max + FORM_SLACK).await {
-            Ok(f) => f,
-            Err(salvo::http::ParseError::PayloadTooLarge) => return Err(too_large()),
-            Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large()),
-            Err(e) => {
-                let message = format!("send the image as multipart/form-data in the field file ({e})");
-                return Err(ApiError::field("file", "required", &message, Value::Null));
-            }
-        };
-        let Some(file) = form.files.get("file") else {
-            return Err(ApiError::field("file", "required", "the multipart field file is required", Value::Null));
-        };
-        if file.size() > max as u64 {
-            return Err(too_large());
-        }
-        let bytes = tokio::fs::read(file.path()).await.map_err(|e| ApiError::Internal(format!("the upload: {e}")))?;
+        let (_, bytes) = multipart_file(req, st.config.upload_max_bytes).await?;
         let u = uploads::store_image(&st, &bytes).await?;
         Reply::with(
             StatusCode::CREATED,

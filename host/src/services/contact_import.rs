@@ -15,7 +15,7 @@ use crate::domain::contacts::DataPatch;
 use crate::domain::import::{self, Header, Row};
 use crate::domain::status::ContactJobState;
 use crate::error::ApiError;
-use crate::infra::jobs::{JobContext, Registry};
+use crate::infra::jobs::Registry;
 use crate::state::AppState;
 use crate::store::contact_jobs::{ContactJobRow, NewContactJob, Progress};
 use crate::store::contacts::Contact;
@@ -84,19 +84,8 @@ pub async fn get(st: &AppState, project: &str, id: &str) -> Result<ContactJobRow
 
 /// Registers the job that runs imports.
 pub fn register(registry: &mut Registry) {
-    registry.register(IMPORT_JOB, |ctx: JobContext| async move {
-        let id = ctx.payload.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
-        match run(&ctx.store, &id, ctx.clock.now_ms()).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let e = e.to_string();
-                if ctx.attempt >= ATTEMPTS {
-                    let now = ctx.clock.now_ms();
-                    ctx.store.set_contact_job_state(&id, ContactJobState::Failed, Some(&e), now).await.ok();
-                }
-                Err(e)
-            }
-        }
+    super::contact_jobs::register_job(registry, IMPORT_JOB, ATTEMPTS, |store, id, now| async move {
+        run(&store, &id, now).await
     });
 }
 

@@ -97,17 +97,30 @@ pub async fn get(st: &AppState, project: &str, id: &str) -> Result<ContactJobRow
 
 /// Registers the job that runs bulk changes.
 pub fn register(registry: &mut Registry) {
-    registry.register(BULK_JOB, |ctx: JobContext| async move {
-        let id = ctx.payload.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
-        match run(&ctx.store, &id, ctx.clock.now_ms()).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let e = e.to_string();
-                if ctx.attempt >= ATTEMPTS {
-                    let now = ctx.clock.now_ms();
-                    ctx.store.set_contact_job_state(&id, ContactJobState::Failed, Some(&e), now).await.ok();
+    register_job(registry, BULK_JOB, ATTEMPTS, |store, id, now| async move { run(&store, &id, now).await });
+}
+
+/// Registers a contact job's queue kind: `run(store, contact job id, now)` does the work from where the
+/// job stands; the last of `attempts` failed attempts leaves the contact job FAILED with the error.
+pub(crate) fn register_job<F, Fut>(registry: &mut Registry, kind: &str, attempts: i64, run: F)
+where
+    F: Fn(Store, String, i64) -> Fut + Send + Sync + Clone + 'static,
+    Fut: std::future::Future<Output = Result<(), StoreError>> + Send + 'static,
+{
+    registry.register(kind, move |ctx: JobContext| {
+        let run = run.clone();
+        async move {
+            let id = ctx.payload.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+            match run(ctx.store.clone(), id.clone(), ctx.clock.now_ms()).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let e = e.to_string();
+                    if ctx.attempt >= attempts {
+                        let now = ctx.clock.now_ms();
+                        ctx.store.set_contact_job_state(&id, ContactJobState::Failed, Some(&e), now).await.ok();
+                    }
+                    Err(e)
                 }
-                Err(e)
             }
         }
     });
