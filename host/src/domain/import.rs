@@ -12,6 +12,8 @@ const MAX_ROW_DATA: usize = 64 * 1024;
 const MAX_COLUMN_NAME: usize = 128;
 /// Most columns a file may have.
 const MAX_COLUMNS: usize = 500;
+/// Characters of a bad row's email kept in its report.
+const MAX_REPORTED_EMAIL: usize = 254;
 
 /// What is wrong with a file as a whole (422, naming `file`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +118,8 @@ pub fn rows<'a>(text: &'a str, header: &'a Header, skip: usize) -> impl Iterator
 
 fn row(header: &Header, record: &csv::StringRecord, line: u64) -> Row {
     let email = record.get(header.email).map(|e| normalize_email(e.trim())).unwrap_or_default();
-    let bad = |reason: String| Row::Bad { line, email: email.clone(), reason };
+    // A report names the email as far as an address can be long, whatever the cell held.
+    let bad = |reason: String| Row::Bad { line, email: email.chars().take(MAX_REPORTED_EMAIL).collect(), reason };
     if record.len() != header.columns.len() {
         return bad(format!("expected {} columns, found {}", header.columns.len(), record.len()));
     }
@@ -236,6 +239,14 @@ mod tests {
             Row::Contact { data, subscribed, .. } => {
                 assert_eq!(Value::Object(data.clone()), json!({ "age": -7, "vip": "no", "zip": 0 }));
                 assert_eq!(*subscribed, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let long = format!("email\n{}\n", "x".repeat(10_000));
+        let c2 = check(long.as_bytes()).unwrap();
+        match super::rows(&c2.text, &c2.header, 0).next() {
+            Some(Row::Bad { email, .. }) => {
+                assert_eq!(email.chars().count(), 254, "a report keeps an address's length")
             }
             other => panic!("{other:?}"),
         }
