@@ -319,6 +319,13 @@ async fn an_immediate_send_reaches_every_subscribed_contact_once_then_completes_
     assert_eq!(s.json["pendingCount"], 0);
     assert_eq!(c.get(&format!("/campaigns/{id}")).await.json["openedCount"], 1);
     assert_eq!(c.get("/campaigns?status=SENT").await.json["total"], 1);
+    // The campaign's email events name it (for the activity feed, analytics and workflow conditions).
+    for name in ["email.sent", "email.open"] {
+        let evs = c.get(&format!("/events?name={name}&limit=100")).await.json["data"].clone();
+        let evs = evs.as_array().unwrap();
+        assert!(!evs.is_empty(), "{name}");
+        assert!(evs.iter().all(|ev| ev["data"]["campaignId"] == json!(id)), "{name}: {evs:?}");
+    }
     // A finished campaign can be deleted.
     assert_eq!(c.delete(&format!("/campaigns/{id}")).await.status, 204);
     e.s.stop().await;

@@ -280,7 +280,14 @@ async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() 
             .unwrap();
     }
     assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0013_email_lookups.surql"]);
-    let key = |id: &str| Some(("p1".to_string(), id.to_string(), format!("c-{id}")));
+    let key = |id: &str| {
+        Some(herald_host::store::emails::EmailKey {
+            project: "p1".into(),
+            id: id.into(),
+            contact: format!("c-{id}"),
+            campaign: None,
+        })
+    };
     assert_eq!(store.email_by_provider_message_id("prov-9").await.unwrap(), key("e2"));
     assert_eq!(store.email_by_provider_message_id("prov-1").await.unwrap(), None);
     assert_eq!(store.email_by_message_id("<e1@x.test>").await.unwrap(), key("e1"));

@@ -37,7 +37,8 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
         (None, Some(p)) if !p.trim().is_empty() => store.email_by_provider_message_id(p.trim()).await?,
         _ => None,
     };
-    let Some((project, id, contact)) = found else { return Ok(None) };
+    let Some(key) = found else { return Ok(None) };
+    let (project, id, contact) = (key.project, key.id, key.contact);
     let now = clock.now_ms();
     let (status, event, unsubscribe) = match n.kind {
         NotificationKind::Delivery => (Some(EmailStatus::Delivered), "email.delivery", false),
@@ -50,6 +51,9 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
     }
     let mut data = Map::new();
     data.insert("emailId".into(), id.clone().into());
+    if let Some(c) = key.campaign {
+        data.insert("campaignId".into(), c.into());
+    }
     if let Some(r) = &n.reason {
         data.insert("reason".into(), r.clone().into());
     }

@@ -26,11 +26,14 @@ pub async fn record_engagement(
 ) -> Result<(), StoreError> {
     let target = if click { EmailStatus::Clicked } else { EmailStatus::Opened };
     let now = clock.now_ms();
-    let Some(contact) = store.record_engagement(project, email, click, &below(target), now).await? else {
+    let Some((contact, campaign)) = store.record_engagement(project, email, click, &below(target), now).await? else {
         return Ok(());
     };
     let mut data = Map::new();
     data.insert("emailId".into(), email.into());
+    if let Some(c) = campaign {
+        data.insert("campaignId".into(), c.into());
+    }
     if let Some(u) = url {
         data.insert("url".into(), u.into());
     }

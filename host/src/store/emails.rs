@@ -411,7 +411,8 @@ impl Store {
     }
 
     /// Records an open or a click: the first time, the counter, and the status moved up to `status` when
-    /// it is one of `below` (the statuses ranked lower). Returns the contact, or None for an unknown email.
+    /// it is one of `below` (the statuses ranked lower). Returns the contact and the email's campaign, or
+    /// None for an unknown email.
     pub async fn record_engagement(
         &self,
         project: &str,
@@ -419,7 +420,7 @@ impl Store {
         click: bool,
         below: &[EmailStatus],
         now: i64,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
         let (first, count, status) = if click {
             ("clicked_at", "click_count", EmailStatus::Clicked)
         } else {
@@ -431,7 +432,7 @@ impl Store {
                     &format!(
                         "UPDATE type::record('email', $id) SET {count} = ({count} ?? 0) + 1, {first} = {first} ?? $now,
                             status = IF status IN $below THEN $status ELSE status END, updated_at = $now
-                         WHERE project = $p RETURN contact"
+                         WHERE project = $p RETURN contact, campaign"
                     ),
                     vars! { "id": id, "p": project, "below": below, "status": status, "now": now },
                 )
@@ -439,20 +440,24 @@ impl Store {
                 .all(0)
             })
             .await?;
-        Ok(rows.first().and_then(|r| r.get("contact")).and_then(Value::as_str).map(str::to_string))
+        Ok(rows.first().and_then(|r| {
+            let contact = r.get("contact")?.as_str()?.to_string();
+            Some((contact, r.get("campaign").and_then(Value::as_str).map(str::to_string)))
+        }))
     }
 
-    /// The email with this Message-ID, as (project, id, contact). Herald writes every Message-ID as
+    /// The email with this Message-ID. Herald writes every Message-ID as
     /// `<{email id}@{domain}>`, so the id in it reads the record directly; the stored Message-ID must
     /// match exactly (a made-up one with a real id in it finds nothing).
-    pub async fn email_by_message_id(&self, message_id: &str) -> Result<Option<(String, String, String)>, StoreError> {
+    pub async fn email_by_message_id(&self, message_id: &str) -> Result<Option<EmailKey>, StoreError> {
         let Some((id, _)) = message_id.trim_start_matches('<').rsplit_once('@') else { return Ok(None) };
         if id.is_empty() {
             return Ok(None);
         }
         let rows: Vec<Value> = self
             .query(
-                "SELECT project, record::id(id) AS id, contact FROM type::record('email', $id) WHERE message_id = $m",
+                "SELECT project, record::id(id) AS id, contact, campaign FROM type::record('email', $id)
+                 WHERE message_id = $m",
                 vars! { "id": id, "m": message_id },
             )
             .await?
@@ -460,14 +465,11 @@ impl Store {
         Ok(rows.first().and_then(email_key))
     }
 
-    /// The email a transport plugin's provider knows by this id, as (project, id, contact).
-    pub async fn email_by_provider_message_id(
-        &self,
-        provider_id: &str,
-    ) -> Result<Option<(String, String, String)>, StoreError> {
+    /// The email a transport plugin's provider knows by this id.
+    pub async fn email_by_provider_message_id(&self, provider_id: &str) -> Result<Option<EmailKey>, StoreError> {
         let rows: Vec<Value> = self
             .query(
-                "SELECT project, record::id(id) AS id, contact FROM array::map(
+                "SELECT project, record::id(id) AS id, contact, campaign FROM array::map(
                     (SELECT VALUE record::id(id) FROM provider_message WHERE pid = $p LIMIT 1),
                     |$i| type::record('email', $i))",
                 vars! { "p": provider_id },
@@ -575,10 +577,21 @@ impl Store {
 }
 
 /// (project, id, contact) of an email row read for a lookup.
-fn email_key(r: &Value) -> Option<(String, String, String)> {
-    Some((
-        r.get("project")?.as_str()?.to_string(),
-        r.get("id")?.as_str()?.to_string(),
-        r.get("contact")?.as_str()?.to_string(),
-    ))
+fn email_key(r: &Value) -> Option<EmailKey> {
+    Some(EmailKey {
+        project: r.get("project")?.as_str()?.to_string(),
+        id: r.get("id")?.as_str()?.to_string(),
+        contact: r.get("contact")?.as_str()?.to_string(),
+        campaign: r.get("campaign").and_then(Value::as_str).map(str::to_string),
+    })
+}
+
+/// Where an email belongs: what a delivery notification needs to record its event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailKey {
+    pub project: String,
+    pub id: String,
+    pub contact: String,
+    /// The campaign it was sent for, if any.
+    pub campaign: Option<String>,
 }

@@ -483,6 +483,9 @@ fn event(e: &EmailRow, name: &str, reason: Option<&str>, now: i64) -> Event {
     let mut data = Map::new();
     data.insert("emailId".into(), e.id.clone().into());
     data.insert("subject".into(), e.subject.clone().into());
+    if let Some(c) = &e.campaign {
+        data.insert("campaignId".into(), c.clone().into());
+    }
     if let Some(r) = reason {
         data.insert("reason".into(), r.into());
     }
