@@ -30,7 +30,7 @@ use herald_host::config::Settings;
 use serde_json::{Value, json};
 
 mod common;
-use common::{chosen, env_opt, env_or, free_port, peak_rss_mb};
+use common::{chosen, env_opt, env_or, free_port, in_process, peak_rss_mb};
 
 fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
@@ -40,25 +40,13 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
     let dir = std::env::temp_dir().join(format!("herald-bench-campaign-{}-{signed}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = Settings {
-        db: Some(format!("surrealkv://{}", dir.display())),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        secret: Some("bench-secret-bench-secret".into()),
-        rate_limit_per_minute: Some(0),
         send_rate_per_second: Some(0),
         smtp_url: Some(format!("smtp://127.0.0.1:{sink_port}")),
         dkim_signing: Some(signed),
         job_concurrency: concurrency,
         campaign_batch_size: env_opt("HERALD_CAMPAIGN_BATCH_SIZE"),
         campaign_delivery_chunk: env_opt("HERALD_CAMPAIGN_DELIVERY_CHUNK"),
-        // The embedded database's caps, as `herald serve` reads them.
-        db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
-        db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
-        db_block_kb: env_opt("HERALD_DB_BLOCK_KB"),
-        db_vlog_kb: env_opt("HERALD_DB_VLOG_KB"),
-        job_poll_ms: Some(20),
-        plugins_dir: Some(dir.join("plugins")),
-        plugin_cache_dir: Some(dir.join("plugin-cache")),
-        ..Default::default()
+        ..in_process(&dir)
     }
     .resolve()
     .unwrap();

@@ -24,11 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use herald_host::App;
-use herald_host::config::Settings;
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_opt, env_or, peak_rss_mb};
+use common::{env_or, in_process, peak_rss_mb};
 
 const BOUNDARY: &str = "herald-bench-boundary";
 
@@ -61,20 +60,7 @@ async fn main() {
     let track_rows = env_or("BENCH_TRACK_ROWS", 30_000);
     let dir = std::env::temp_dir().join(format!("herald-bench-import-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let config = Settings {
-        db: Some(format!("surrealkv://{}", dir.display())),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        secret: Some("bench-secret-bench-secret".into()),
-        rate_limit_per_minute: Some(0),
-        db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
-        db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
-        job_poll_ms: Some(20),
-        plugins_dir: Some(dir.join("plugins")),
-        plugin_cache_dir: Some(dir.join("plugin-cache")),
-        ..Default::default()
-    }
-    .resolve()
-    .unwrap();
+    let config = in_process(&dir).resolve().unwrap();
     let app = App::build(config).await.unwrap();
     let st = Arc::clone(&app.state);
     let (_, keys) = herald_host::services::accounts::create_project_for(&st, "bench", None, None).await.unwrap();

@@ -34,7 +34,7 @@ use salvo::prelude::*;
 use serde_json::{Value, json};
 
 mod common;
-use common::{build_plugins, env_opt, env_or, free_port, peak_rss_mb, percentile_ms, repo};
+use common::{build_plugins, env_or, free_port, in_process, peak_rss_mb, percentile_ms, repo};
 
 static HOOKS: AtomicUsize = AtomicUsize::new(0);
 
@@ -78,18 +78,10 @@ async fn main() {
     tokio::spawn(Server::new(acceptor).serve(Router::with_path("hook").post(hook)));
 
     let mut config = Settings {
-        db: Some(format!("surrealkv://{}", dir.join("db").display())),
-        listen: Some("127.0.0.1:0".parse().unwrap()),
-        secret: Some("bench-secret-bench-secret".into()),
-        rate_limit_per_minute: Some(0),
         send_rate_per_second: Some(0),
         smtp_url: Some(format!("smtp://127.0.0.1:{sink_port}")),
-        db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
-        db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
-        job_poll_ms: Some(20),
         plugins_dir: Some(plugins.clone()),
-        plugin_cache_dir: Some(dir.join("plugin-cache")),
-        ..Default::default()
+        ..in_process(&dir)
     }
     .resolve()
     .unwrap();

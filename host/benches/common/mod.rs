@@ -22,6 +22,27 @@ pub fn chosen(part: &str, group: &[&str]) -> bool {
     named.contains(&part) || !named.iter().any(|n| group.contains(n))
 }
 
+/// The settings of a Herald built in-process for a benchmark, on a fresh embedded on-disk database in
+/// `dir/db`: rate limit off, jobs polled every 20 ms, plugin folders under `dir`, and the embedded
+/// database's caps read from the environment as `herald serve` reads them (HERALD_DB_CACHE_MB,
+/// HERALD_DB_MEMTABLE_MB, HERALD_DB_BLOCK_KB, HERALD_DB_VLOG_KB). Callers add what their run needs.
+pub fn in_process(dir: &std::path::Path) -> herald_host::config::Settings {
+    herald_host::config::Settings {
+        db: Some(format!("surrealkv://{}", dir.join("db").display())),
+        listen: Some("127.0.0.1:0".parse().expect("a loopback address")),
+        secret: Some("bench-secret-bench-secret".into()),
+        rate_limit_per_minute: Some(0),
+        db_cache_mb: env_opt("HERALD_DB_CACHE_MB"),
+        db_memtable_mb: env_opt("HERALD_DB_MEMTABLE_MB"),
+        db_block_kb: env_opt("HERALD_DB_BLOCK_KB"),
+        db_vlog_kb: env_opt("HERALD_DB_VLOG_KB"),
+        job_poll_ms: Some(20),
+        plugins_dir: Some(dir.join("plugins")),
+        plugin_cache_dir: Some(dir.join("plugin-cache")),
+        ..Default::default()
+    }
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)

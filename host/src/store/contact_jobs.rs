@@ -151,21 +151,16 @@ impl Store {
     /// A contact job and its input, for the job that runs it.
     pub async fn contact_job_input(&self, id: &str) -> Result<Option<(ContactJobRow, Vec<String>)>, StoreError> {
         #[derive(Deserialize)]
-        struct Input {
+        struct WithInput {
+            #[serde(flatten)]
+            row: ContactJobRow,
             input: Vec<String>,
         }
-        let mut r = self
-            .query(
-                &format!(
-                    "SELECT {FIELDS} FROM ONLY type::record('contact_job', $id);
-                     SELECT input FROM ONLY type::record('contact_job', $id);"
-                ),
-                vars! { "id": id },
-            )
-            .await?;
-        let row: Option<ContactJobRow> = r.first(0)?;
-        let input: Option<Input> = r.first(1)?;
-        Ok(row.zip(input.map(|i| i.input)))
+        let found: Option<WithInput> = self
+            .query(&format!("SELECT {FIELDS}, input FROM ONLY type::record('contact_job', $id)"), vars! { "id": id })
+            .await?
+            .first(0)?;
+        Ok(found.map(|f| (f.row, f.input)))
     }
 
     /// An import's file (None once the job ended).
