@@ -145,6 +145,15 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/contacts/import/{job_id}", "get"),
         ("/uploads/image", "post"),
         ("/uploads/{name}", "get"),
+        ("/activity", "get"),
+        ("/activity/stats", "get"),
+        ("/activity/recent-count", "get"),
+        ("/activity/types", "get"),
+        ("/activity/upcoming", "get"),
+        ("/analytics/timeseries", "get"),
+        ("/analytics/top-campaigns", "get"),
+        ("/analytics/campaign-stats", "get"),
+        ("/analytics/top-events", "get"),
         ("/v1/track", "post"),
         ("/events/track", "post"),
         ("/events", "get"),
@@ -355,10 +364,10 @@ async fn events_waiting_for_dispatch_before_the_outbox_table_stay_waiting_in_ord
     assert_eq!(waiting.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["e1", "e2"]);
     let rows = store.outbox(10).await.unwrap();
     assert_eq!(rows.len(), 1);
-    store.outbox_progress(&rows[0].id, &rows[0].ids[1..]).await.unwrap();
+    store.outbox_progress(&rows[0].id, &rows[0].ids[1..], &Default::default()).await.unwrap();
     let waiting = store.undispatched_events(10).await.unwrap();
     assert_eq!(waiting.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["e2"]);
-    store.outbox_progress(&rows[0].id, &[]).await.unwrap();
+    store.outbox_progress(&rows[0].id, &[], &Default::default()).await.unwrap();
     assert!(store.undispatched_events(10).await.unwrap().is_empty());
 }
 

@@ -9,6 +9,7 @@ mod http_sink;
 mod plugin_kit;
 
 mod accounts;
+mod activity;
 mod binary;
 mod campaign_delivery;
 mod campaigns;

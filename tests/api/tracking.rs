@@ -457,6 +457,8 @@ async fn every_stored_event_reaches_subscribers_at_least_once_even_after_failure
     s.clock().advance(10_000);
     s.worker.run_once(10).await.unwrap();
     assert_eq!(rec.seen.lock().unwrap().len(), 3);
+    // The failed dispatch counted nothing; the one that removed them from the outbox counted each once.
+    assert_eq!(top_events(&p).await, [("contact.subscribed".into(), 1), ("one".into(), 1), ("two".into(), 1)]);
     s.stop().await;
 }
 
@@ -477,7 +479,20 @@ async fn a_failure_mid_transaction_resumes_at_the_failed_event() {
     s.worker.run_once(10).await.unwrap();
     assert_eq!(rec.names(), vec!["one", "contact.subscribed", "two"]);
     assert!(s.state.store.undispatched_events(10).await.unwrap().is_empty());
+    // The part handed out before the failure was counted with the progress, the rest after: once each.
+    assert_eq!(top_events(&p).await, [("contact.subscribed".into(), 1), ("one".into(), 1), ("two".into(), 1)]);
     s.stop().await;
+}
+
+/// `/analytics/top-events` as (name, count) pairs.
+async fn top_events(p: &Proj) -> Vec<(String, i64)> {
+    let r = p.secret.get("/analytics/top-events").await;
+    r.json["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap().to_string(), e["count"].as_i64().unwrap()))
+        .collect()
 }
 
 /// While nothing subscribes, dispatching leaves the outbox alone: the first subscriber still gets every

@@ -4,6 +4,8 @@
 //! Must not import: surrealdb.
 
 pub mod accounts;
+pub mod activity;
+pub mod analytics;
 pub mod auth;
 pub mod body;
 pub mod campaigns;
@@ -148,6 +150,8 @@ pub fn api_router() -> Router {
         .push(notifications::router())
         .push(plugins::router())
         .push(uploads::router())
+        .push(activity::router())
+        .push(analytics::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

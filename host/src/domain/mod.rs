@@ -2,6 +2,7 @@
 //!
 //! Must not import: salvo, surrealdb, tokio.
 
+pub mod activity;
 pub mod campaigns;
 pub mod conditions;
 pub mod contacts;

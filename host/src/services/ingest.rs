@@ -12,7 +12,7 @@
 //!
 //! Must not import: salvo, surrealdb.
 
-use serde_json::Map;
+use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -184,6 +184,18 @@ pub async fn set_subscribed(
     contact_id: &str,
     subscribed: bool,
 ) -> Result<Option<bool>, StoreError> {
+    set_subscribed_with(store, clock, project, contact_id, subscribed, Map::new()).await
+}
+
+/// [`set_subscribed`], with `data` in the subscription event.
+pub async fn set_subscribed_with(
+    store: &Store,
+    clock: &SharedClock,
+    project: &str,
+    contact_id: &str,
+    subscribed: bool,
+    data: Map<String, Value>,
+) -> Result<Option<bool>, StoreError> {
     for _ in 0..16 {
         let Some(c) = store.contact(project, contact_id).await? else { return Ok(None) };
         if c.subscribed == subscribed {
@@ -203,7 +215,7 @@ pub async fn set_subscribed(
         } else {
             crate::domain::contacts::UNSUBSCRIBED_EVENT
         };
-        let ev = Event::new(project, &c.id, name, Map::new(), "system", now);
+        let ev = Event::new(project, &c.id, name, data.clone(), "system", now);
         match store.write_contact(project, &write, &[ev]).await? {
             WriteResult::Done => return Ok(Some(subscribed)),
             WriteResult::Stale => continue,

@@ -6,6 +6,8 @@
 
 pub mod accept;
 pub mod accounts;
+pub mod activity;
+pub mod analytics;
 pub mod campaigns;
 pub mod compose;
 pub mod contact_import;

@@ -9,7 +9,7 @@ use serde_json::Map;
 use crate::domain::status::EmailStatus;
 use crate::domain::tracking::below;
 use crate::infra::clock::SharedClock;
-use crate::services::ingest::set_subscribed;
+use crate::services::ingest::set_subscribed_with;
 use crate::store::contacts::{Contact, ContactWrite};
 use crate::store::events::Event;
 use crate::store::{Store, StoreError};
@@ -26,19 +26,23 @@ pub async fn record_engagement(
 ) -> Result<(), StoreError> {
     let target = if click { EmailStatus::Clicked } else { EmailStatus::Opened };
     let now = clock.now_ms();
-    let Some((contact, campaign)) = store.record_engagement(project, email, click, &below(target), now).await? else {
+    let Some(found) = store.record_engagement(project, email, click, &below(target), now).await? else {
         return Ok(());
     };
     let mut data = Map::new();
     data.insert("emailId".into(), email.into());
-    if let Some(c) = campaign {
+    if let Some(c) = found.campaign {
         data.insert("campaignId".into(), c.into());
+    }
+    // The email's first open (click) counts in the unique figures of analytics.
+    if found.first {
+        data.insert("first".into(), true.into());
     }
     if let Some(u) = url {
         data.insert("url".into(), u.into());
     }
     let name = if click { "email.click" } else { "email.open" };
-    let ev = Event::new(project, &contact, name, data, "system", now);
+    let ev = Event::new(project, &found.contact, name, data, "system", now);
     store.write_contact(project, &ContactWrite::None, &[ev]).await?;
     Ok(())
 }
@@ -59,12 +63,18 @@ pub async fn change_by_link(
     was_subscribed: bool,
     via: Option<&str>,
 ) -> Result<(), StoreError> {
-    set_subscribed(store, clock, project, contact, subscribe).await?;
+    // An unsubscribe through an email's link names the email and its campaign in its event.
+    let mut data = Map::new();
     if was_subscribed
         && !subscribe
         && let Some(via) = via
     {
-        store.attribute_unsubscribe(project, contact, via, clock.now_ms()).await?;
+        let campaign = store.attribute_unsubscribe(project, contact, via, clock.now_ms()).await?;
+        data.insert("emailId".into(), via.into());
+        if let Some(c) = campaign {
+            data.insert("campaignId".into(), c.into());
+        }
     }
+    set_subscribed_with(store, clock, project, contact, subscribe, data).await?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! a campaign ever being in two states or a contact getting two emails. Every query filters by project.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::emails::EmailRow;
 use super::{Store, StoreError};
@@ -295,12 +295,30 @@ impl Store {
         if !jobs.is_empty() {
             sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
         }
+        let status = set.get("status").and_then(Value::as_str).and_then(CampaignStatus::parse);
         // A run that starts sending opens the campaign's gate: its emails may be claimed for hand-over.
-        if set.get("status").and_then(Value::as_str) == Some(CampaignStatus::Sending.as_str()) {
+        if status == Some(CampaignStatus::Sending) {
             sql.push_str("UPSERT type::record('campaign_gate', $id) SET project = $p, open = true RETURN NONE;\n");
         }
+        // A new status is a milestone of the activity feed.
+        let milestone = status.filter(|s| !from.contains(s)).map(|s| {
+            let mut data = Map::new();
+            if let Some(at) =
+                set.get("scheduled_for").and_then(Value::as_i64).filter(|_| s == CampaignStatus::Scheduled)
+            {
+                data.insert("scheduledFor".into(), crate::infra::clock::rfc3339(at).into());
+            }
+            let at = set.get("updated_at").and_then(Value::as_i64).unwrap_or_default();
+            super::activity::milestone(project, &format!("campaign.{}", s.as_str().to_lowercase()), id, data, at)
+        });
+        if milestone.is_some() {
+            sql.push_str(super::activity::MILESTONE_INSERT);
+        }
         sql.push_str("COMMIT TRANSACTION;");
-        let v = vars! { "p": project, "id": id, "from": from, "run": run, "set": set, "jobs": jobs, "unresolved": unresolved };
+        let v = vars! {
+            "p": project, "id": id, "from": from, "run": run, "set": set, "jobs": jobs, "unresolved": unresolved,
+            "milestone": milestone,
+        };
         match self.write(|| async { self.query(&sql, v.clone()).await }).await {
             Ok(_) => Ok(true),
             Err(e) if is_state_error(&e) => Ok(false),
@@ -431,9 +449,12 @@ impl Store {
                 UPDATE type::record('campaign', $id) SET status = 'CANCELLED' RETURN NONE;
                 'CANCELLED'
              };
+             CREATE type::record('milestone', $milestone.id) CONTENT { project: $p, type: 'campaign.cancelled',
+                campaign: $id, data: {}, at: $now } RETURN NONE;
              RETURN $out;
              COMMIT TRANSACTION;";
-        let v = vars! { "p": project, "id": id, "status": status, "run": run, "now": now };
+        let milestone = super::activity::milestone(project, "campaign.cancelled", id, Map::new(), now);
+        let v = vars! { "p": project, "id": id, "status": status, "run": run, "now": now, "milestone": milestone };
         let done = match self.write(|| async { self.query(sql, v.clone()).await?.value_last() }).await {
             Ok(v) if v.as_str() == Some(CampaignStatus::Draft.as_str()) => return Ok(Cancelled::Draft),
             Ok(_) => Cancelled::Cancelled,

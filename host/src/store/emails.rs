@@ -420,7 +420,7 @@ impl Store {
         click: bool,
         below: &[EmailStatus],
         now: i64,
-    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+    ) -> Result<Option<Engagement>, StoreError> {
         let (first, count, status) = if click {
             ("clicked_at", "click_count", EmailStatus::Clicked)
         } else {
@@ -432,7 +432,7 @@ impl Store {
                     &format!(
                         "UPDATE type::record('email', $id) SET {count} = ({count} ?? 0) + 1, {first} = {first} ?? $now,
                             status = IF status IN $below THEN $status ELSE status END, updated_at = $now
-                         WHERE project = $p RETURN contact, campaign"
+                         WHERE project = $p RETURN contact, campaign, $before.{first} = NONE AS first"
                     ),
                     vars! { "id": id, "p": project, "below": below, "status": status, "now": now },
                 )
@@ -442,7 +442,11 @@ impl Store {
             .await?;
         Ok(rows.first().and_then(|r| {
             let contact = r.get("contact")?.as_str()?.to_string();
-            Some((contact, r.get("campaign").and_then(Value::as_str).map(str::to_string)))
+            Some(Engagement {
+                contact,
+                campaign: r.get("campaign").and_then(Value::as_str).map(str::to_string),
+                first: r.get("first").and_then(Value::as_bool).unwrap_or(false),
+            })
         }))
     }
 
@@ -479,24 +483,27 @@ impl Store {
         Ok(rows.first().and_then(email_key))
     }
 
-    /// Records that the contact unsubscribed through a link of this email (the first time only).
+    /// Records that the contact unsubscribed through a link of this email (the first time only); answers
+    /// the email's campaign.
     pub async fn attribute_unsubscribe(
         &self,
         project: &str,
         contact: &str,
         email: &str,
         now: i64,
-    ) -> Result<(), StoreError> {
-        self.write(|| async {
-            self.query(
-                "UPDATE type::record('email', $id) SET unsubscribed_at = unsubscribed_at ?? $now
-                 WHERE project = $p AND contact = $c RETURN NONE",
-                vars! { "id": email, "p": project, "c": contact, "now": now },
-            )
-            .await
-        })
-        .await
-        .map(|_| ())
+    ) -> Result<Option<String>, StoreError> {
+        let rows: Vec<Value> = self
+            .write(|| async {
+                self.query(
+                    "UPDATE type::record('email', $id) SET unsubscribed_at = unsubscribed_at ?? $now
+                     WHERE project = $p AND contact = $c RETURN campaign",
+                    vars! { "id": email, "p": project, "c": contact, "now": now },
+                )
+                .await?
+                .all(0)
+            })
+            .await?;
+        Ok(rows.first().and_then(|r| r.get("campaign")).and_then(Value::as_str).map(str::to_string))
     }
 
     /// Moves an email's status up to `status` when it is one of `below` (the order of
@@ -584,6 +591,15 @@ fn email_key(r: &Value) -> Option<EmailKey> {
         contact: r.get("contact")?.as_str()?.to_string(),
         campaign: r.get("campaign").and_then(Value::as_str).map(str::to_string),
     })
+}
+
+/// What an open or click found: the email's contact and campaign, and whether it is the email's first
+/// open (or click).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Engagement {
+    pub contact: String,
+    pub campaign: Option<String>,
+    pub first: bool,
 }
 
 /// Where an email belongs: what a delivery notification needs to record its event.

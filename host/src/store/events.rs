@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::contacts::count_of;
 use super::{Store, StoreError};
+use crate::domain::activity::Tally;
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -92,25 +93,40 @@ const EVENT_FIELDS: &str = "record::id(id) AS id, project, contact, name, data, 
 const OUTBOX_ROWS: usize = 100;
 
 impl Store {
+    /// A page of the project's events, newest first. Past a cursor, the rest of the cursor's millisecond
+    /// and the older events are two statements: each a backward index range that stops at the limit
+    /// (one statement with `OR` scans every event of the project; see `store/activity.rs`).
     pub async fn list_events(&self, project: &str, q: &EventQuery) -> Result<Vec<Event>, StoreError> {
-        let mut sql = format!("SELECT {EVENT_FIELDS} FROM event WHERE project = $p");
+        let mut filter = String::from("project = $p");
         if q.name.is_some() {
-            sql.push_str(" AND name = $name");
+            filter.push_str(" AND name = $name");
         }
         if q.contact.is_some() {
-            sql.push_str(" AND contact = $contact");
+            filter.push_str(" AND contact = $contact");
         }
-        if q.after.is_some() {
-            sql.push_str(" AND (created_at < $av OR (created_at = $av AND record::id(id) < $aid))");
-        }
-        sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT $limit");
+        let sql = if q.after.is_some() {
+            format!(
+                "SELECT {EVENT_FIELDS} FROM event WHERE {filter} AND created_at = $av AND record::id(id) < $aid
+                    ORDER BY id DESC LIMIT $limit;
+                 SELECT {EVENT_FIELDS} FROM event WHERE {filter} AND created_at < $av ORDER BY created_at DESC LIMIT $limit;"
+            )
+        } else {
+            format!("SELECT {EVENT_FIELDS} FROM event WHERE {filter} ORDER BY created_at DESC LIMIT $limit;")
+        };
         let (av, aid) = q.after.clone().unzip();
-        self.query(
-            &sql,
-            vars! { "p": project, "name": q.name, "contact": q.contact, "av": av, "aid": aid, "limit": q.limit },
-        )
-        .await?
-        .all(0)
+        let mut res = self
+            .query(
+                &sql,
+                vars! { "p": project, "name": q.name, "contact": q.contact, "av": av, "aid": aid, "limit": q.limit },
+            )
+            .await?;
+        let mut rows: Vec<Event> = res.all(0)?;
+        if q.after.is_some() {
+            rows.append(&mut res.all(1)?);
+        }
+        rows.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+        rows.truncate(q.limit);
+        Ok(rows)
     }
 
     pub async fn count_events(
@@ -231,34 +247,39 @@ impl Store {
         Ok(self.outbox(limit).await?.into_iter().flat_map(|e| e.events).collect())
     }
 
-    /// Deletes the outbox rows whose events every subscriber has had, in one statement.
-    pub async fn outbox_done(&self, ids: &[String]) -> Result<(), StoreError> {
+    /// Deletes the outbox rows whose events every subscriber has had, and adds those events to the
+    /// analytics counters, in one transaction (so each event is counted once).
+    pub async fn outbox_done(&self, ids: &[String], tally: &Tally) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
-        self.write(|| async {
-            self.query("DELETE array::map($ids, |$i| type::record('outbox', $i)) RETURN NONE", vars! { "ids": ids })
-                .await
-        })
-        .await
-        .map(|_| ())
+        let (count, bind) = super::activity::tally_statements(tally);
+        let sql = format!(
+            "BEGIN TRANSACTION;
+             DELETE array::map($ids, |$i| type::record('outbox', $i)) RETURN NONE;
+             {count}COMMIT TRANSACTION;"
+        );
+        let mut v = vars! { "ids": ids };
+        for (k, b) in bind {
+            v[k] = b;
+        }
+        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
     }
 
     /// Records how far the subscribers got through an outbox row: `left` are the ids still to hand
-    /// out; none left deletes the row.
-    pub async fn outbox_progress(&self, id: &str, left: &[String]) -> Result<(), StoreError> {
-        self.write(|| async {
-            if left.is_empty() {
-                self.query("DELETE type::record('outbox', $id) RETURN NONE", vars! { "id": id }).await
-            } else {
-                self.query(
-                    "UPDATE type::record('outbox', $id) SET events = $left RETURN NONE",
-                    vars! { "id": id, "left": left },
-                )
-                .await
-            }
-        })
-        .await
-        .map(|_| ())
+    /// out (none left deletes the row); `tally` counts the events handed out, in the same transaction.
+    pub async fn outbox_progress(&self, id: &str, left: &[String], tally: &Tally) -> Result<(), StoreError> {
+        let (count, bind) = super::activity::tally_statements(tally);
+        let change = if left.is_empty() {
+            "DELETE type::record('outbox', $id) RETURN NONE;"
+        } else {
+            "UPDATE type::record('outbox', $id) SET events = $left RETURN NONE;"
+        };
+        let sql = format!("BEGIN TRANSACTION;\n{change}\n{count}COMMIT TRANSACTION;");
+        let mut v = vars! { "id": id, "left": left };
+        for (k, b) in bind {
+            v[k] = b;
+        }
+        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
     }
 }

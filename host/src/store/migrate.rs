@@ -34,6 +34,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0024_workflow_triggers.surql", include_str!("../../../migrations/0024_workflow_triggers.surql")),
     ("0025_workflow_schedules.surql", include_str!("../../../migrations/0025_workflow_schedules.surql")),
     ("0026_contact_jobs.surql", include_str!("../../../migrations/0026_contact_jobs.surql")),
+    ("0027_activity.surql", include_str!("../../../migrations/0027_activity.surql")),
 ];
 
 #[derive(serde::Deserialize)]

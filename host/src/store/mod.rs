@@ -11,6 +11,7 @@
 //! - Times are stored as integer milliseconds since the Unix epoch (UTC).
 
 pub mod accounts;
+pub mod activity;
 pub mod campaigns;
 pub mod contact_jobs;
 pub mod contacts;

@@ -369,7 +369,9 @@ impl Delivery {
                 (Some(outcome(e, EmailStatus::Uncertain, Some(why), None)), vec![], Done::Settled, None)
             }
             Err(SendError::Transient(msg) | SendError::Uncertain(msg)) if last => {
-                (Some(outcome(e, EmailStatus::Failed, Some(msg), None)), vec![], Done::Settled, None)
+                let events =
+                    if e.contact.is_empty() { vec![] } else { vec![event(e, "email.failed", Some(&msg), now)] };
+                (Some(outcome(e, EmailStatus::Failed, Some(msg), None)), events, Done::Settled, None)
             }
             // Not taken: a claimed campaign email goes back to PENDING for the job's next attempt;
             // transactional mail is retried as it is (the same Message-ID, so a receiver can drop a repeat

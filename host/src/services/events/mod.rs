@@ -12,6 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
+use crate::domain::activity::Tally;
 use crate::infra::jobs::{JobContext, Registry};
 use crate::store::events::Event;
 
@@ -93,22 +94,29 @@ impl EventBus {
             // Rows fully handed out are deleted together (one write per batch, not per row); the row of
             // a failed event keeps only the events from it on (events deleted since are skipped). A crash
             // before these writes hands the events out again: subscribers see an event at least once.
+            // The analytics counters count exactly the events whose outbox entries these writes remove,
+            // in the same transactions: each event is counted once, however often it is handed out.
             let mut done_rows = Vec::new();
+            let mut tally = Tally::default();
             let mut offset = 0;
             for entry in &batch {
                 let n = entry.events.len();
                 if offset + n <= upto {
                     done_rows.push(entry.id.clone());
+                    entry.events.iter().for_each(|e| tally.add(&e.project, &e.name, &e.data, e.created_at));
                     offset += n;
                     continue;
                 }
-                ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
+                ctx.store.outbox_done(&done_rows, &tally).await.map_err(|e| e.to_string())?;
+                let handed = &entry.events[..upto - offset];
+                let mut part = Tally::default();
+                handed.iter().for_each(|e| part.add(&e.project, &e.name, &e.data, e.created_at));
                 let from = entry.events.get(upto - offset).map(|e| e.id.as_str());
                 let at = from.and_then(|f| entry.ids.iter().position(|i| i == f)).unwrap_or(0);
-                ctx.store.outbox_progress(&entry.id, &entry.ids[at..]).await.map_err(|e| e.to_string())?;
+                ctx.store.outbox_progress(&entry.id, &entry.ids[at..], &part).await.map_err(|e| e.to_string())?;
                 return Err(failure.unwrap_or_else(|| "a subscriber failed".into()));
             }
-            ctx.store.outbox_done(&done_rows).await.map_err(|e| e.to_string())?;
+            ctx.store.outbox_done(&done_rows, &tally).await.map_err(|e| e.to_string())?;
             if let Some(f) = failure {
                 return Err(f);
             }
