@@ -317,8 +317,9 @@ impl Store {
     }
 
     /// Deletes up to `batch` rows of a deleted project's data in one transaction, table by table (the
-    /// emails with their bodies, segment memberships, events, contacts, campaigns with their batch
-    /// markers, segments, templates, idempotency keys), and gives its queued jobs up. Returns how many
+    /// emails with their bodies, segment memberships, events, campaign milestones, contact jobs, contacts,
+    /// campaigns with their batch markers, workflows, segments, templates, idempotency keys, analytics
+    /// counters), and gives its queued jobs up. Returns how many
     /// rows it deleted: 0 when nothing is left.
     pub async fn purge_project_batch(&self, project: &str, batch: usize, now: i64) -> Result<usize, StoreError> {
         const STEPS: &[&str] = &[
@@ -329,6 +330,10 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM segment_track:[$p, NONE]..[$p, {}] LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM segment_member WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM event WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM milestone WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE record::id(id) FROM contact_job WHERE project = $p LIMIT $n);
+             DELETE array::map($r, |$i| type::record('contact_job_file', $i)) RETURN NONE;
+             DELETE array::map($r, |$i| type::record('contact_job', $i)) RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM contact WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $c = (SELECT VALUE record::id(id) FROM campaign WHERE project = $p);
              LET $r = (SELECT VALUE id FROM campaign_batch WHERE campaign IN $c LIMIT $n); DELETE $r RETURN NONE;",
@@ -342,6 +347,10 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM template WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM idempotency WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM attachment_set WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            // The counters last: an event dispatched meanwhile is counted before its event is gone.
+            "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM stat_campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM stat_event_day WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM job WHERE status = 'queued' AND string::contains(payload, $needle)
                 LIMIT $n);
              UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,
