@@ -136,6 +136,15 @@ pub struct Settings {
     /// Largest image upload in MiB, 1 to 50 [default: 5]
     #[arg(long, env = "HERALD_UPLOAD_MAX_MB")]
     pub upload_max_mb: Option<u64>,
+    /// Bounce rate over 7 days, in percent of the emails sent, a project is held to [default: 5]
+    #[arg(long, env = "HERALD_SUSPEND_BOUNCE_PERCENT")]
+    pub suspend_bounce_percent: Option<f64>,
+    /// Complaint rate over 7 days, in percent of the emails sent, a project is held to [default: 0.1]
+    #[arg(long, env = "HERALD_SUSPEND_COMPLAINT_PERCENT")]
+    pub suspend_complaint_percent: Option<f64>,
+    /// Emails sent over 7 days below which the rates are not held against a project [default: 500]
+    #[arg(long, env = "HERALD_SUSPEND_MIN_SENT")]
+    pub suspend_min_sent: Option<u64>,
     /// DKIM-sign outgoing mail from verified domains (turn off only when an MTA downstream signs) [default: true]
     #[arg(long, env = "HERALD_DKIM_SIGNING")]
     pub dkim_signing: Option<bool>,
@@ -210,6 +219,10 @@ pub struct Config {
     pub mail_dir: PathBuf,
     pub uploads_dir: PathBuf,
     pub upload_max_bytes: usize,
+    /// Project suspension thresholds (docs/behaviour.md#project-setup-and-security).
+    pub suspend_bounce_percent: f64,
+    pub suspend_complaint_percent: f64,
+    pub suspend_min_sent: u64,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
     pub campaign_progress_ms: i64,
@@ -231,6 +244,11 @@ pub enum ConfigError {
     Parse { path: String, message: String },
     #[error("invalid setting {0}")]
     Invalid(String),
+}
+
+/// A percentage setting: `default` when unset or not a number, else clamped to 0.01..=100.
+fn percent(v: Option<f64>, default: f64) -> f64 {
+    v.filter(|x| x.is_finite()).map_or(default, |x| x.clamp(0.01, 100.0))
 }
 
 impl Settings {
@@ -272,6 +290,9 @@ impl Settings {
             mail_dir: self.mail_dir.or(other.mail_dir),
             uploads_dir: self.uploads_dir.or(other.uploads_dir),
             upload_max_mb: self.upload_max_mb.or(other.upload_max_mb),
+            suspend_bounce_percent: self.suspend_bounce_percent.or(other.suspend_bounce_percent),
+            suspend_complaint_percent: self.suspend_complaint_percent.or(other.suspend_complaint_percent),
+            suspend_min_sent: self.suspend_min_sent.or(other.suspend_min_sent),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             campaign_progress_ms: self.campaign_progress_ms.or(other.campaign_progress_ms),
             campaign_batch_size: self.campaign_batch_size.or(other.campaign_batch_size),
@@ -352,6 +373,9 @@ impl Settings {
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
             uploads_dir: s.uploads_dir.unwrap_or_else(|| PathBuf::from("herald-uploads")),
             upload_max_bytes: (s.upload_max_mb.unwrap_or(5).clamp(1, 50) << 20) as usize,
+            suspend_bounce_percent: percent(s.suspend_bounce_percent, 5.0),
+            suspend_complaint_percent: percent(s.suspend_complaint_percent, 0.1),
+            suspend_min_sent: s.suspend_min_sent.unwrap_or(500),
             key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,
             listen,

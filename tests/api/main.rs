@@ -22,6 +22,7 @@ mod foundation;
 mod hardening;
 mod jobs;
 mod plugins;
+mod project_state;
 mod segments;
 mod send;
 mod smtp_sink;

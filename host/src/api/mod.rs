@@ -19,6 +19,7 @@ pub mod notifications;
 pub mod pages;
 pub mod pagination;
 pub mod plugins;
+pub mod project_state;
 pub mod segments;
 pub mod send;
 pub mod serve;
@@ -139,6 +140,7 @@ pub fn api_router() -> Router {
         .push(system::router())
         .push(auth::router())
         .push(accounts::router())
+        .push(project_state::router())
         .push(contacts::router())
         .push(events::router())
         .push(domains::router())

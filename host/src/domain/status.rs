@@ -135,6 +135,15 @@ status! {
     }
 }
 
+status! {
+    /// Where a project stands against its bounce and complaint thresholds.
+    ProjectStanding {
+        Active = "ACTIVE",
+        /// A 7-day rate at or above half its threshold.
+        Warning = "WARNING",
+    }
+}
+
 impl ExecutionStatus {
     /// RUNNING or WAITING: the execution still has steps ahead.
     pub const fn is_active(self) -> bool {

@@ -22,6 +22,7 @@ pub mod idempotency;
 pub mod ingest;
 pub mod jobs;
 pub mod migrate;
+pub mod project_state;
 pub mod segments;
 pub mod templates;
 pub mod workflow_runs;
