@@ -148,6 +148,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/projects/{id}/setup-state", "get"),
         ("/projects/{id}/security", "get"),
         ("/users/@me/projects/{id}/security", "get"),
+        ("/users/@me/projects/{id}/reset", "post"),
         ("/activity", "get"),
         ("/activity/stats", "get"),
         ("/activity/recent-count", "get"),

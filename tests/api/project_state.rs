@@ -128,3 +128,85 @@ async fn security_shows_bounce_and_complaint_rates_over_7_and_30_days_against_th
     assert_eq!(q.session.get(&format!("/projects/{}/security", q.id)).await.json["last30Days"]["sent"], 0);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_reset_wipes_the_projects_data_and_keeps_the_project_its_keys_domains_and_members() {
+    let s = Server::start_stepped().await;
+    let (p, q) = (proj(&s, "o@example.com").await, proj(&s, "q@example.com").await);
+    let st = Arc::clone(&s.state);
+    for (x, domain) in [(&p, "shop.test"), (&q, "other.test")] {
+        st.domains.add(&st.store, &x.id, domain, true, st.clock.now_ms()).await.unwrap();
+        assert_eq!(
+            x.secret
+                .post("/v1/track", json!({ "email": "a@example.org", "event": "visit", "subscribed": true }))
+                .await
+                .status,
+            200
+        );
+        let from = format!("n@{domain}");
+        assert_eq!(
+            x.secret.post("/templates", json!({ "name": "T", "subject": "S", "body": "b", "from": from })).await.status,
+            201
+        );
+        let seg = json!({ "name": "all", "condition": { "logic": "AND", "groups": [] } });
+        assert_eq!(x.secret.post("/segments", seg).await.status, 201);
+        assert_eq!(x.secret.post("/workflows", json!({ "name": "W", "eventName": "signup" })).await.status, 201);
+    }
+    let c = p
+        .secret
+        .post(
+            "/campaigns",
+            json!({ "name": "C", "subject": "s", "body": "<p>b</p>", "from": "n@shop.test", "audienceType": "ALL" }),
+        )
+        .await;
+    let campaign = c.json["data"]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        p.secret.post(&format!("/campaigns/{campaign}/send"), json!({})).await.json["data"]["status"],
+        "SENDING"
+    );
+    let reset = format!("/users/@me/projects/{}/reset", p.id);
+    // Only with the project's name, only by an OWNER, never while a campaign sends.
+    let r = p.session.post(&reset, json!({ "confirm": "not the name" })).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "confirm");
+    assert_envelope(&p.session.post(&reset, json!({})).await, 422, "VALIDATION_ERROR");
+    let member = signup(&s, "m@example.com").await;
+    let r = p
+        .session
+        .post(&format!("/projects/{}/members", p.id), json!({ "email": "m@example.com", "role": "ADMIN" }))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    assert_envelope(&member.post(&reset, json!({ "confirm": "P" })).await, 403, "FORBIDDEN");
+    assert_envelope(&q.session.post(&reset, json!({ "confirm": "P" })).await, 404, "PROJECT_NOT_FOUND");
+    let r = p.session.post(&reset, json!({ "confirm": "P" })).await;
+    assert_envelope(&r, 409, "CONFLICT");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("1 campaign"), "{}", r.json);
+    assert_eq!(p.secret.post(&format!("/campaigns/{campaign}/cancel"), json!({})).await.status, 200);
+
+    let r = p.session.post(&reset, json!({ "confirm": "P" })).await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    assert!(r.json["jobId"].as_str().is_some_and(|j| !j.is_empty()));
+    crate::workflow_kit::drain(&s).await;
+    // The data is gone; the key, the domain and the members are not.
+    for path in ["/contacts", "/templates", "/segments", "/campaigns", "/workflows", "/events"] {
+        let r = p.secret.get(path).await;
+        assert_eq!(r.status, 200, "{path}: {}", r.json);
+        assert_eq!(items(&r.json), json!([]), "{path}: {}", r.json);
+    }
+    assert_eq!(p.secret.get(&format!("/domains/project/{}", p.id)).await.json.as_array().map(Vec::len), Some(1));
+    assert_eq!(p.session.get(&format!("/projects/{}/members", p.id)).await.json.as_array().map(Vec::len), Some(2));
+    // The other project keeps everything.
+    for path in ["/contacts", "/templates", "/segments", "/workflows"] {
+        let r = q.secret.get(path).await;
+        assert_eq!(items(&r.json).as_array().map(Vec::len), Some(1), "{path}: {}", r.json);
+    }
+    s.stop().await;
+}
+
+/// The items of a list answer: a bare array, or its `data` (cursor lists) or `items` (offset lists).
+fn items(v: &Value) -> Value {
+    if v.is_array() {
+        return v.clone();
+    }
+    if v["data"].is_array() { v["data"].clone() } else { v["items"].clone() }
+}

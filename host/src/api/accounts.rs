@@ -127,7 +127,8 @@ pub fn router() -> Router {
                     .get(list_projects)
                     .post(create_project)
                     .push(Router::with_path("{id}").patch(update_project).delete(delete_project))
-                    .push(Router::with_path("{id}/regenerate-keys").post(regenerate_keys)),
+                    .push(Router::with_path("{id}/regenerate-keys").post(regenerate_keys))
+                    .push(Router::with_path("{id}/reset").post(reset_project)),
             ),
         )
         .push(
@@ -229,6 +230,44 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
         let role = role_in(&st, &id, &u).await?;
         accounts::delete_project(&st, &id, role).await?;
         Reply::ok(&DeletedOut { success: true })
+    });
+    fut.await
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ResetBody {
+    /// the project's name, exactly
+    confirm: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct ResetOut {
+    success: bool,
+    /// the queue job that deletes the data
+    job_id: String,
+}
+
+/// Deletes the project's data for good (OWNER only; `confirm` is the project's name): contacts, events,
+/// emails, templates, campaigns, segments, workflows and jobs, in batches as a job. Domains, members and
+/// keys stay. 409 while a campaign is sending.
+#[endpoint(tags("account"), security(("session" = [])), request_body = ResetBody, responses((status_code = 202, body = ResetOut)))]
+pub async fn reset_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        accounts::need(role, Role::Owner, "reset a project")?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let confirm = f.text("confirm", true, 200);
+        f.finish()?;
+        let confirm = confirm.ok_or_else(|| ApiError::Internal("validated confirm missing".into()))?;
+        let job_id = crate::services::projects::reset(&st, &id, role, &confirm).await?;
+        Reply::with(salvo::http::StatusCode::ACCEPTED, &ResetOut { success: true, job_id })
     });
     fut.await
 }

@@ -1,5 +1,5 @@
 //! Projects: their onboarding checklist and sending standing (docs/behaviour.md#project-setup-and-security),
-//! and deleting one. `DELETE /users/@me/projects/:id` removes the project row, its memberships and its
+//! resetting one (its data deleted, the project kept), and deleting one. `DELETE /users/@me/projects/:id` removes the project row, its memberships and its
 //! sender domains at once (its keys stop working, its domain names are free) and queues a purge job in
 //! the same transaction; the job deletes everything else the project owns in batches (emails with their
 //! bodies, contacts, events, segments and memberships, campaigns, templates, idempotency keys) and gives
@@ -28,24 +28,71 @@ pub fn purge_job(project: &str, now: i64) -> NewJob {
     job
 }
 
+pub const RESET_PROJECT_JOB: &str = "project.reset";
+
+/// Wipes a project's data but keeps the project (`POST /users/@me/projects/:id/reset`): OWNER only;
+/// `confirm` must be the project's name (422 naming `confirm`); 409 while a campaign sends. Queues the
+/// job that deletes in batches what the purge of a deleted project deletes, and answers its id.
+pub async fn reset(
+    st: &crate::state::AppState,
+    id: &str,
+    role: crate::store::accounts::Role,
+    confirm: &str,
+) -> Result<String, crate::error::ApiError> {
+    use crate::error::ApiError;
+    crate::services::accounts::need(role, crate::store::accounts::Role::Owner, "reset a project")?;
+    let project = st
+        .store
+        .project(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {id} not found")))?;
+    if confirm != project.name {
+        return Err(ApiError::field(
+            "confirm",
+            "mismatch",
+            "confirm must be the project's name exactly: the reset deletes its data for good",
+            confirm.into(),
+        ));
+    }
+    let sending = st
+        .store
+        .unsent_campaigns(id)
+        .await?
+        .iter()
+        .filter(|c| c.status == crate::domain::status::CampaignStatus::Sending)
+        .count();
+    if sending > 0 {
+        return Err(ApiError::Conflict(format!(
+            "{sending} campaign(s) of this project are sending; cancel them (or let them finish) before a reset"
+        )));
+    }
+    let now = st.clock.now_ms();
+    let mut job = NewJob::new(RESET_PROJECT_JOB, json!({ "project": id }), now);
+    job.max_attempts = 20;
+    let job = st.store.enqueue(&job, now).await?;
+    st.job_wake.notify_one();
+    Ok(job)
+}
+
 pub fn register(registry: &mut Registry) {
-    registry.register(PURGE_PROJECT_JOB, |ctx: JobContext| async move {
-        let Some(project) = ctx.payload["project"].as_str().map(str::to_string) else {
-            return Err("a purge job without a project".into());
-        };
-        // Batch after batch until nothing is left; the worker keeps the lease alive meanwhile, and a
-        // retry after a crash goes on from what is left.
-        loop {
-            let n = ctx
-                .store
-                .purge_project_batch(&project, PURGE_BATCH, ctx.clock.now_ms())
-                .await
-                .map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Ok(());
-            }
+    registry.register(PURGE_PROJECT_JOB, |ctx: JobContext| async move { purge_all(&ctx).await });
+    // A reset deletes what a purge deletes; the project row, its members, keys and domains stay.
+    registry.register(RESET_PROJECT_JOB, |ctx: JobContext| async move { purge_all(&ctx).await });
+}
+
+/// Deletes the data of the job's project batch after batch until nothing is left; the worker keeps the
+/// lease alive meanwhile, and a retry after a crash goes on from what is left.
+async fn purge_all(ctx: &JobContext) -> Result<(), String> {
+    let Some(project) = ctx.payload["project"].as_str() else {
+        return Err("a project job without a project".into());
+    };
+    loop {
+        let n =
+            ctx.store.purge_project_batch(project, PURGE_BATCH, ctx.clock.now_ms()).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Ok(());
         }
-    });
+    }
 }
 
 /// A project's onboarding checklist (docs/behaviour.md#project-setup-and-security).
