@@ -9,6 +9,7 @@ use std::time::Duration;
 use herald_host::config::Config;
 use serde_json::{Value, json};
 
+use crate::campaigns::campaign;
 use crate::harness::*;
 use crate::smtp_sink::{Received, SmtpSink, header, html_of};
 
@@ -28,16 +29,6 @@ async fn env() -> Env {
     let st = Arc::clone(&s.state);
     st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
     Env { s, p, sink }
-}
-
-fn campaign(name: &str) -> Value {
-    json!({
-        "name": name,
-        "subject": "Hello {{name ?? \"friend\"}}",
-        "body": "<html><body><p>Hi, <a href=\"https://example.org/sale\">sale</a></p></body></html>",
-        "from": "news@shop.test",
-        "audienceType": "ALL",
-    })
 }
 
 /// Sends a campaign to the subscribed contacts and waits until it is SENT; answers its id.
@@ -79,19 +70,8 @@ fn link(html: &str, prefix: &str) -> String {
 }
 
 async fn notify(e: &Env, body: Value) {
-    let raw = serde_json::to_vec(&body).unwrap();
     let ts = herald_host::infra::clock::wall_now_ms() / 1000;
-    let sig = herald_host::api::notifications::sign(&e.s.state.notifications_key, ts, &raw);
-    let r = reqwest::Client::new()
-        .post(format!("{}/webhooks/notifications", e.s.base))
-        .header("X-Herald-Timestamp", ts.to_string())
-        .header("X-Herald-Signature", sig)
-        .header("content-type", "application/json")
-        .body(raw)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(notification(&e.s, &body, ts, None).await.status, 200);
 }
 
 async fn message_id(e: &Env, to: &str) -> String {

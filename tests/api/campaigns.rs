@@ -45,7 +45,7 @@ async fn env(stepped: bool) -> Env {
     Env { s, p, sink }
 }
 
-fn campaign(name: &str) -> Value {
+pub(crate) fn campaign(name: &str) -> Value {
     json!({
         "name": name,
         "subject": "Hello {{name ?? \"friend\"}}",

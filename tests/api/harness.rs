@@ -209,3 +209,22 @@ pub fn assert_envelope(r: &Resp, status: u16, code: &str) {
     assert!(r.json["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     assert!(r.json["timestamp"].as_str().is_some());
 }
+
+/// Posts a delivery notification to `/webhooks/notifications`, signed with the server's key at `ts`
+/// (seconds) unless `sig` is given.
+pub async fn notification(s: &Server, body: &Value, ts: i64, sig: Option<String>) -> Resp {
+    let raw = serde_json::to_vec(body).unwrap();
+    let sig = sig.unwrap_or_else(|| herald_host::api::notifications::sign(&s.state.notifications_key, ts, &raw));
+    let res = reqwest::Client::new()
+        .post(format!("{}/webhooks/notifications", s.base))
+        .header("X-Herald-Timestamp", ts.to_string())
+        .header("X-Herald-Signature", sig)
+        .header("content-type", "application/json")
+        .body(raw)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    Resp { status, json: res.json().await.unwrap_or(Value::Null), headers }
+}

@@ -510,20 +510,7 @@ async fn tracking_follows_the_project_mode() {
 }
 
 async fn notify(e: &Env, body: &Value, ts: i64, sig: Option<String>) -> Resp {
-    let raw = serde_json::to_vec(body).unwrap();
-    let sig = sig.unwrap_or_else(|| herald_host::api::notifications::sign(&e.s.state.notifications_key, ts, &raw));
-    let res = reqwest::Client::new()
-        .post(format!("{}/webhooks/notifications", e.s.base))
-        .header("X-Herald-Timestamp", ts.to_string())
-        .header("X-Herald-Signature", sig)
-        .header("content-type", "application/json")
-        .body(raw)
-        .send()
-        .await
-        .unwrap();
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    Resp { status, json: res.json().await.unwrap_or(Value::Null), headers }
+    notification(&e.s, body, ts, sig).await
 }
 
 #[tokio::test]
