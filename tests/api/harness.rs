@@ -215,8 +215,13 @@ pub fn assert_envelope(r: &Resp, status: u16, code: &str) {
 pub async fn notification(s: &Server, body: &Value, ts: i64, sig: Option<String>) -> Resp {
     let raw = serde_json::to_vec(body).unwrap();
     let sig = sig.unwrap_or_else(|| herald_host::api::notifications::sign(&s.state.notifications_key, ts, &raw));
+    signed_post(s, "/webhooks/notifications", raw, ts, sig).await
+}
+
+/// Posts `raw` JSON to `path` with the notification signature headers (`ts` in seconds).
+pub async fn signed_post(s: &Server, path: &str, raw: Vec<u8>, ts: i64, sig: String) -> Resp {
     let res = reqwest::Client::new()
-        .post(format!("{}/webhooks/notifications", s.base))
+        .post(format!("{}{path}", s.base))
         .header("X-Herald-Timestamp", ts.to_string())
         .header("X-Herald-Signature", sig)
         .header("content-type", "application/json")

@@ -299,18 +299,7 @@ async fn post_notification(s: &Server, transport: &str, body: &serde_json::Value
     let raw = serde_json::to_vec(body).unwrap();
     let ts = herald_host::infra::clock::wall_now_ms() / 1000;
     let sig = herald_host::api::notifications::sign(key, ts, &raw);
-    let res = reqwest::Client::new()
-        .post(format!("{}/webhooks/notifications/{transport}", s.base))
-        .header("X-Herald-Timestamp", ts.to_string())
-        .header("X-Herald-Signature", sig)
-        .header("content-type", "application/json")
-        .body(raw)
-        .send()
-        .await
-        .unwrap();
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    crate::harness::Resp { status, json: res.json().await.unwrap_or(serde_json::Value::Null), headers }
+    crate::harness::signed_post(s, &format!("/webhooks/notifications/{transport}"), raw, ts, sig).await
 }
 
 #[tokio::test]

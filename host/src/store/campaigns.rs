@@ -449,13 +449,12 @@ impl Store {
                 UPDATE type::record('campaign', $id) SET status = 'CANCELLED' RETURN NONE;
                 'CANCELLED'
              };
-             CREATE type::record('milestone', $milestone.id) CONTENT { project: $p, type: 'campaign.cancelled',
-                campaign: $id, data: {}, at: $now } RETURN NONE;
-             RETURN $out;
+             {MILESTONE}RETURN $out;
              COMMIT TRANSACTION;";
+        let sql = sql.replace("{MILESTONE}", super::activity::MILESTONE_INSERT);
         let milestone = super::activity::milestone(project, "campaign.cancelled", id, Map::new(), now);
         let v = vars! { "p": project, "id": id, "status": status, "run": run, "now": now, "milestone": milestone };
-        let done = match self.write(|| async { self.query(sql, v.clone()).await?.value_last() }).await {
+        let done = match self.write(|| async { self.query(&sql, v.clone()).await?.value_last() }).await {
             Ok(v) if v.as_str() == Some(CampaignStatus::Draft.as_str()) => return Ok(Cancelled::Draft),
             Ok(_) => Cancelled::Cancelled,
             Err(e) if is_state_error(&e) => return Ok(Cancelled::Stale),
