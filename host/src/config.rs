@@ -63,6 +63,13 @@ pub struct Settings {
     /// Refuse POST /auth/signup [default: false]
     #[arg(long, env = "HERALD_DISABLE_SIGNUPS")]
     pub disable_signups: Option<bool>,
+    /// Users must verify their email before they create projects [default: false]
+    #[arg(long, env = "HERALD_REQUIRE_EMAIL_VERIFICATION")]
+    pub require_email_verification: Option<bool>,
+    /// Sender of Herald's own mail (verification, password reset, invitations), `Name <address>` or an
+    /// address [default: Herald <no-reply@HOST of the public URL>]
+    #[arg(long, env = "HERALD_SYSTEM_FROM")]
+    pub system_from: Option<String>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "HERALD_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -198,6 +205,9 @@ pub struct Config {
     pub public_url: String,
     pub secret: Option<String>,
     pub disable_signups: bool,
+    pub require_email_verification: bool,
+    /// Sender of Herald's own mail, a valid mailbox (docs/behaviour.md#account-mail).
+    pub system_from: String,
     pub log_format: LogFormat,
     pub log: String,
     pub rate_limit_per_minute: u32,
@@ -268,6 +278,8 @@ impl Settings {
             public_url: self.public_url.or(other.public_url),
             secret: self.secret.or(other.secret),
             disable_signups: self.disable_signups.or(other.disable_signups),
+            require_email_verification: self.require_email_verification.or(other.require_email_verification),
+            system_from: self.system_from.or(other.system_from),
             log_format: self.log_format.or(other.log_format),
             log: self.log.or(other.log),
             rate_limit_per_minute: self.rate_limit_per_minute.or(other.rate_limit_per_minute),
@@ -357,7 +369,16 @@ impl Settings {
         if transport.as_deref() == Some("smtp") && smtp_url.is_none() {
             return Err(ConfigError::Invalid("transport = \"smtp\" needs smtp_url".into()));
         }
+        let system_from = match s.system_from.filter(|f| !f.trim().is_empty()) {
+            Some(f) => f.trim().to_string(),
+            None => format!("Herald <no-reply@{}>", mail_host(&public_url)),
+        };
+        if system_from.parse::<lettre::message::Mailbox>().is_err() {
+            return Err(ConfigError::Invalid(format!("system_from: {system_from:?} is not a mailbox")));
+        }
         Ok(Config {
+            require_email_verification: s.require_email_verification.unwrap_or(false),
+            system_from,
             plugins_dir: s.plugins_dir.unwrap_or_else(|| PathBuf::from("herald-plugins")),
             plugin_cache_dir: s.plugin_cache_dir.unwrap_or_else(|| PathBuf::from("herald-plugin-cache")),
             transport,
@@ -408,6 +429,15 @@ impl Settings {
     }
 }
 
+/// The host of a public URL when it is a domain name with a dot, else `localhost` (an IP address or a
+/// bare name does not make a sender address).
+fn mail_host(public_url: &str) -> String {
+    let rest = public_url.split_once("://").map_or(public_url, |(_, r)| r);
+    let host = rest.split(['/', ':', '?', '#']).next().unwrap_or("");
+    let named = host.contains('.') && host.parse::<std::net::IpAddr>().is_err() && !host.starts_with('[');
+    if named { host.to_ascii_lowercase() } else { "localhost".into() }
+}
+
 fn read_toml(path: &Path) -> Result<Settings, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
@@ -435,6 +465,7 @@ impl Config {
             plugins_dir: Some(std::env::temp_dir().join(format!("herald-test-plugins-{}", uuid::Uuid::new_v4()))),
             plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
             uploads_dir: Some(std::env::temp_dir().join(format!("herald-test-uploads-{}", uuid::Uuid::new_v4()))),
+            mail_dir: Some(std::env::temp_dir().join(format!("herald-test-mail-{}", uuid::Uuid::new_v4()))),
             ..Default::default()
         }
         .resolve()

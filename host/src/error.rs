@@ -72,6 +72,9 @@ pub enum ApiError {
     /// A plugin needed for the request failed (trap, timeout); the message names it.
     #[error("{0}")]
     PluginUnavailable(String),
+    /// An error with a status and code of its own (`INVALID_TOKEN`, `EMAIL_NOT_VERIFIED`, ...).
+    #[error("{message}")]
+    Coded { status: u16, code: &'static str, message: String },
     /// The sender check: 403 with code INTERNAL_SERVER_ERROR, as the interface names it
     /// (docs/behaviour.md#errors).
     #[error("{message}")]
@@ -81,6 +84,10 @@ pub enum ApiError {
 impl ApiError {
     pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
         ApiError::NotFound { code, message: message.into() }
+    }
+
+    pub fn coded(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Coded { status, code, message: message.into() }
     }
 
     pub fn field(field: &str, code: &str, message: &str, received: Value) -> Self {
@@ -109,6 +116,7 @@ impl ApiError {
             Forbidden(_) => (403, "FORBIDDEN", None),
             ProjectDisabled => (403, "PROJECT_DISABLED", None),
             NotFound { code, .. } => (404, code, None),
+            Coded { status, code, .. } => (*status, code, None),
             RouteNotFound { .. } => (404, "NOT_FOUND", Some("See /docs for the list of endpoints")),
             Conflict(_) => (409, "CONFLICT", None),
             IdempotencyKeyReused { .. } => (

@@ -163,7 +163,7 @@ impl App {
         plugins.load_all().await;
         let throttle = ratelimit::SendThrottle::new(config.send_rate_per_second, clock.clone());
         let ledger = delivery::ledger::Ledger::start(store.clone(), clock.clone());
-        Arc::new(delivery::Delivery {
+        let delivery = Arc::new(delivery::Delivery {
             smtp,
             file: delivery::Transport::File(config.mail_dir.clone()),
             default_transport: config.default_transport(),
@@ -174,8 +174,13 @@ impl App {
             sign: config.dkim_signing,
             ledger: ledger.clone(),
             handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
-        })
-        .register(&mut registry);
+        });
+        delivery.register(&mut registry);
+        let system_mail = Arc::new(
+            services::system_mail::SystemMail::new(&config.system_from, &secret, delivery.clone())
+                .map_err(BuildError::Transport)?,
+        );
+        system_mail.register(&mut registry);
         let segments = segments::Engine::new(store.clone(), plugins.clone());
         segments.register(&mut registry);
         let composer = Arc::new(compose::Composer {
@@ -233,6 +238,17 @@ impl App {
                 api::auth::LOGIN_WINDOW_MS,
                 clock.clone(),
             ),
+            account_mail_by_address: ratelimit::FailureThrottle::new(
+                services::account_mail::MAILS_PER_ADDRESS,
+                services::account_mail::MAIL_WINDOW_MS,
+                clock.clone(),
+            ),
+            account_mail_by_ip: ratelimit::FailureThrottle::new(
+                services::account_mail::MAILS_PER_IP,
+                services::account_mail::MAIL_WINDOW_MS,
+                clock.clone(),
+            ),
+            system_mail,
             keys: KeyCache::default(),
             bus,
             domains,

@@ -68,6 +68,11 @@ pub struct AppState {
     pub limiter: RateLimiter,
     /// Failed logins per account and per address (`/auth/login` slows down after repeated failures).
     pub login_failures: crate::infra::ratelimit::FailureThrottle,
+    /// Account mails requested (verification, password reset) per address and per client address.
+    pub account_mail_by_address: crate::infra::ratelimit::FailureThrottle,
+    pub account_mail_by_ip: crate::infra::ratelimit::FailureThrottle,
+    /// Herald's own mail to its users.
+    pub system_mail: Arc<crate::services::system_mail::SystemMail>,
     pub keys: KeyCache,
     /// The in-process event stream (subscribers register here).
     pub bus: Arc<EventBus>,

@@ -68,6 +68,7 @@ async fn config_needs_no_auth_and_names_the_version_and_features() {
     assert_eq!(r.status, 200);
     assert_eq!(r.json["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(r.json["features"]["signups"], true);
+    assert_eq!(r.json["features"]["emailVerification"], false);
     assert_eq!(r.json["features"]["rateLimit"], true);
     s.stop().await;
 }
@@ -117,6 +118,11 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/auth/signup", "post"),
         ("/auth/login", "post"),
         ("/auth/logout", "get"),
+        ("/auth/request-verification", "post"),
+        ("/auth/verify-email", "post"),
+        ("/auth/request-password-reset", "post"),
+        ("/auth/reset-password", "post"),
+        ("/auth/accept-invitation", "post"),
         ("/users/@me", "get"),
         ("/users/@me/projects", "get"),
         ("/users/@me/projects", "post"),
@@ -127,6 +133,8 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/projects/{id}/members", "post"),
         ("/projects/{id}/members/{user_id}", "patch"),
         ("/projects/{id}/members/{user_id}", "delete"),
+        ("/projects/{id}/invitations", "get"),
+        ("/projects/{id}/invitations/{email}", "delete"),
         ("/contacts", "get"),
         ("/contacts", "post"),
         ("/contacts/{id}", "get"),

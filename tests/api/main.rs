@@ -8,6 +8,7 @@ mod harness;
 mod http_sink;
 mod plugin_kit;
 
+mod account_mail;
 mod accounts;
 mod activity;
 mod binary;

@@ -1,7 +1,8 @@
 //! A real SMTP server on loopback for tests: it speaks enough SMTP for lettre (EHLO, MAIL, RCPT, DATA,
 //! RSET, NOOP, QUIT) and keeps every accepted message. Recipients whose local part starts with
 //! `bounce` are refused with 550; those starting with `tempfail` get 451 for the first `tempfails`
-//! attempts.
+//! attempts. Herald's own mail (from [`SYSTEM_FROM`], the test server's system sender) is kept apart,
+//! so the tests of project mail count only theirs.
 
 #![allow(dead_code)]
 
@@ -17,10 +18,14 @@ pub struct Received {
     pub data: String,
 }
 
+/// The envelope sender of Herald's own mail on a test server (its public URL has no domain name).
+pub const SYSTEM_FROM: &str = "no-reply@localhost";
+
 #[derive(Clone)]
 pub struct SmtpSink {
     pub addr: SocketAddr,
     pub messages: Arc<Mutex<Vec<Received>>>,
+    pub system: Arc<Mutex<Vec<Received>>>,
     tempfails: Arc<Mutex<usize>>,
 }
 
@@ -30,6 +35,7 @@ impl SmtpSink {
         let sink = SmtpSink {
             addr: listener.local_addr().unwrap(),
             messages: Arc::default(),
+            system: Arc::default(),
             tempfails: Arc::new(Mutex::new(tempfails)),
         };
         let s = sink.clone();
@@ -48,6 +54,23 @@ impl SmtpSink {
 
     pub fn received(&self) -> Vec<Received> {
         self.messages.lock().unwrap().clone()
+    }
+
+    /// Herald's own mail received so far.
+    pub fn system_received(&self) -> Vec<Received> {
+        self.system.lock().unwrap().clone()
+    }
+
+    /// Waits (up to ten seconds) until at least `n` of Herald's own mails arrived, and answers them.
+    pub async fn wait_for_system(&self, n: usize) -> Vec<Received> {
+        for _ in 0..400 {
+            let got = self.system_received();
+            if got.len() >= n {
+                return got;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("expected {n} system mails, got {}", self.system_received().len());
     }
 
     /// Waits (up to ten seconds) until at least `n` messages arrived, and answers them.
@@ -104,7 +127,12 @@ impl SmtpSink {
                     data.push_str(l);
                     data.push_str("\r\n");
                 }
-                self.messages.lock().unwrap().push(Received { from: from.clone(), to: to.clone(), data });
+                let got = Received { from: from.clone(), to: to.clone(), data };
+                if from == SYSTEM_FROM {
+                    self.system.lock().unwrap().push(got)
+                } else {
+                    self.messages.lock().unwrap().push(got)
+                }
                 "250 OK queued\r\n".into()
             } else if upper == "QUIT" {
                 let _ = w.write_all(b"221 Bye\r\n").await;

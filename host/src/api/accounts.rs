@@ -13,7 +13,7 @@ use super::state;
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
 use crate::infra::security;
-use crate::services::accounts;
+use crate::services::{account_mail, accounts};
 use crate::store::accounts::{Member, Project, Role};
 
 /// A project. `public` and `secret` appear only when a project is created and when its keys are
@@ -80,6 +80,32 @@ impl From<&Member> for MemberOut {
     }
 }
 
+/// An invitation by email to an address without a Herald account.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct InvitationOut {
+    /// always true: the address was invited, not added
+    pub invited: bool,
+    pub email: String,
+    /// OWNER, ADMIN or MEMBER: the role on joining
+    pub role: String,
+    pub created_at: String,
+    pub expires_at: String,
+}
+
+impl From<&account_mail::Invitation> for InvitationOut {
+    fn from(i: &account_mail::Invitation) -> Self {
+        InvitationOut {
+            invited: true,
+            email: i.email.clone(),
+            role: i.role.as_str().to_string(),
+            created_at: rfc3339(i.created_at),
+            expires_at: rfc3339(i.expires_at),
+        }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct ProjectBody {
@@ -101,7 +127,7 @@ pub struct ProjectPatchBody {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct InviteBody {
-    /// email of an existing Herald user
+    /// an existing Herald user's email (added at once, 201) or any other address (invited by mail, 202)
     email: String,
     /// OWNER, ADMIN or MEMBER (default MEMBER)
     role: Option<String>,
@@ -138,6 +164,12 @@ pub fn router() -> Router {
                 .post(add_member)
                 .push(Router::with_path("{user_id}").patch(update_member).delete(remove_member)),
         )
+        .push(
+            Router::with_path("projects/{id}/invitations")
+                .hoop(require_session)
+                .get(list_invitations)
+                .push(Router::with_path("{email}").delete(withdraw_invitation)),
+        )
 }
 
 /// The logged-in user.
@@ -172,6 +204,7 @@ pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let name = f.text("name", true, 100);
         f.finish()?;
         let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+        accounts::may_create_projects(&st, &u)?;
         let (project, keys) = accounts::create_project(&st, &name, Some(&u.id)).await?;
         Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
     });
@@ -304,7 +337,8 @@ fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
     f.one_of("role", required, &["OWNER", "ADMIN", "MEMBER"]).and_then(|r| Role::parse(&r))
 }
 
-/// Adds an existing Herald user to the project (OWNER or ADMIN; only an OWNER grants OWNER).
+/// Adds a member by email (OWNER or ADMIN; only an OWNER grants OWNER): an existing Herald user joins
+/// at once (201); another address gets an invitation by mail (202) that works for 7 days.
 #[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 201, body = MemberOut)))]
 pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
@@ -320,8 +354,42 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
         f.finish()?;
         let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-        let m = accounts::add_member(&st, &id, role, &email, new_role).await?;
-        Reply::created(&MemberOut::from(&m))
+        match accounts::add_member(&st, &id, role, &u, &email, new_role).await? {
+            accounts::Added::Member(m) => Reply::created(&MemberOut::from(&m)),
+            accounts::Added::Invited(i) => Reply::with(StatusCode::ACCEPTED, &InvitationOut::from(&i)),
+        }
+    });
+    fut.await
+}
+
+/// A project's open invitations, oldest first (any member may list them).
+#[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = Vec<InvitationOut>)))]
+pub async fn list_invitations(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        role_in(&st, &id, &u).await?;
+        let list = account_mail::invitations(&st, &id).await?;
+        Reply::ok(&list.iter().map(InvitationOut::from).collect::<Vec<_>>())
+    });
+    fut.await
+}
+
+/// Withdraws the open invitation of an address (OWNER or ADMIN): its link stops working.
+#[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = DeletedOut)))]
+pub async fn withdraw_invitation(
+    id: PathParam<String>,
+    email: PathParam<String>,
+    depot: &mut Depot,
+) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        account_mail::withdraw(&st, &id, role, &email.into_inner().trim().to_lowercase()).await?;
+        Reply::ok(&DeletedOut { success: true })
     });
     fut.await
 }

@@ -27,6 +27,8 @@ pub struct UserOut {
     pub id: String,
     pub email: String,
     pub name: Option<String>,
+    /// Whether the user followed a verification link sent to `email`
+    pub email_verified: bool,
     pub created_at: String,
 }
 
@@ -36,6 +38,7 @@ impl From<&User> for UserOut {
             id: u.id.clone(),
             email: u.email.clone(),
             name: u.name.clone(),
+            email_verified: u.email_verified_at.is_some(),
             created_at: crate::infra::clock::rfc3339(u.created_at),
         }
     }
@@ -62,21 +65,30 @@ pub struct OkOut {
     success: bool,
 }
 
+impl OkOut {
+    pub fn yes() -> Self {
+        OkOut { success: true }
+    }
+}
+
 pub fn router() -> Router {
     Router::with_path("auth")
         .hoop(rate_limit_by_ip)
         .push(Router::with_path("signup").post(signup))
         .push(Router::with_path("login").post(login))
         .push(Router::with_path("logout").get(logout))
+        .push(super::account_mail::router())
 }
 
-fn session_cookie(st: &AppState, user_id: &str) -> Cookie<'static> {
+/// A new session of `user`, under the user's current session epoch.
+pub fn session_cookie(st: &AppState, user: &User) -> Cookie<'static> {
     let now = st.clock.now_ms() / 1000;
     let claims = SessionClaims {
-        sub: user_id.to_string(),
+        sub: user.id.clone(),
         iat: now,
         exp: now + SESSION_DAYS * 86_400,
         sid: uuid::Uuid::new_v4().to_string(),
+        ep: user.session_epoch.unwrap_or(0),
     };
     let token = security::sign_jwt(&st.session_key, &claims);
     Cookie::build((COOKIE, token))
@@ -106,7 +118,11 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
             return Err(ApiError::Internal("validated fields missing".into()));
         };
         let user = accounts::create_user(&st, &email, &password, name.as_deref()).await?;
-        res.add_cookie(session_cookie(&st, &user.id));
+        // The account exists either way; a verification mail that cannot be queued can be asked for again.
+        if let Err(e) = crate::services::account_mail::send_verification(&st, &user).await {
+            tracing::warn!(user = %user.id, error = %e, "cannot queue the verification mail");
+        }
+        res.add_cookie(session_cookie(&st, &user));
         Reply::created(&UserOut::from(&user))
     });
     fut.await
@@ -137,7 +153,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         match user {
             Some(u) if ok => {
                 st.login_failures.succeeded(&account);
-                res.add_cookie(session_cookie(&st, &u.id));
+                res.add_cookie(session_cookie(&st, &u));
                 Reply::ok(&UserOut::from(&u))
             }
             _ => {
@@ -198,7 +214,7 @@ pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError
         .ok_or_else(|| ApiError::Unauthorized("Log in first: this endpoint needs a dashboard session".into()))?;
     let claims = security::verify_session(&st.session_key, &token, st.clock.now_ms() / 1000)
         .ok_or_else(|| ApiError::Unauthorized("The session is invalid or expired; log in again".into()))?;
-    accounts::session_user(st, &claims.sid, &claims.sub).await
+    accounts::session_user(st, &claims.sid, &claims.sub, claims.ep).await
 }
 
 /// Applies the rate limit for `key` and writes the RateLimit headers.
@@ -224,9 +240,9 @@ pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<
 pub const LOGIN_FAILURES: u32 = 10;
 pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
 /// Largest body `/auth` reads: an email, a password and a name.
-const AUTH_MAX_BODY: usize = 16 * 1024;
+pub(crate) const AUTH_MAX_BODY: usize = 16 * 1024;
 
-fn client_ip(req: &Request) -> String {
+pub(crate) fn client_ip(req: &Request) -> String {
     req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip.to_string()).unwrap_or_default()
 }
 

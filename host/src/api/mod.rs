@@ -3,6 +3,7 @@
 //!
 //! Must not import: surrealdb.
 
+pub mod account_mail;
 pub mod accounts;
 pub mod activity;
 pub mod analytics;

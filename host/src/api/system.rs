@@ -31,6 +31,8 @@ pub struct ConfigOut {
 #[salvo(schema(rename_all = "camelCase"))]
 pub struct Features {
     signups: bool,
+    /// users verify their email before creating projects (`HERALD_REQUIRE_EMAIL_VERIFICATION`)
+    email_verification: bool,
     rate_limit: bool,
     billing: bool,
     plugins: bool,
@@ -71,6 +73,7 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
             version: env!("CARGO_PKG_VERSION").into(),
             features: Features {
                 signups: !st.config.disable_signups,
+                email_verification: st.config.require_email_verification,
                 rate_limit: st.limiter.enabled(),
                 billing: false,
                 plugins: true,

@@ -58,6 +58,11 @@ pub fn key_digest(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
 }
 
+/// A token for a link in a mail: 32 random bytes, base64url (the store keeps its [`key_digest`]).
+pub fn generate_token() -> String {
+    URL_SAFE_NO_PAD.encode(random_bytes::<32>())
+}
+
 /// A random secret for signing, when the operator did not configure one.
 pub fn generate_secret() -> String {
     hex::encode(random_bytes::<32>())
@@ -109,6 +114,9 @@ pub struct SessionClaims {
     pub exp: i64,
     /// the session's own random id, which logout revokes
     pub sid: String,
+    /// the user's session epoch when it was issued (a password reset raises the user's, ending it)
+    #[serde(default)]
+    pub ep: i64,
 }
 
 /// Derives a purpose-specific key from the server secret, so one secret can sign several kinds of token
@@ -231,7 +239,7 @@ mod tests {
     #[test]
     fn session_tokens_check_signature_and_expiry() {
         let key = derive_key("0123456789abcdef", "session");
-        let claims = SessionClaims { sub: "u1".into(), iat: 100, exp: 200, sid: "s1".into() };
+        let claims = SessionClaims { sub: "u1".into(), iat: 100, exp: 200, sid: "s1".into(), ep: 0 };
         let t = sign_jwt(&key, &claims);
         assert_eq!(verify_session(&key, &t, 150), Some(claims));
         assert_eq!(verify_session(&key, &t, 200), None, "expired");

@@ -54,12 +54,21 @@ pub async fn revoke_session(st: &AppState, sid: &str, expires_at_ms: i64) -> Res
     Ok(st.store.revoke_session(sid, expires_at_ms).await?)
 }
 
-/// The user behind a verified session token (`sid`, `sub`): 401 when it was logged out or the user is gone.
-pub async fn session_user(st: &AppState, sid: &str, user: &str) -> Result<User, ApiError> {
+/// The user behind a verified session token (`sid`, `sub`, issued at session epoch `epoch`): 401 when it
+/// was logged out, the user's password was reset since, or the user is gone.
+pub async fn session_user(st: &AppState, sid: &str, user: &str, epoch: i64) -> Result<User, ApiError> {
     if st.store.session_revoked(sid).await? {
         return Err(ApiError::Unauthorized("The session was logged out; log in again".into()));
     }
-    st.store.user(user).await?.ok_or_else(|| ApiError::Unauthorized("The session's user no longer exists".into()))
+    let u = st
+        .store
+        .user(user)
+        .await?
+        .ok_or_else(|| ApiError::Unauthorized("The session's user no longer exists".into()))?;
+    if u.session_epoch.unwrap_or(0) > epoch {
+        return Err(ApiError::Unauthorized("The password was reset since this session began; log in again".into()));
+    }
+    Ok(u)
 }
 
 /// The project whose public or secret key has this digest, and whether it is the secret one.
@@ -75,6 +84,20 @@ pub async fn role_in(st: &AppState, project: &str, user: &str) -> Result<Role, A
 /// Projects the user belongs to, newest membership first, with the user's role.
 pub async fn projects_of_user(st: &AppState, user: &str) -> Result<Vec<ProjectWithRole>, ApiError> {
     Ok(st.store.projects_of_user(user).await?)
+}
+
+/// With `HERALD_REQUIRE_EMAIL_VERIFICATION` on, a user whose email is not verified may log in but not
+/// create projects: 403 `EMAIL_NOT_VERIFIED`.
+pub fn may_create_projects(st: &AppState, user: &User) -> Result<(), ApiError> {
+    if st.config.require_email_verification && user.email_verified_at.is_none() {
+        return Err(ApiError::coded(
+            403,
+            "EMAIL_NOT_VERIFIED",
+            "Verify your email address before creating a project: follow the link we mailed you, or ask for a \
+             new one with POST /auth/request-verification",
+        ));
+    }
+    Ok(())
 }
 
 /// Creates a project and its keys, with `owner` as OWNER (none for an operator's project). The keys are
@@ -120,7 +143,10 @@ pub async fn create_project_for(
                     if let Some(problem) = security::password_problem(pw) {
                         return Err(ApiError::BadRequest(problem));
                     }
-                    Some(create_user(st, &email, pw, None).await?.id)
+                    // The operator vouches for the address.
+                    let id = create_user(st, &email, pw, None).await?.id;
+                    st.store.set_email_verified(&id, st.clock.now_ms()).await?;
+                    Some(id)
                 }
             }
         }
@@ -204,16 +230,31 @@ pub async fn members(st: &AppState, id: &str) -> Result<Vec<Member>, ApiError> {
     Ok(st.store.members(id).await?)
 }
 
-/// Adds an existing Herald user (OWNER or ADMIN; only an OWNER grants OWNER); 404 when no user has the
-/// email, 409 when they are a member already.
-pub async fn add_member(st: &AppState, id: &str, role: Role, email: &str, new_role: Role) -> Result<Member, ApiError> {
+/// What adding a member did.
+pub enum Added {
+    /// The address belongs to a Herald user, now a member.
+    Member(Member),
+    /// No user has the address: an invitation went to it.
+    Invited(crate::services::account_mail::Invitation),
+}
+
+/// Adds a member by email (OWNER or ADMIN; only an OWNER grants OWNER): an existing Herald user joins at
+/// once (409 when they are a member already); any other address is invited by mail.
+pub async fn add_member(
+    st: &AppState,
+    id: &str,
+    role: Role,
+    inviter: &User,
+    email: &str,
+    new_role: Role,
+) -> Result<Added, ApiError> {
     need(role, Role::Admin, "add members")?;
     if new_role == Role::Owner {
         need(role, Role::Owner, "make someone OWNER")?;
     }
-    let invitee = user_by_email(st, email).await?.ok_or_else(|| {
-        ApiError::not_found("USER_NOT_FOUND", format!("No Herald user has the email {email}; they must sign up first"))
-    })?;
+    let Some(invitee) = user_by_email(st, email).await? else {
+        return crate::services::account_mail::invite(st, id, inviter, email, new_role).await.map(Added::Invited);
+    };
     let now = st.clock.now_ms();
     match st.store.add_member(id, &invitee.id, new_role, now).await {
         Ok(()) => {}
@@ -222,7 +263,13 @@ pub async fn add_member(st: &AppState, id: &str, role: Role, email: &str, new_ro
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(Member { user: invitee.id, role: new_role, created_at: now, email: Some(invitee.email), name: invitee.name })
+    Ok(Added::Member(Member {
+        user: invitee.id,
+        role: new_role,
+        created_at: now,
+        email: Some(invitee.email),
+        name: invitee.name,
+    }))
 }
 
 /// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last

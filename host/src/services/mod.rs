@@ -5,6 +5,7 @@
 //! Must not import: salvo, surrealdb.
 
 pub mod accept;
+pub mod account_mail;
 pub mod accounts;
 pub mod activity;
 pub mod analytics;
@@ -22,6 +23,7 @@ pub mod projects;
 pub mod segments;
 pub mod sending_domains;
 pub mod system;
+pub mod system_mail;
 pub mod templates;
 pub mod tracking;
 pub mod uploads;

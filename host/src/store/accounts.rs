@@ -12,6 +12,12 @@ pub struct User {
     pub email: String,
     pub name: Option<String>,
     pub password_hash: String,
+    /// When the user followed a verification link (or an invitation) sent to `email`.
+    #[serde(default)]
+    pub email_verified_at: Option<i64>,
+    /// Raised by a password reset: sessions issued under an older epoch are refused.
+    #[serde(default)]
+    pub session_epoch: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -88,7 +94,8 @@ pub struct ProjectWithRole {
     pub project: Project,
 }
 
-const USER_FIELDS: &str = "record::id(id) AS id, email, name, password_hash, created_at, updated_at";
+const USER_FIELDS: &str =
+    "record::id(id) AS id, email, name, password_hash, email_verified_at, session_epoch, created_at, updated_at";
 const PROJECT_FIELDS: &str = "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, transport, created_at, updated_at";
 
 impl Store {
@@ -170,6 +177,20 @@ impl Store {
         self.query(&format!("SELECT {USER_FIELDS} FROM ONLY type::record('user', $id)"), vars! { "id": id })
             .await?
             .first(0)
+    }
+
+    /// Marks a user's email verified (the operator created the user, or a link proved the address).
+    pub async fn set_email_verified(&self, id: &str, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('user', $id) SET email_verified_at = $now WHERE email_verified_at = NONE
+                 RETURN NONE",
+                vars! { "id": id, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
     }
 
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, StoreError> {
@@ -304,6 +325,7 @@ impl Store {
                  DELETE membership WHERE project = $id;
                  DELETE domain WHERE project = $id;
                  DELETE domain_claim WHERE project = $id;
+                 DELETE account_token WHERE project = $id;
                  DELETE type::record('project', $id);
                  INSERT INTO job [$job] RETURN NONE;
                  COMMIT TRANSACTION;",

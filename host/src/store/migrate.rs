@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0025_workflow_schedules.surql", include_str!("../../../migrations/0025_workflow_schedules.surql")),
     ("0026_contact_jobs.surql", include_str!("../../../migrations/0026_contact_jobs.surql")),
     ("0027_activity.surql", include_str!("../../../migrations/0027_activity.surql")),
+    ("0028_account_tokens.surql", include_str!("../../../migrations/0028_account_tokens.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -10,6 +10,7 @@
 //!   ASSERT/type failure -> Validation).
 //! - Times are stored as integer milliseconds since the Unix epoch (UTC).
 
+pub mod account_tokens;
 pub mod accounts;
 pub mod activity;
 pub mod campaigns;

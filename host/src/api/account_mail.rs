@@ -1,0 +1,162 @@
+//! The account-mail endpoints under `/auth` (docs/behaviour.md#account-mail): verification, password
+//! reset and accepting an invitation. They share `/auth`'s per-address rate limit; the two that send
+//! mail are also throttled per email address.
+
+use salvo::oapi::ToSchema;
+use salvo::prelude::*;
+use serde::Serialize;
+
+use super::auth::{AUTH_MAX_BODY, COOKIE, OkOut, UserOut, client_ip, session_cookie, session_user};
+use super::body::{Fields, Reply, json_object_max};
+use super::state;
+use crate::error::ApiError;
+use crate::infra::security::PASSWORD_CHARS;
+use crate::services::account_mail;
+
+/// Longest token accepted (a real one is 43 characters).
+const TOKEN_CHARS: usize = 200;
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct EmailBody {
+    /// the account's address (not needed with a session for request-verification)
+    email: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct TokenBody {
+    /// the token of the link
+    token: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ResetBody {
+    token: String,
+    /// 8 to 256 characters
+    password: String,
+}
+
+/// The project an accepted invitation joined.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct JoinedOut {
+    pub project_id: String,
+    /// OWNER, ADMIN or MEMBER
+    pub role: String,
+}
+
+pub fn router() -> Router {
+    Router::new()
+        .push(Router::with_path("request-verification").post(request_verification))
+        .push(Router::with_path("verify-email").post(verify_email))
+        .push(Router::with_path("request-password-reset").post(request_password_reset))
+        .push(Router::with_path("reset-password").post(reset_password))
+        .push(Router::with_path("accept-invitation").post(accept_invitation))
+}
+
+fn token_of(f: &mut Fields) -> Option<String> {
+    f.string("token", true, 1, TOKEN_CHARS)
+}
+
+/// Mails a new verification link: to the logged-in user, or to the account with `email`. Answers 200
+/// whether or not such an account exists (and sends nothing when its email is verified already).
+#[endpoint(tags("auth"), request_body = EmailBody, responses((status_code = 200, body = OkOut)))]
+pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
+        let session = match req.cookie(COOKIE) {
+            Some(_) => Some(session_user(req, &st).await?),
+            None => None,
+        };
+        let mut f = Fields::new(&body);
+        let email = f.email("email", session.is_none());
+        f.finish()?;
+        let email = match (&session, email) {
+            (Some(u), _) => u.email.clone(),
+            (None, Some(e)) => e,
+            (None, None) => return Err(ApiError::Internal("validated email missing".into())),
+        };
+        account_mail::throttle(&st, &email, &client_ip(req))?;
+        account_mail::request_verification(&st, &email).await?;
+        Reply::ok(&OkOut::yes())
+    });
+    fut.await
+}
+
+/// Verifies the email of the account a verification link was sent to. 400 `INVALID_TOKEN` when the
+/// link was used, replaced by a newer one or expired (24 hours).
+#[endpoint(tags("auth"), request_body = TokenBody, responses((status_code = 200, body = UserOut)))]
+pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
+        let mut f = Fields::new(&body);
+        let token = token_of(&mut f);
+        f.finish()?;
+        let token = token.ok_or_else(|| ApiError::Internal("validated token missing".into()))?;
+        let user = account_mail::verify_email(&st, &token).await?;
+        Reply::ok(&UserOut::from(&user))
+    });
+    fut.await
+}
+
+/// Mails a password-reset link (valid one hour) to the account with `email`. Answers 200 whether or
+/// not such an account exists.
+#[endpoint(tags("auth"), request_body = EmailBody, responses((status_code = 200, body = OkOut)))]
+pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
+        let mut f = Fields::new(&body);
+        let email = f.email("email", true);
+        f.finish()?;
+        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        account_mail::throttle(&st, &email, &client_ip(req))?;
+        account_mail::request_password_reset(&st, &email).await?;
+        Reply::ok(&OkOut::yes())
+    });
+    fut.await
+}
+
+/// Sets a new password with the token of a reset link; every earlier session of the user ends, and
+/// this answer logs the user in (sets the session cookie).
+#[endpoint(tags("auth"), request_body = ResetBody, responses((status_code = 200, body = UserOut)))]
+pub async fn reset_password(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
+        let mut f = Fields::new(&body);
+        let token = token_of(&mut f);
+        let password = f.string("password", true, PASSWORD_CHARS.0, PASSWORD_CHARS.1);
+        f.finish()?;
+        let (Some(token), Some(password)) = (token, password) else {
+            return Err(ApiError::Internal("validated fields missing".into()));
+        };
+        let user = account_mail::reset_password(&st, &token, &password).await?;
+        res.add_cookie(session_cookie(&st, &user));
+        Reply::ok(&UserOut::from(&user))
+    });
+    fut.await
+}
+
+/// Joins the project an invitation link was sent for; the logged-in user must have the invited address
+/// (403 otherwise). 400 `INVALID_TOKEN` when it was used, withdrawn, replaced or expired (7 days).
+#[endpoint(tags("auth"), security(("session" = [])), request_body = TokenBody, responses((status_code = 200, body = JoinedOut)))]
+pub async fn accept_invitation(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let user = session_user(req, &st).await?;
+        let body = json_object_max(req, AUTH_MAX_BODY).await?;
+        let mut f = Fields::new(&body);
+        let token = token_of(&mut f);
+        f.finish()?;
+        let token = token.ok_or_else(|| ApiError::Internal("validated token missing".into()))?;
+        let (project_id, role) = account_mail::accept_invitation(&st, &user, &token).await?;
+        Reply::ok(&JoinedOut { project_id, role: role.as_str().to_string() })
+    });
+    fut.await
+}
