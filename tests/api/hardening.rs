@@ -322,7 +322,7 @@ async fn deleting_a_project_removes_everything_it_owns_and_sends_nothing_it_had_
         }
     };
     let tables = ["contact", "event", "email", "template", "segment", "domain", "membership", "idempotency"];
-    for table in tables.into_iter().chain(["stat_event_day", "milestone", "contact_job"]) {
+    for table in tables.into_iter().chain(["stat_event_day", "milestone", "contact_job", "usage_month"]) {
         assert_eq!(count(table, p.id.clone()).await, 0, "{table} rows of the deleted project are gone");
     }
     let bodies = st.store.query("SELECT count() AS n FROM email_body GROUP ALL", json!({})).await.unwrap().value(0);

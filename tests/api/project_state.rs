@@ -152,6 +152,8 @@ async fn a_reset_wipes_the_projects_data_and_keeps_the_project_its_keys_domains_
         assert_eq!(x.secret.post("/segments", seg).await.status, 201);
         assert_eq!(x.secret.post("/workflows", json!({ "name": "W", "eventName": "signup" })).await.status, 201);
     }
+    let send = json!({ "to": "a@example.org", "from": "n@shop.test", "subject": "s", "body": "b" });
+    assert_eq!(p.secret.post("/v1/send", send).await.status, 200);
     let c = p
         .secret
         .post(
@@ -195,6 +197,9 @@ async fn a_reset_wipes_the_projects_data_and_keeps_the_project_its_keys_domains_
     }
     assert_eq!(p.secret.get(&format!("/domains/project/{}", p.id)).await.json.as_array().map(Vec::len), Some(1));
     assert_eq!(p.session.get(&format!("/projects/{}/members", p.id)).await.json.as_array().map(Vec::len), Some(2));
+    // A reset does not give the month's billing allowance back.
+    let usage = p.session.get(&format!("/users/@me/projects/{}/billing-consumption", p.id)).await.json;
+    assert_eq!(usage["usage"]["transactional"]["used"], 1, "{usage}");
     // The other project keeps everything.
     for path in ["/contacts", "/templates", "/segments", "/workflows"] {
         let r = q.secret.get(path).await;

@@ -8,6 +8,7 @@ pub mod accounts;
 pub mod activity;
 pub mod analytics;
 pub mod auth;
+pub mod billing;
 pub mod body;
 pub mod campaigns;
 pub mod contact_jobs;
@@ -155,6 +156,7 @@ pub fn api_router() -> Router {
         .push(uploads::router())
         .push(activity::router())
         .push(analytics::router())
+        .push(billing::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

@@ -447,6 +447,15 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             }
 
             let now = st.clock.now_ms();
+            // The monthly transactional limit: 402 before anything is written.
+            crate::services::billing::check(
+                &st.store,
+                &ctx.project_id,
+                crate::domain::billing::Category::Transactional,
+                recipients.len(),
+                now,
+            )
+            .await?;
             let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
             let request = SendRequest {
                 project: ctx.project_id.clone(),

@@ -3,6 +3,7 @@
 //! Must not import: salvo, surrealdb, tokio.
 
 pub mod activity;
+pub mod billing;
 pub mod campaigns;
 pub mod conditions;
 pub mod contacts;

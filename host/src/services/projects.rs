@@ -90,9 +90,15 @@ async fn purge_all(ctx: &JobContext) -> Result<(), String> {
         let n =
             ctx.store.purge_project_batch(project, PURGE_BATCH, ctx.clock.now_ms()).await.map_err(|e| e.to_string())?;
         if n == 0 {
-            return Ok(());
+            break;
         }
     }
+    // A deleted project's billing counters go too; a reset keeps them (it must not reopen a used-up
+    // month's limits).
+    if ctx.kind == PURGE_PROJECT_JOB {
+        ctx.store.delete_usage(project).await.map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// A project's onboarding checklist (docs/behaviour.md#project-setup-and-security).

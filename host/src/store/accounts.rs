@@ -35,6 +35,9 @@ pub struct Project {
     /// Delivery transport (`smtp`, `file` or a transport plugin); None: the server's default.
     #[serde(default)]
     pub transport: Option<String>,
+    /// Monthly limits per category (docs/behaviour.md#billing); None: all unlimited.
+    #[serde(default)]
+    pub billing_limits: Option<crate::domain::billing::Limits>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -96,7 +99,7 @@ pub struct ProjectWithRole {
 
 const USER_FIELDS: &str =
     "record::id(id) AS id, email, name, password_hash, email_verified_at, session_epoch, created_at, updated_at";
-const PROJECT_FIELDS: &str = "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, transport, created_at, updated_at";
+const PROJECT_FIELDS: &str = "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, transport, billing_limits, created_at, updated_at";
 
 impl Store {
     // ---- settings ----

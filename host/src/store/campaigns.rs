@@ -343,7 +343,14 @@ impl Store {
         chunk: usize,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, chunk);
+        let docs = super::emails::email_docs(
+            emails,
+            job_kind,
+            priority,
+            max_attempts,
+            chunk,
+            Some(crate::domain::billing::Category::Campaigns),
+        );
         // The campaign row is only read here: concurrent batches of one campaign write disjoint rows and
         // never conflict with each other (a cancel, which writes the campaign row, conflicts with them).
         let mut sql = String::from(
@@ -360,7 +367,7 @@ impl Store {
         sql.push_str("COMMIT TRANSACTION;");
         let v = vars! {
             "p": project, "c": campaign, "run": run, "batch": batch_id, "emails": docs.rows, "bodies": docs.bodies, "sets": docs.sets,
-            "jobs": docs.jobs, "now": now,
+            "jobs": docs.jobs, "usage": docs.usage, "now": now,
         };
         match self.write(|| async { self.query(&sql, v.clone()).await }).await {
             Ok(_) => Ok(true),

@@ -86,15 +86,31 @@ impl Store {
         job_kind: &str,
         priority: i64,
         max_attempts: i64,
+        category: Option<crate::domain::billing::Category>,
     ) -> Result<(), StoreError> {
-        let docs = email_docs(emails, job_kind, priority, max_attempts, 1);
-        let v = vars! { "emails": docs.rows, "bodies": docs.bodies, "jobs": docs.jobs, "sets": docs.sets };
+        let docs = email_docs(emails, job_kind, priority, max_attempts, 1, category);
+        let v = vars! {
+            "emails": docs.rows, "bodies": docs.bodies, "jobs": docs.jobs, "sets": docs.sets, "usage": docs.usage,
+        };
         self.write(|| async {
             self.query(&format!("BEGIN TRANSACTION;\n{}COMMIT TRANSACTION;", EmailDocs::INSERTS), v.clone()).await
         })
         .await
         .map(|_| ())
     }
+}
+
+/// The SQL of [`EmailDocs::RECORDS`], as a literal for `concat!`.
+macro_rules! email_records_sql {
+    () => {
+        "INSERT INTO email $emails RETURN NONE;
+         INSERT INTO email_body $bodies RETURN NONE;
+         INSERT IGNORE INTO attachment_set $sets RETURN NONE;
+         FOR $u IN $usage {
+            UPSERT type::record('usage_month', [$u.project, $u.month, $u.category, $u.shard])
+                SET project = $u.project, month = $u.month, category = $u.category, n += $u.n RETURN NONE;
+         };\n"
+    };
 }
 
 /// What writing email records inserts: the records (`id` in each), their bodies, and their delivery jobs.
@@ -105,21 +121,24 @@ pub(crate) struct EmailDocs {
     pub jobs: Vec<Value>,
     /// Attachment lists, each once (see [`attachment_sets`]).
     pub sets: Vec<Value>,
+    /// Billing usage to add (see [`super::billing::usage_docs`]).
+    pub usage: Vec<Value>,
 }
 
 impl EmailDocs {
-    /// The statements that insert `$emails`, `$bodies`, `$jobs` and `$sets` (inside the caller's
-    /// transaction). A set already stored (the same list sent before) is kept as it is.
-    pub const INSERTS: &str = "INSERT INTO email $emails RETURN NONE;
-         INSERT INTO email_body $bodies RETURN NONE;
-         INSERT INTO job $jobs RETURN NONE;
-         INSERT IGNORE INTO attachment_set $sets RETURN NONE;\n";
+    /// The statements that insert `$emails`, `$bodies` and `$sets` and add `$usage` to the billing
+    /// counters (inside the caller's transaction). A set already stored (the same list sent before) is
+    /// kept as it is.
+    pub const RECORDS: &str = email_records_sql!();
+    /// [`EmailDocs::RECORDS`] and the delivery jobs `$jobs`.
+    pub const INSERTS: &str = concat!(email_records_sql!(), "INSERT INTO job $jobs RETURN NONE;\n");
 
     pub fn extend(&mut self, other: EmailDocs) {
         self.rows.extend(other.rows);
         self.bodies.extend(other.bodies);
         self.jobs.extend(other.jobs);
         self.sets.extend(other.sets);
+        self.usage.extend(other.usage);
     }
 }
 
@@ -163,6 +182,7 @@ pub(crate) fn email_docs(
     priority: i64,
     max_attempts: i64,
     chunk: usize,
+    category: Option<crate::domain::billing::Category>,
 ) -> EmailDocs {
     let mut rows = Vec::with_capacity(emails.len());
     let mut bodies = Vec::with_capacity(emails.len());
@@ -202,7 +222,11 @@ pub(crate) fn email_docs(
             })
         })
         .collect();
-    EmailDocs { rows, bodies, jobs, sets }
+    let usage = match category.map(|c| super::billing::usage_docs(emails, c)) {
+        Some(Value::Array(a)) => a,
+        _ => vec![],
+    };
+    EmailDocs { rows, bodies, jobs, sets, usage }
 }
 
 impl Store {

@@ -278,7 +278,15 @@ impl Store {
         }
         sql.push_str(super::emails::EmailDocs::INSERTS);
         sql.push_str("COMMIT TRANSACTION;");
-        let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, super::emails::SEND_JOB_CHUNK);
+        let docs = super::emails::email_docs(
+            emails,
+            job_kind,
+            priority,
+            max_attempts,
+            super::emails::SEND_JOB_CHUNK,
+            Some(crate::domain::billing::Category::Transactional),
+        );
+        v["usage"] = Value::Array(docs.usage);
         v["events"] = Value::Array(events.iter().map(Event::doc).collect());
         v["emails"] = Value::Array(docs.rows);
         v["bodies"] = Value::Array(docs.bodies);
@@ -319,6 +327,7 @@ impl Store {
                 priority,
                 max_attempts,
                 super::emails::SEND_JOB_CHUNK,
+                Some(crate::domain::billing::Category::Transactional),
             ));
         }
         self.write_batch(project, created, updated, unchanged, events, docs, None).await
@@ -402,6 +411,7 @@ impl Store {
         let mut v = vars! {
             "p": project, "created": created_rows, "updated": updated_rows, "unchanged": unchanged_rows,
             "events": events, "outbox": outbox, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs, "sets": emails.sets,
+            "usage": emails.usage,
         };
         if let Some(p) = progress {
             p.bind(&mut v);

@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0026_contact_jobs.surql", include_str!("../../../migrations/0026_contact_jobs.surql")),
     ("0027_activity.surql", include_str!("../../../migrations/0027_activity.surql")),
     ("0028_account_tokens.surql", include_str!("../../../migrations/0028_account_tokens.surql")),
+    ("0029_billing.surql", include_str!("../../../migrations/0029_billing.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -226,16 +226,15 @@ fn effects(
     // Every workflow email goes with the same delivery settings (the first one's).
     if let Some(m) = emails.first() {
         let rows: Vec<super::emails::EmailRow> = emails.iter().map(|m| m.row.clone()).collect();
-        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, 1);
+        let workflows = Some(crate::domain::billing::Category::Workflows);
+        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, 1, workflows);
         jobs.extend(docs.jobs);
-        sql.push_str(
-            "INSERT INTO email $emails RETURN NONE;
-             INSERT INTO email_body $bodies RETURN NONE;
-             INSERT IGNORE INTO attachment_set $sets RETURN NONE;\n",
-        );
+        // The delivery jobs go with the round's other jobs below.
+        sql.push_str(super::emails::EmailDocs::RECORDS);
         v["emails"] = Value::Array(docs.rows);
         v["bodies"] = Value::Array(docs.bodies);
         v["sets"] = Value::Array(docs.sets);
+        v["usage"] = Value::Array(docs.usage);
     }
     if !jobs.is_empty() {
         sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");

@@ -404,6 +404,7 @@ impl Campaigns {
         })
         .await
         .map_err(|e| CampaignError::Store(StoreError::Db(e)))?;
+        let rows = self.within_billing_limit(&c.project, rows, now).await?;
         let batch_id = format!("{}-{}-{}", c.id, c.run, p.index);
         self.store
             .write_campaign_batch(
@@ -421,6 +422,27 @@ impl Campaigns {
             .await?;
         self.wake();
         Ok(())
+    }
+
+    /// The emails of a batch with those beyond the project's monthly campaigns limit recorded as
+    /// CANCELLED with the reason (`BILLING_LIMIT_EXCEEDED: ...`) instead of going to delivery.
+    async fn within_billing_limit(
+        &self,
+        project: &str,
+        mut rows: Vec<crate::store::emails::EmailRow>,
+        now: i64,
+    ) -> Result<Vec<crate::store::emails::EmailRow>, CampaignError> {
+        use crate::domain::billing::{Category, exceeded_reason};
+        let wanted = rows.iter().filter(|r| r.status == EmailStatus::Pending).count();
+        let (fits, limit) =
+            crate::services::billing::room(&self.store, project, Category::Campaigns, wanted, now).await?;
+        if let Some(limit) = limit.filter(|_| fits < wanted) {
+            for r in rows.iter_mut().filter(|r| r.status == EmailStatus::Pending).skip(fits) {
+                r.status = EmailStatus::Cancelled;
+                r.error = Some(exceeded_reason(Category::Campaigns, limit));
+            }
+        }
+        Ok(rows)
     }
 
     /// `campaigns.progress`: completes the finished sending campaigns (with their final counters) and
@@ -479,7 +501,8 @@ impl Campaigns {
         let project_name = self.store.project(project).await?.map(|p| p.name);
         let from_name = c.from_name.clone().or(project_name);
         let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];
-        // A test send is not counted (no campaign), not tracked, and marked as a test.
+        // A test send is not counted (no campaign, and not in billing: it goes to the project's own
+        // members), not tracked, and marked as a test.
         let message = Message {
             campaign: None,
             headers: &headers,
@@ -493,7 +516,7 @@ impl Campaigns {
             .composer
             .compose(&message, &r, &email, now)
             .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))?;
-        self.store.create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS).await?;
+        self.store.create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS, None).await?;
         self.wake();
         Ok(email)
     }

@@ -81,6 +81,13 @@ impl Engine {
         if t.kind == "MARKETING" && !custom && !contact.subscribed {
             return Ok(Outcome::Skipped { reason: "the contact is unsubscribed and the template is MARKETING".into() });
         }
+        // The monthly workflows limit: the step is skipped with the reason, nothing is sent.
+        let workflows = crate::domain::billing::Category::Workflows;
+        if let (0, Some(limit)) =
+            crate::services::billing::room(&self.store, project, workflows, 1, now).await.map_err(retry)?
+        {
+            return Ok(Outcome::Skipped { reason: crate::domain::billing::exceeded_reason(workflows, limit) });
+        }
         if let Err(refused) = crate::services::sending_domains::require_sender(&self.store, project, &t.from).await {
             return match refused {
                 crate::error::ApiError::SenderDomain { message, .. } => failed(message),

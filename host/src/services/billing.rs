@@ -1,0 +1,122 @@
+//! Billing (docs/behaviour.md#billing): monthly limits per category, the consumption counted as emails
+//! are accepted (the writers of emails add to `usage_month` in their own transactions), and their
+//! enforcement: `/v1/send` beyond the transactional limit is 402 `BILLING_LIMIT_EXCEEDED`; campaign and
+//! workflow emails beyond theirs are recorded as not sent, with the reason. Payments (checkout, portal,
+//! invoices) need a payment provider: without one they answer 400 `BILLING_DISABLED`.
+//!
+//! Must not import: salvo, surrealdb.
+
+use crate::domain::billing::{CATEGORIES, Category, Limits, allowance, percent, period};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::accounts::Role;
+use crate::store::{Store, StoreError};
+
+/// A project's limits (from the short read cache; all unlimited for an unknown project).
+pub async fn limits_of(store: &Store, project: &str) -> Result<Limits, StoreError> {
+    Ok(store.project_cached(project).await?.and_then(|p| p.billing_limits).unwrap_or_default())
+}
+
+/// How many of `wanted` emails of `category` may still be accepted this month, and the limit (None:
+/// unlimited, and nothing is read but the cached project row).
+pub async fn room(
+    store: &Store,
+    project: &str,
+    category: Category,
+    wanted: usize,
+    now: i64,
+) -> Result<(usize, Option<i64>), StoreError> {
+    let limit = limits_of(store, project).await?.get(category);
+    if limit.is_none() {
+        return Ok((wanted, None));
+    }
+    let used = store.usage_of(project, category, now).await?;
+    Ok((allowance(limit, used, wanted), limit))
+}
+
+/// 402 `BILLING_LIMIT_EXCEEDED` naming the category when `wanted` more emails would pass its limit.
+pub async fn check(store: &Store, project: &str, category: Category, wanted: usize, now: i64) -> Result<(), ApiError> {
+    let (fits, limit) = room(store, project, category, wanted, now).await?;
+    match limit {
+        Some(l) if fits < wanted => Err(ApiError::coded(
+            402,
+            "BILLING_LIMIT_EXCEEDED",
+            format!(
+                "The project's monthly {} limit of {l} emails would be exceeded: {fits} more can be sent this month",
+                category.as_str()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// One category's consumption.
+pub struct Use {
+    pub category: Category,
+    pub used: i64,
+    pub limit: Option<i64>,
+    pub percent: Option<f64>,
+}
+
+/// The current month's consumption: its period and each category.
+pub struct Consumption {
+    pub start: i64,
+    pub end: i64,
+    pub usage: Vec<Use>,
+}
+
+/// Reading billing (limits, consumption) is for OWNERs and ADMINs.
+fn may_read(role: Role) -> Result<(), ApiError> {
+    crate::services::accounts::need(role, Role::Admin, "see billing")
+}
+
+/// The project's limits (OWNER or ADMIN).
+pub async fn limits(st: &AppState, project: &str, role: Role) -> Result<Limits, ApiError> {
+    may_read(role)?;
+    Ok(st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default())
+}
+
+/// Changes limits (OWNER only): each category given is set (None: unlimited), the others stay.
+pub async fn set_limits(
+    st: &AppState,
+    project: &str,
+    role: Role,
+    changes: &[(Category, Option<i64>)],
+) -> Result<Limits, ApiError> {
+    crate::services::accounts::need(role, Role::Owner, "change billing limits")?;
+    let mut l = st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default();
+    for (c, v) in changes {
+        l.set(*c, *v);
+    }
+    st.store.set_billing_limits(project, &l, st.clock.now_ms()).await?;
+    Ok(l)
+}
+
+/// This month's consumption (OWNER or ADMIN).
+pub async fn consumption(st: &AppState, project: &str, role: Role) -> Result<Consumption, ApiError> {
+    may_read(role)?;
+    let now = st.clock.now_ms();
+    let limits = st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default();
+    let used = st.store.billing_usage(project, now).await?;
+    let (start, end) = period(now);
+    let usage = CATEGORIES
+        .into_iter()
+        .map(|c| {
+            let n = used.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n);
+            Use { category: c, used: n, limit: limits.get(c), percent: percent(n, limits.get(c)) }
+        })
+        .collect();
+    Ok(Consumption { start, end, usage })
+}
+
+/// Checkout, billing portal and invoices: OWNER only, then a payment provider is needed, and none is
+/// configured on this server.
+pub fn payments(role: Role) -> Result<std::convert::Infallible, ApiError> {
+    crate::services::accounts::need(role, Role::Owner, "manage payments")?;
+    Err(ApiError::coded(
+        400,
+        "BILLING_DISABLED",
+        "Billing payments are not set up on this Herald server: the operator has not configured a payment \
+         provider. Limits and consumption work without one",
+    ))
+}

@@ -1,0 +1,82 @@
+//! Billing limits (on the project row) and the monthly usage counters (`usage_month`), which the writers
+//! of emails add to in their own transactions (`EmailDocs::INSERTS`).
+
+use serde_json::Value;
+
+use super::emails::EmailRow;
+use super::{Store, StoreError};
+use crate::domain::billing::{Category, Limits, month_key};
+use crate::domain::status::EmailStatus;
+use crate::vars;
+
+/// Shards of one (project, month, category) counter.
+const SHARDS: u8 = 16;
+
+/// The counts of `rows` that go to delivery (PENDING), per project and month written, as `$usage` for
+/// `EmailDocs::INSERTS`.
+pub(crate) fn usage_docs<'a>(rows: impl IntoIterator<Item = &'a EmailRow>, category: Category) -> Value {
+    let mut per: std::collections::BTreeMap<(&str, String), i64> = Default::default();
+    for r in rows {
+        if r.status == EmailStatus::Pending {
+            *per.entry((r.project.as_str(), month_key(r.created_at))).or_default() += 1;
+        }
+    }
+    let shard = uuid::Uuid::new_v4().as_bytes()[0] % SHARDS;
+    Value::Array(
+        per.into_iter()
+            .map(|((p, month), n)| {
+                vars! { "project": p, "month": month, "category": category.as_str(), "shard": shard, "n": n }
+            })
+            .collect(),
+    )
+}
+
+impl Store {
+    /// Emails accepted in a project in the month of `at_ms`, per category.
+    pub async fn billing_usage(&self, project: &str, at_ms: i64) -> Result<Vec<(Category, i64)>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                "SELECT category, math::sum(n) AS n FROM usage_month WHERE project = $p AND month = $m GROUP BY category",
+                vars! { "p": project, "m": month_key(at_ms) },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let c = Category::parse(r.get("category")?.as_str()?)?;
+                Some((c, r.get("n").and_then(Value::as_i64).unwrap_or(0)))
+            })
+            .collect())
+    }
+
+    /// Emails of one category accepted in a project in the month of `at_ms`.
+    pub async fn usage_of(&self, project: &str, category: Category, at_ms: i64) -> Result<i64, StoreError> {
+        Ok(self.billing_usage(project, at_ms).await?.into_iter().find(|(c, _)| *c == category).map_or(0, |(_, n)| n))
+    }
+
+    /// Replaces a project's limits.
+    pub async fn set_billing_limits(&self, project: &str, limits: &Limits, now: i64) -> Result<(), StoreError> {
+        let doc =
+            super::jobs::strip_nulls(serde_json::to_value(limits).map_err(|e| StoreError::Decode(e.to_string()))?);
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('project', $p) SET billing_limits = $l, updated_at = $now RETURN NONE",
+                vars! { "p": project, "l": doc.clone(), "now": now },
+            )
+            .await
+        })
+        .await?;
+        self.forget_project(project);
+        Ok(())
+    }
+
+    /// Deletes a (deleted) project's usage counters.
+    pub async fn delete_usage(&self, project: &str) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query("DELETE usage_month WHERE project = $p RETURN NONE", vars! { "p": project }).await
+        })
+        .await
+        .map(|_| ())
+    }
+}
