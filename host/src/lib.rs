@@ -211,6 +211,7 @@ impl App {
         });
         workflows.register(&mut registry);
         services::contact_jobs::register(&mut registry);
+        services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
         services::contact_import::register(&mut registry);
         bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;

@@ -80,6 +80,13 @@ enum ProjectCommand {
         #[command(flatten)]
         settings: Settings,
     },
+    /// Lift a project's suspension: its sending works again and its held deliveries go out
+    Unsuspend {
+        /// Project id
+        project: String,
+        #[command(flatten)]
+        settings: Settings,
+    },
 }
 
 /// Async worker threads: twice the cores, at least four (`TOKIO_WORKER_THREADS` overrides). The embedded
@@ -150,6 +157,16 @@ async fn run() -> anyhow::Result<()> {
                 "id": project.id, "name": project.name, "public": keys.public, "secret": keys.secret
             });
             println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
+        Command::Project { command: ProjectCommand::Unsuspend { project, settings } } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, "warn");
+            let app = App::build(config).await?;
+            let lifted = herald_host::services::suspension::operator_unsuspend(&app.state, &project).await;
+            app.state.store.close().await;
+            let released = lifted.map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::json!({ "project": project, "releasedJobs": released }));
             Ok(())
         }
     }

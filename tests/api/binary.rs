@@ -108,14 +108,31 @@ async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gra
     let status = exited.expect("herald exits after SIGTERM");
     assert!(status.success(), "a graceful shutdown exits 0: {status:?}");
 
+    // The operator lifts a suspension from the command line (the project is suspended here through the
+    // store, as the bounce check would).
+    let id = project["id"].as_str().unwrap();
+    let mut config = herald_host::config::Config::for_tests();
+    config.db = format!("surrealkv://{}", dir.display());
+    let store = herald_host::store::Store::connect(&config).await.unwrap();
+    assert!(store.suspend_project(id, "too many bounces", 1).await.unwrap());
+    store.close().await;
+    let out = herald(&dir, port).args(["project", "unsuspend", id]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lifted: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(lifted["project"], id);
+    let out = herald(&dir, port).args(["project", "unsuspend", id]).output().unwrap();
+    assert!(!out.status.success(), "a project that is not suspended is refused");
+    let store = herald_host::store::Store::connect(&config).await.unwrap();
+    assert_eq!(store.project(id).await.unwrap().unwrap().suspended, None);
+    assert_eq!(store.suspensions(id, 5).await.unwrap()[0].lifted_by.as_deref(), Some("operator"));
+    store.close().await;
+
     // Without HERALD_SECRET the server secret lives in a file of its own beside the data, readable by
     // its owner only, and not in the database (a copy of the data alone opens nothing).
     let secret_file = std::path::PathBuf::from(format!("{}.secret", dir.display()));
     let meta = std::fs::metadata(&secret_file).expect("the secret file beside the data");
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
     assert!(std::fs::read_to_string(&secret_file).unwrap().trim().len() >= 32);
-    let mut config = herald_host::config::Config::for_tests();
-    config.db = format!("surrealkv://{}", dir.display());
     let store = herald_host::store::Store::connect(&config).await.unwrap();
     assert_eq!(store.setting("secret").await.unwrap(), None, "the database holds no secret");
     store.close().await;

@@ -141,6 +141,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/users/@me/projects/{id}/billing-portal", "post"),
         ("/users/@me/projects/{id}/billing-invoices", "get"),
         ("/webhooks/incoming/payments", "post"),
+        ("/users/@me/projects/{id}/unsuspend", "post"),
         ("/projects/{id}/invitations/{email}", "delete"),
         ("/contacts", "get"),
         ("/contacts", "post"),

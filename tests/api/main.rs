@@ -28,6 +28,7 @@ mod project_state;
 mod segments;
 mod send;
 mod smtp_sink;
+mod suspension;
 mod templates;
 mod tracking;
 mod uploads;

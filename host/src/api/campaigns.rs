@@ -413,6 +413,7 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         };
         let c = load(&st, &ctx.project_id, &id).await?;
         allowed(Action::Send, c.status).map_err(ApiError::Conflict)?;
+        crate::services::suspension::ensure_active(&st.store, &ctx.project_id).await?;
         crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
         let (c, message) = match when {
             None => {
@@ -465,6 +466,7 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         f.finish()?;
         let to = to.unwrap_or_default();
         let c = load(&st, &ctx.project_id, &id).await?;
+        crate::services::suspension::ensure_active(&st.store, &ctx.project_id).await?;
         crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
         let email_id = st.campaigns.test_send(&ctx.project_id, &id, &to).await.map_err(campaign_error)?;
         Reply::ok(&TestOut {

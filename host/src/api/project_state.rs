@@ -11,6 +11,7 @@ use super::auth::{require_session, role_in, user};
 use super::body::Reply;
 use super::state;
 use crate::error::ApiError;
+use crate::infra::clock::rfc3339;
 use crate::services::projects::{self, Window};
 
 pub fn router() -> Router {
@@ -22,6 +23,7 @@ pub fn router() -> Router {
                 .push(Router::with_path("security").get(security)),
         )
         .push(Router::with_path("users/@me/projects/{id}/security").hoop(require_session).get(account_security))
+        .push(Router::with_path("users/@me/projects/{id}/unsuspend").hoop(require_session).post(unsuspend))
 }
 
 type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
@@ -94,15 +96,40 @@ pub struct ThresholdsOut {
     minimum_sent: u64,
 }
 
+/// A suspension: why, when, and when and by whom it was lifted.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct SuspensionOut {
+    reason: String,
+    suspended_at: String,
+    lifted_at: Option<String>,
+    /// the OWNER's email, or `operator`
+    lifted_by: Option<String>,
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
 pub struct SecurityOut {
-    /// ACTIVE, or WARNING when a 7-day rate is at or above half its threshold
+    /// ACTIVE; WARNING when a 7-day rate is at or above half its threshold; SUSPENDED
     status: String,
     last7_days: WindowOut,
     last30_days: WindowOut,
     thresholds: ThresholdsOut,
+    /// the reason of the current suspension, null when not suspended
+    suspension_reason: Option<String>,
+    /// the latest suspensions, newest first (10 at most)
+    suspensions: Vec<SuspensionOut>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct UnsuspendOut {
+    success: bool,
+    /// held delivery jobs put back in the queue
+    released_jobs: u64,
 }
 
 async fn security_of(id: String, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -119,7 +146,33 @@ async fn security_of(id: String, depot: &mut Depot) -> Result<Reply, ApiError> {
             complaint_rate: c.suspend_complaint_percent,
             minimum_sent: c.suspend_min_sent,
         },
+        suspension_reason: s.suspended.map(|x| x.reason),
+        suspensions: s
+            .suspensions
+            .into_iter()
+            .map(|x| SuspensionOut {
+                reason: x.reason,
+                suspended_at: rfc3339(x.at),
+                lifted_at: x.lifted_at.map(rfc3339),
+                lifted_by: x.lifted_by,
+            })
+            .collect(),
     })
+}
+
+/// Lifts the project's suspension (OWNER only; 409 when it is not suspended): sending works again and
+/// the held deliveries go out.
+#[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UnsuspendOut)))]
+pub async fn unsuspend(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: Fut<'_, Reply> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        let released_jobs = crate::services::suspension::unsuspend(&st, &id, role, &u).await?;
+        Reply::ok(&UnsuspendOut { success: true, released_jobs })
+    });
+    fut.await
 }
 
 /// Bounce and complaint rates over the last 7 and 30 days against the project's thresholds.

@@ -32,6 +32,8 @@ pub const TYPES: &[(&str, Source)] = &[
     ("campaign.sending", Source::Milestone),
     ("campaign.sent", Source::Milestone),
     ("campaign.cancelled", Source::Milestone),
+    ("project.suspended", Source::Milestone),
+    ("project.unsuspended", Source::Milestone),
     ("workflow.started", Source::Event("workflow.started")),
     ("workflow.completed", Source::Event("workflow.completed")),
     ("workflow.exited", Source::Event("workflow.exited")),

@@ -92,6 +92,8 @@ status! {
         Completed = "completed",
         /// Given up: its attempts ran out, or it kept dying with the process.
         Dead = "dead",
+        /// A delivery of a suspended project, waiting until the suspension is lifted.
+        Held = "held",
     }
 }
 
@@ -141,6 +143,8 @@ status! {
         Active = "ACTIVE",
         /// A 7-day rate at or above half its threshold.
         Warning = "WARNING",
+        /// Suspended: its sending is refused and its deliveries are held.
+        Suspended = "SUSPENDED",
     }
 }
 

@@ -23,6 +23,7 @@ pub mod notifications;
 pub mod projects;
 pub mod segments;
 pub mod sending_domains;
+pub mod suspension;
 pub mod system;
 pub mod system_mail;
 pub mod templates;

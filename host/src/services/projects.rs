@@ -133,7 +133,14 @@ pub struct Security {
     pub last7: Window,
     pub last30: Window,
     pub standing: ProjectStanding,
+    /// The current suspension, if any.
+    pub suspended: Option<crate::store::accounts::Suspended>,
+    /// The latest suspensions, newest first.
+    pub suspensions: Vec<crate::store::suspensions::Suspension>,
 }
+
+/// How many past suspensions the security figures list.
+pub const SUSPENSIONS_LISTED: usize = 10;
 
 pub async fn security(st: &crate::state::AppState, project: &str) -> Result<Security, crate::error::ApiError> {
     use crate::domain::activity::{DAY_MS, HOUR_MS, bucket};
@@ -155,6 +162,12 @@ pub async fn security(st: &crate::state::AppState, project: &str) -> Result<Secu
     let c = &st.config;
     let warning = last7.bounce_rate() >= c.suspend_bounce_percent / 2.0
         || last7.complaint_rate() >= c.suspend_complaint_percent / 2.0;
-    let standing = if warning { ProjectStanding::Warning } else { ProjectStanding::Active };
-    Ok(Security { last7, last30, standing })
+    let suspended = st.store.project(project).await?.and_then(|p| p.suspended);
+    let standing = match (&suspended, warning) {
+        (Some(_), _) => ProjectStanding::Suspended,
+        (None, true) => ProjectStanding::Warning,
+        (None, false) => ProjectStanding::Active,
+    };
+    let suspensions = st.store.suspensions(project, SUSPENSIONS_LISTED).await?;
+    Ok(Security { last7, last30, standing, suspended, suspensions })
 }

@@ -38,8 +38,18 @@ pub struct Project {
     /// Monthly limits per category (docs/behaviour.md#billing); None: all unlimited.
     #[serde(default)]
     pub billing_limits: Option<crate::domain::billing::Limits>,
+    /// Set while the project is suspended (docs/behaviour.md#project-setup-and-security).
+    #[serde(default)]
+    pub suspended: Option<Suspended>,
     pub created_at: i64,
     pub updated_at: i64,
+}
+
+/// Why and since when a project is suspended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Suspended {
+    pub at: i64,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
@@ -99,7 +109,7 @@ pub struct ProjectWithRole {
 
 const USER_FIELDS: &str =
     "record::id(id) AS id, email, name, password_hash, email_verified_at, session_epoch, created_at, updated_at";
-const PROJECT_FIELDS: &str = "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, transport, billing_limits, created_at, updated_at";
+const PROJECT_FIELDS: &str = "record::id(id) AS id, name, public_key_hash, secret_key_hash, disabled, tracking, transport, billing_limits, suspended, created_at, updated_at";
 
 impl Store {
     // ---- settings ----
@@ -376,7 +386,7 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM stat_campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM stat_event_day WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
-            "LET $r = (SELECT VALUE id FROM job WHERE status = 'queued' AND string::contains(payload, $needle)
+            "LET $r = (SELECT VALUE id FROM job WHERE status IN ['queued', 'held'] AND string::contains(payload, $needle)
                 LIMIT $n);
              UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,
                 updated_at = $now RETURN NONE;",

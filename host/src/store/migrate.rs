@@ -37,6 +37,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0027_activity.surql", include_str!("../../../migrations/0027_activity.surql")),
     ("0028_account_tokens.surql", include_str!("../../../migrations/0028_account_tokens.surql")),
     ("0029_billing.surql", include_str!("../../../migrations/0029_billing.surql")),
+    ("0030_suspension.surql", include_str!("../../../migrations/0030_suspension.surql")),
 ];
 
 #[derive(serde::Deserialize)]

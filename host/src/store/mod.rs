@@ -26,6 +26,7 @@ pub mod jobs;
 pub mod migrate;
 pub mod project_state;
 pub mod segments;
+pub mod suspensions;
 pub mod templates;
 pub mod workflow_runs;
 pub mod workflows;

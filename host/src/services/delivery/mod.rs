@@ -173,12 +173,19 @@ impl Delivery {
                 };
             }
         }
+        // A suspended project's jobs wait, held, until the suspension is lifted (docs/behaviour.md,
+        // project setup and security): their emails stay PENDING and nothing is lost.
+        let held = match self.hold_suspended(&store, &ctxs, clock.now_ms()).await {
+            Ok(h) => h,
+            Err(e) => return vec![Err(e); n],
+        };
         // The email of each item, when it still needs delivering (and belongs to the job's project).
         let todo: Vec<Option<&EmailRow>> = items
             .iter()
-            .map(|(_, email, project)| {
+            .map(|(job, email, project)| {
                 let e = by_id.get(email.as_str())?;
-                let wanted = live.get(project).copied().unwrap_or(false)
+                let wanted = held[*job].is_none()
+                    && live.get(project).copied().unwrap_or(false)
                     && e.project == *project
                     && (e.status == EmailStatus::Pending || e.status == EmailStatus::Sending);
                 wanted.then_some(*e)
@@ -269,7 +276,7 @@ impl Delivery {
             done = futures_util::future::join_all(sends) => done,
             _ = watch => unreachable!("the gate watch never ends"),
         };
-        let mut results: Vec<Result<(), String>> = vec![Ok(()); n];
+        let mut results: Vec<Result<(), String>> = held.into_iter().map(|h| h.unwrap_or(Ok(()))).collect();
         let mut bounced = Vec::new();
         for ((job, _, _), r) in items.iter().zip(done) {
             match r {
@@ -287,6 +294,42 @@ impl Delivery {
             }
         }
         results
+    }
+
+    /// Holds the jobs of suspended projects (see [`crate::services::suspension`]): for each job, None
+    /// when it goes on, or its result when it was held (Ok) or could not be (the suspension was lifted
+    /// meanwhile: it fails and is retried).
+    async fn hold_suspended(
+        &self,
+        store: &crate::store::Store,
+        ctxs: &[JobContext],
+        now: i64,
+    ) -> Result<Vec<Option<Result<(), String>>>, String> {
+        let mut held = vec![None; ctxs.len()];
+        let mut by_project: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, c) in ctxs.iter().enumerate() {
+            if let Some(p) = c.payload.get("project").and_then(serde_json::Value::as_str) {
+                by_project.entry(p).or_default().push(i);
+            }
+        }
+        for (project, jobs) in by_project {
+            let row = store.project_cached(project).await.map_err(|e| e.to_string())?;
+            if row.is_none_or(|p| p.suspended.is_none()) {
+                continue;
+            }
+            let ids: Vec<String> = jobs.iter().map(|&i| ctxs[i].id.clone()).collect();
+            let outcome = match store.hold_jobs(project, &ids, now).await {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    Err("the project's suspension was lifted meanwhile: delivering at the next attempt".into())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            for i in jobs {
+                held[i] = Some(outcome.clone());
+            }
+        }
+        Ok(held)
     }
 
     /// Hands one built message to the project's transport and writes its outcome. A campaign email

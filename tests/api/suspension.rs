@@ -1,0 +1,138 @@
+//! Automatic suspension (docs/behaviour.md#project-setup-and-security): bounces injected through a
+//! real SMTP sink on loopback pass the bounce threshold; the project is suspended, its sending refused
+//! with the reason, its deliveries held; lifting the suspension sends them, none lost, none twice.
+
+use std::sync::Arc;
+
+use herald_host::config::Config;
+use herald_host::infra::clock::ManualClock;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::smtp_sink::SmtpSink;
+use crate::workflow_kit::drain;
+
+const T0: i64 = 1_800_000_000_000; // 2027-01-15T08:00:00Z
+
+async fn security(p: &Proj) -> Value {
+    p.session.get(&format!("/users/@me/projects/{}/security", p.id)).await.json
+}
+
+fn send(to: &[String], from: &str) -> Value {
+    json!({ "to": to, "from": from, "subject": "Hi", "body": "<p>Hi</p>" })
+}
+
+/// Moves the clock a minute at a time, running the queue, until `done` holds (30 minutes at most).
+async fn step_until(s: &Server, p: &Proj, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..30 {
+        drain(s).await;
+        let sec = security(p).await;
+        if done(&sec) {
+            return sec;
+        }
+        s.clock().advance(61_000);
+    }
+    panic!("never got there: {}", security(p).await);
+}
+
+fn to_campaign(sink: &SmtpSink) -> usize {
+    sink.received().iter().filter(|m| m.to[0].starts_with("fan")).count()
+}
+
+#[tokio::test]
+async fn bounces_past_the_threshold_suspend_the_project_and_lifting_it_sends_what_was_held() {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    config.send_rate_per_second = 0;
+    config.suspend_min_sent = 4;
+    let s = Server::start_with(config, Some(ManualClock::new(T0))).await;
+    let (p, q) = (proj(&s, "owner@example.com").await, proj(&s, "q@example.com").await);
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, T0).await.unwrap();
+    st.domains.add(&st.store, &q.id, "other.test", true, T0).await.unwrap();
+    drain(&s).await;
+
+    // A campaign scheduled for two hours from now, to three fans.
+    for i in 1..=3 {
+        p.secret.post("/contacts", json!({ "email": format!("fan{i}@example.org"), "subscribed": true })).await;
+    }
+    let c = p.secret.post("/campaigns", crate::campaigns::campaign("Later")).await;
+    let campaign = c.json["data"]["id"].as_str().unwrap().to_string();
+    let r =
+        p.secret.post(&format!("/campaigns/{campaign}/send"), json!({ "scheduledFor": "2027-01-15 10:00:00" })).await;
+    assert_eq!(r.json["data"]["status"], "SCHEDULED", "{}", r.json);
+
+    // Four accepted, four refused with 550 by the relay: a 100% bounce rate over 4 sent (the minimum).
+    let to: Vec<String> =
+        (1..=4).flat_map(|i| [format!("ok{i}@example.org"), format!("bounce{i}@example.org")]).collect();
+    assert_eq!(p.secret.post("/v1/send", send(&to, "hi@shop.test")).await.status, 200);
+    let sec = step_until(&s, &p, |sec| sec["status"] == "SUSPENDED").await;
+    let reason = sec["suspensionReason"].as_str().unwrap().to_string();
+    assert!(reason.contains("bounce rate") && reason.contains("4 of 4 sent"), "{sec}");
+    assert_eq!(sec["suspensions"][0]["reason"], reason.as_str());
+    assert!(sec["suspensions"][0]["liftedAt"].is_null());
+    let feed = p.secret.get("/activity?type=project.suspended").await.json;
+    assert_eq!(feed["data"][0]["data"]["reason"], reason.as_str(), "{feed}");
+
+    // Sending is refused with the reason; the other project sends on.
+    let r = p.secret.post("/v1/send", send(&["x@example.org".into()], "hi@shop.test")).await;
+    assert_envelope(&r, 403, "PROJECT_DISABLED");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains(&reason), "{}", r.json);
+    let r = p.secret.post(&format!("/campaigns/{campaign}/test"), json!({ "email": "owner@example.com" })).await;
+    assert_envelope(&r, 403, "PROJECT_DISABLED");
+    assert_eq!(q.secret.post("/v1/send", send(&["y@example.org".into()], "hi@other.test")).await.status, 200);
+
+    // The scheduled campaign comes due while suspended: its emails are written and held, not sent.
+    s.clock().advance(2 * 3_600_000);
+    drain(&s).await;
+    s.clock().advance(61_000);
+    drain(&s).await;
+    assert_eq!(to_campaign(&sink), 0, "nothing goes out while suspended");
+    let stats = p.secret.get(&format!("/campaigns/{campaign}/stats")).await.json;
+    assert_eq!(stats["pendingCount"], 3, "{stats}");
+    let held = st
+        .store
+        .query(
+            "SELECT count() AS n FROM job WHERE status = 'held' AND held_project = $p GROUP ALL",
+            json!({ "p": p.id }),
+        )
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    assert!(held[0]["n"].as_i64().unwrap() >= 1, "{held}");
+
+    // Only the project's OWNER lifts it; then the held emails go out, each once.
+    let unsuspend = format!("/users/@me/projects/{}/unsuspend", p.id);
+    assert_envelope(&q.session.post(&unsuspend, json!({})).await, 404, "PROJECT_NOT_FOUND");
+    let r = p.session.post(&unsuspend, json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert!(r.json["releasedJobs"].as_u64().unwrap() >= 1, "{}", r.json);
+    assert_envelope(&p.session.post(&unsuspend, json!({})).await, 409, "CONFLICT");
+    for _ in 0..5 {
+        drain(&s).await;
+        s.clock().advance(61_000);
+    }
+    let mut fans: Vec<String> =
+        sink.received().iter().filter(|m| m.to[0].starts_with("fan")).map(|m| m.to[0].clone()).collect();
+    fans.sort();
+    assert_eq!(fans, ["fan1@example.org", "fan2@example.org", "fan3@example.org"]);
+    let c = p.secret.get(&format!("/campaigns/{campaign}")).await.json;
+    assert_eq!((c["status"].as_str(), c["sentCount"].as_i64()), (Some("SENT"), Some(3)), "{c}");
+
+    // Sending works again, and what was counted before the lift does not suspend it again.
+    assert_eq!(p.secret.post("/v1/send", send(&["x@example.org".into()], "hi@shop.test")).await.status, 200);
+    for _ in 0..3 {
+        drain(&s).await;
+        s.clock().advance(61_000);
+    }
+    let sec = security(&p).await;
+    assert_ne!(sec["status"], "SUSPENDED", "{sec}");
+    assert_eq!(sec["suspensions"][0]["liftedBy"], "owner@example.com");
+    assert!(sec["suspensions"][0]["liftedAt"].is_string());
+    let feed = p.secret.get("/activity?type=project.unsuspended").await.json;
+    assert_eq!(feed["data"].as_array().unwrap().len(), 1, "{feed}");
+    assert_eq!(security(&q).await["status"], "ACTIVE", "the other project was never touched");
+}
