@@ -172,6 +172,20 @@ pub struct Settings {
     /// `allow_private`, `secrets` (name = value), `config` (key = value), `timeout_ms`, `memory_mb`, `fuel`.
     #[arg(skip)]
     pub plugin: Option<std::collections::BTreeMap<String, PluginGrant>>,
+    /// Stripe secret API key: turns payments on (with the webhook secret) [default: off]
+    #[arg(long, env = "HERALD_STRIPE_SECRET_KEY", hide_env_values = true)]
+    pub stripe_secret_key: Option<String>,
+    /// Signing secret of the Stripe webhook endpoint (`whsec_...`)
+    #[arg(long, env = "HERALD_STRIPE_WEBHOOK_SECRET", hide_env_values = true)]
+    pub stripe_webhook_secret: Option<String>,
+    /// Base URL of the Stripe API [default: https://api.stripe.com]
+    #[arg(long, env = "HERALD_STRIPE_API_BASE")]
+    pub stripe_api_base: Option<String>,
+    /// Plans a project can subscribe to, in the settings file only: `[plan.NAME]` with `price` (a Stripe
+    /// price id; a plan without one, named `free`, applies when a subscription ends) and monthly limits
+    /// `transactional`, `campaigns`, `workflows`, `inbound` (left out: unlimited)
+    #[arg(skip)]
+    pub plan: Option<std::collections::BTreeMap<String, Plan>>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -244,6 +258,33 @@ pub struct Config {
     /// (see [`Config::default_transport`]).
     pub transport: Option<String>,
     pub plugin_grants: std::collections::BTreeMap<String, PluginGrant>,
+    /// Stripe, when both its secret key and webhook secret are set (docs/behaviour.md#billing).
+    pub stripe: Option<StripeConfig>,
+    pub plans: std::collections::BTreeMap<String, Plan>,
+}
+
+/// The payment provider's settings.
+#[derive(Debug, Clone)]
+pub struct StripeConfig {
+    pub secret_key: String,
+    pub webhook_secret: String,
+    pub api_base: String,
+}
+
+/// A plan: its Stripe price and the monthly limits it gives.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    #[serde(default)]
+    pub price: Option<String>,
+    #[serde(default)]
+    pub transactional: Option<i64>,
+    #[serde(default)]
+    pub campaigns: Option<i64>,
+    #[serde(default)]
+    pub workflows: Option<i64>,
+    #[serde(default)]
+    pub inbound: Option<i64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -313,6 +354,10 @@ impl Settings {
             plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
             transport: self.transport.or(other.transport),
             plugin: self.plugin.or(other.plugin),
+            stripe_secret_key: self.stripe_secret_key.or(other.stripe_secret_key),
+            stripe_webhook_secret: self.stripe_webhook_secret.or(other.stripe_webhook_secret),
+            stripe_api_base: self.stripe_api_base.or(other.stripe_api_base),
+            plan: self.plan.or(other.plan),
             config: self.config.or(other.config),
         }
     }
@@ -376,7 +421,28 @@ impl Settings {
         if system_from.parse::<lettre::message::Mailbox>().is_err() {
             return Err(ConfigError::Invalid(format!("system_from: {system_from:?} is not a mailbox")));
         }
+        let stripe =
+            match (s.stripe_secret_key.filter(|k| !k.is_empty()), s.stripe_webhook_secret.filter(|k| !k.is_empty())) {
+                (Some(secret_key), Some(webhook_secret)) => Some(StripeConfig {
+                    secret_key,
+                    webhook_secret,
+                    api_base: s
+                        .stripe_api_base
+                        .filter(|b| !b.is_empty())
+                        .unwrap_or_else(|| "https://api.stripe.com".into())
+                        .trim_end_matches('/')
+                        .to_string(),
+                }),
+                (None, None) => None,
+                _ => {
+                    return Err(ConfigError::Invalid(
+                        "stripe_secret_key and stripe_webhook_secret go together: set both or neither".into(),
+                    ));
+                }
+            };
         Ok(Config {
+            stripe,
+            plans: s.plan.unwrap_or_default(),
             require_email_verification: s.require_email_verification.unwrap_or(false),
             system_from,
             plugins_dir: s.plugins_dir.unwrap_or_else(|| PathBuf::from("herald-plugins")),

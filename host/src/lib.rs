@@ -250,6 +250,10 @@ impl App {
                 clock.clone(),
             ),
             system_mail,
+            stripe: match &config.stripe {
+                Some(c) => Some(Arc::new(infra::stripe::Stripe::new(c).map_err(BuildError::Transport)?)),
+                None => None,
+            },
             keys: KeyCache::default(),
             bus,
             domains,

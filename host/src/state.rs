@@ -71,6 +71,8 @@ pub struct AppState {
     /// Account mails requested (verification, password reset) per address and per client address.
     pub account_mail_by_address: crate::infra::ratelimit::FailureThrottle,
     pub account_mail_by_ip: crate::infra::ratelimit::FailureThrottle,
+    /// Stripe, when payments are configured.
+    pub stripe: Option<Arc<crate::infra::stripe::Stripe>>,
     /// Herald's own mail to its users.
     pub system_mail: Arc<crate::services::system_mail::SystemMail>,
     pub keys: KeyCache,

@@ -39,14 +39,22 @@ impl HttpSink {
 
 /// Starts a receiver that answers every request with `status` and `body` (JSON).
 pub async fn start(status: u16, body: &'static str) -> HttpSink {
+    start_with(Arc::new(move |_: &str, _: &str| (status, body.to_string()))).await
+}
+
+/// How a stub answers a request: (method, path with query) to (status, JSON body).
+pub type Answer = Arc<dyn Fn(&str, &str) -> (u16, String) + Send + Sync>;
+
+/// Starts a receiver that answers each request as `answer` says (a stub of a third-party API).
+pub async fn start_with(answer: Answer) -> HttpSink {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let got = Arc::new(Mutex::new(Vec::new()));
     let store = got.clone();
-    let reply_body = body;
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
             let store = store.clone();
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
@@ -84,6 +92,7 @@ pub async fn start(status: u16, body: &'static str) -> HttpSink {
                     }
                     let body = buf[start..start + len].to_vec();
                     buf.drain(..start + len);
+                    let (status, reply_body) = answer(&method, &path);
                     store.lock().unwrap().push(Received { method, path, headers, body });
                     let reply = format!(
                         "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{reply_body}",

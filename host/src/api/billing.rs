@@ -13,7 +13,7 @@ use super::state;
 use crate::domain::billing::{CATEGORIES, Category, Limits, MAX_LIMIT};
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
-use crate::services::billing;
+use crate::services::{billing, payments};
 
 /// Monthly limits per category; null is unlimited.
 #[derive(Serialize, ToSchema)]
@@ -129,37 +129,134 @@ pub async fn consumption(id: PathParam<String>, depot: &mut Depot) -> Result<Rep
     fut.await
 }
 
-/// The payment endpoints: OWNER only; 400 `BILLING_DISABLED` while no payment provider is configured.
-async fn payments(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let st = state(depot)?;
-    let u = user(depot)?;
-    let role = role_in(&st, &id.into_inner(), &u).await?;
-    match billing::payments(role)? {}
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct CheckoutBody {
+    /// a plan of the server's settings that has a price
+    plan: String,
 }
 
-/// Creates a payment checkout session (needs a payment provider).
-#[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 400, description = "BILLING_DISABLED")))]
-pub async fn checkout(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(payments(id, depot));
+/// Where to send the OWNER: the payment provider's page.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct RedirectOut {
+    url: String,
+    /// the Checkout Session's id (checkout only)
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<String>,
+}
+
+/// One invoice as the payment provider reports it.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct InvoiceOut {
+    id: String,
+    number: Option<String>,
+    status: Option<String>,
+    /// in the currency's smallest unit
+    amount_due: i64,
+    amount_paid: i64,
+    currency: Option<String>,
+    created_at: Option<String>,
+    hosted_invoice_url: Option<String>,
+    pdf_url: Option<String>,
+}
+
+impl From<&Value> for InvoiceOut {
+    fn from(v: &Value) -> Self {
+        let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        InvoiceOut {
+            id: text("id").unwrap_or_default(),
+            number: text("number"),
+            status: text("status"),
+            amount_due: v.get("amount_due").and_then(Value::as_i64).unwrap_or(0),
+            amount_paid: v.get("amount_paid").and_then(Value::as_i64).unwrap_or(0),
+            currency: text("currency"),
+            created_at: v.get("created").and_then(Value::as_i64).map(|s| rfc3339(s.saturating_mul(1000))),
+            hosted_invoice_url: text("hosted_invoice_url"),
+            pdf_url: text("invoice_pdf"),
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct InvoicesOut {
+    data: Vec<InvoiceOut>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ReceivedOut {
+    received: bool,
+}
+
+/// Subscribes the project to a plan: a Checkout Session at the payment provider (OWNER only; 400
+/// `BILLING_DISABLED` without a provider; 422 naming `plan` for an unknown one).
+#[endpoint(tags("billing"), security(("session" = [])), request_body = CheckoutBody, responses((status_code = 200, body = RedirectOut)))]
+pub async fn checkout(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        // Required, but checked by the service after the role and the provider.
+        let plan = f.string("plan", false, 1, 100);
+        f.finish()?;
+        let (session, url) = payments::checkout(&st, &id, role, &u, plan.as_deref()).await?;
+        Reply::ok(&RedirectOut { url, session_id: Some(session) })
+    });
     fut.await
 }
 
-/// Opens the billing portal (needs a payment provider).
-#[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 400, description = "BILLING_DISABLED")))]
+/// Opens the payment provider's billing portal for the project (OWNER only; 409 before a checkout).
+#[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = RedirectOut)))]
 pub async fn portal(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(payments(id, depot));
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        let url = payments::portal(&st, &id, role).await?;
+        Reply::ok(&RedirectOut { url, session_id: None })
+    });
     fut.await
 }
 
-/// Lists invoices (needs a payment provider).
-#[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 400, description = "BILLING_DISABLED")))]
+/// The project's invoices at the payment provider, newest first (OWNER only).
+#[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = InvoicesOut)))]
 pub async fn invoices(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(payments(id, depot));
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let u = user(depot)?;
+        let id = id.into_inner();
+        let role = role_in(&st, &id, &u).await?;
+        let list = payments::invoices(&st, &id, role).await?;
+        Reply::ok(&InvoicesOut { data: list.iter().map(InvoiceOut::from).collect() })
+    });
     fut.await
 }
 
-/// Billing events of the payment provider; 400 `BILLING_DISABLED` while none is configured.
-#[endpoint(tags("billing"), responses((status_code = 400, description = "BILLING_DISABLED")))]
-pub async fn payment_webhook() -> Result<Reply, ApiError> {
-    Err(ApiError::coded(400, "BILLING_DISABLED", "No payment provider is configured on this Herald server"))
+/// Billing events of the payment provider (Stripe), checked by their `Stripe-Signature`: subscription
+/// changes set the project's plan and limits. 400 `BILLING_DISABLED` without a provider,
+/// `INVALID_SIGNATURE` for a missing, forged, stale or replayed signature.
+#[endpoint(tags("billing"), responses((status_code = 200, body = ReceivedOut)))]
+pub async fn payment_webhook(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+        let st = state(depot)?;
+        let signature: Option<String> = req.header("stripe-signature");
+        let body = req
+            .payload_with_max_size(WEBHOOK_MAX_BODY)
+            .await
+            .map_err(|_| ApiError::PayloadTooLarge { limit: super::body::size_label(WEBHOOK_MAX_BODY) })?
+            .to_vec();
+        payments::webhook(&st, signature.as_deref(), &body).await?;
+        Reply::ok(&ReceivedOut { received: true })
+    });
+    fut.await
 }
+
+/// Largest payment event accepted.
+const WEBHOOK_MAX_BODY: usize = 256 * 1024;

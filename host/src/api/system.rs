@@ -75,7 +75,7 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
                 signups: !st.config.disable_signups,
                 email_verification: st.config.require_email_verification,
                 rate_limit: st.limiter.enabled(),
-                billing: false,
+                billing: st.stripe.is_some(),
                 plugins: true,
                 smtp: st.config.smtp_url.is_some(),
                 uploads: true,

@@ -11,4 +11,5 @@ pub mod jobs;
 pub mod metrics;
 pub mod ratelimit;
 pub mod security;
+pub mod stripe;
 pub mod telemetry;

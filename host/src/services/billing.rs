@@ -1,8 +1,8 @@
 //! Billing (docs/behaviour.md#billing): monthly limits per category, the consumption counted as emails
 //! are accepted (the writers of emails add to `usage_month` in their own transactions), and their
 //! enforcement: `/v1/send` beyond the transactional limit is 402 `BILLING_LIMIT_EXCEEDED`; campaign and
-//! workflow emails beyond theirs are recorded as not sent, with the reason. Payments (checkout, portal,
-//! invoices) need a payment provider: without one they answer 400 `BILLING_DISABLED`.
+//! workflow emails beyond theirs are recorded as not sent, with the reason. Payments are
+//! `services/payments.rs`.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -107,16 +107,4 @@ pub async fn consumption(st: &AppState, project: &str, role: Role) -> Result<Con
         })
         .collect();
     Ok(Consumption { start, end, usage })
-}
-
-/// Checkout, billing portal and invoices: OWNER only, then a payment provider is needed, and none is
-/// configured on this server.
-pub fn payments(role: Role) -> Result<std::convert::Infallible, ApiError> {
-    crate::services::accounts::need(role, Role::Owner, "manage payments")?;
-    Err(ApiError::coded(
-        400,
-        "BILLING_DISABLED",
-        "Billing payments are not set up on this Herald server: the operator has not configured a payment \
-         provider. Limits and consumption work without one",
-    ))
 }

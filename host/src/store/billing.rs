@@ -79,4 +79,92 @@ impl Store {
         .await
         .map(|_| ())
     }
+
+    /// A project's payment-provider records: (customer, subscription, plan, status).
+    pub async fn payment_account(&self, project: &str) -> Result<Option<PaymentAccount>, StoreError> {
+        self.query(
+            "SELECT billing_customer AS customer, billing_subscription AS subscription, billing_plan AS plan,
+                billing_status AS status FROM ONLY type::record('project', $p)",
+            vars! { "p": project },
+        )
+        .await?
+        .first(0)
+    }
+
+    /// Records the project's customer at the payment provider.
+    pub async fn set_billing_customer(&self, project: &str, customer: &str, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('project', $p) SET billing_customer = $c, updated_at = $now RETURN NONE",
+                vars! { "p": project, "c": customer, "now": now },
+            )
+            .await
+        })
+        .await?;
+        self.forget_project(project);
+        Ok(())
+    }
+
+    /// The project whose customer at the payment provider this is.
+    pub async fn project_of_customer(&self, customer: &str) -> Result<Option<String>, StoreError> {
+        let v = self
+            .query(
+                "SELECT VALUE record::id(id) FROM project WHERE billing_customer = $c LIMIT 1",
+                vars! { "c": customer },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.get(0).and_then(Value::as_str).map(str::to_string))
+    }
+
+    /// Applies a subscription as the provider reported it: its id, status and plan, and (when given)
+    /// the limits that go with the plan, in one write.
+    pub async fn apply_subscription(
+        &self,
+        project: &str,
+        s: &PaymentAccount,
+        limits: Option<&Limits>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        // Each field set, or cleared (NONE) when the subscription has none; the customer is kept.
+        let mut sets = vec!["updated_at = $now".to_string()];
+        let mut v = vars! { "p": project, "now": now };
+        for (field, value) in [
+            ("billing_customer", &s.customer),
+            ("billing_subscription", &s.subscription),
+            ("billing_plan", &s.plan),
+            ("billing_status", &s.status),
+        ] {
+            match value {
+                Some(x) => {
+                    sets.push(format!("{field} = ${field}"));
+                    v[field] = x.clone().into();
+                }
+                None if field != "billing_customer" => sets.push(format!("{field} = NONE")),
+                None => {}
+            }
+        }
+        if let Some(l) = limits {
+            sets.push("billing_limits = $limits".into());
+            v["limits"] =
+                super::jobs::strip_nulls(serde_json::to_value(l).map_err(|e| StoreError::Decode(e.to_string()))?);
+        }
+        let sql = format!("UPDATE type::record('project', $p) SET {} RETURN NONE", sets.join(", "));
+        self.write(|| async { self.query(&sql, v.clone()).await }).await?;
+        self.forget_project(project);
+        Ok(())
+    }
+}
+
+/// A project's records at the payment provider.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+pub struct PaymentAccount {
+    #[serde(default)]
+    pub customer: Option<String>,
+    #[serde(default)]
+    pub subscription: Option<String>,
+    #[serde(default)]
+    pub plan: Option<String>,
+    #[serde(default)]
+    pub status: Option<String>,
 }

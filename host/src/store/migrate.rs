@@ -38,6 +38,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0028_account_tokens.surql", include_str!("../../../migrations/0028_account_tokens.surql")),
     ("0029_billing.surql", include_str!("../../../migrations/0029_billing.surql")),
     ("0030_suspension.surql", include_str!("../../../migrations/0030_suspension.surql")),
+    ("0031_payments.surql", include_str!("../../../migrations/0031_payments.surql")),
 ];
 
 #[derive(serde::Deserialize)]

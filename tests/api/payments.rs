@@ -1,0 +1,205 @@
+//! Payments against a stub of the Stripe API on loopback (docs/behaviour.md#billing): checkout, the
+//! billing portal and invoices through the provider, and the signed webhook that applies subscription
+//! changes to the project's plan and limits (forged, stale and replayed signatures refused).
+
+use std::sync::Arc;
+
+use herald_host::config::{Config, Plan, StripeConfig};
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::http_sink::{self, HttpSink};
+
+const WHSEC: &str = "whsec_test_herald";
+
+async fn env() -> (Server, HttpSink) {
+    let stub = http_sink::start_with(Arc::new(|method: &str, path: &str| {
+        let (status, body) = match (method, path.split('?').next().unwrap_or_default()) {
+            ("POST", "/v1/customers") => (200, json!({ "id": "cus_test1" })),
+            ("POST", "/v1/checkout/sessions") => {
+                (200, json!({ "id": "cs_test1", "url": "https://checkout.stripe.test/c/cs_test1" }))
+            }
+            ("POST", "/v1/billing_portal/sessions") => (200, json!({ "url": "https://billing.stripe.test/p/bps_1" })),
+            ("GET", "/v1/invoices") => (
+                200,
+                json!({ "data": [{
+                    "id": "in_1", "number": "HRLD-0001", "status": "paid", "amount_due": 1900, "amount_paid": 1900,
+                    "currency": "usd", "created": 1_800_000_000, "hosted_invoice_url": "https://invoice.stripe.test/in_1",
+                    "invoice_pdf": "https://invoice.stripe.test/in_1.pdf",
+                }] }),
+            ),
+            _ => (404, json!({ "error": { "message": "no such route" } })),
+        };
+        (status, body.to_string())
+    }))
+    .await;
+    let mut c = Config::for_tests();
+    c.stripe = Some(StripeConfig {
+        secret_key: "sk_test_herald".into(),
+        webhook_secret: WHSEC.into(),
+        api_base: stub.url(""),
+    });
+    let pro = Plan {
+        price: Some("price_pro".into()),
+        transactional: Some(50_000),
+        campaigns: Some(100_000),
+        ..Default::default()
+    };
+    let free = Plan { transactional: Some(100), campaigns: Some(100), workflows: Some(100), ..Default::default() };
+    c.plans = [("pro".to_string(), pro), ("free".to_string(), free)].into_iter().collect();
+    (Server::start_with(c, None).await, stub)
+}
+
+fn form(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).replace("%40", "@").replace("%5B", "[").replace("%5D", "]")
+}
+
+#[tokio::test]
+async fn checkout_portal_and_invoices_go_through_the_provider() {
+    let (s, stub) = env().await;
+    assert_eq!(s.client().get("/config").await.json["features"]["billing"], true);
+    let p = proj(&s, "owner@example.com").await;
+    let base = format!("/users/@me/projects/{}", p.id);
+    let owner = &p.session;
+
+    // Before any checkout: no portal, no invoices, and nothing asked of the provider.
+    assert_envelope(&owner.post(&format!("{base}/billing-portal"), json!({})).await, 409, "CONFLICT");
+    assert_eq!(owner.get(&format!("{base}/billing-invoices")).await.json, json!({ "data": [] }));
+    assert!(stub.requests().is_empty());
+    // Only a plan with a price can be bought.
+    for plan in ["gold", "free"] {
+        let r = owner.post(&format!("{base}/checkout"), json!({ "plan": plan })).await;
+        assert_envelope(&r, 422, "VALIDATION_ERROR");
+        assert_eq!(r.json["error"]["errors"][0]["field"], "plan");
+    }
+
+    let r = owner.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json, json!({ "url": "https://checkout.stripe.test/c/cs_test1", "sessionId": "cs_test1" }));
+    let got = stub.requests();
+    assert_eq!(got.len(), 2, "a customer, then the session");
+    assert_eq!(got[0].path, "/v1/customers");
+    assert_eq!(got[0].header("authorization"), Some("Bearer sk_test_herald"));
+    let customer = form(&got[0].body);
+    assert!(customer.contains("email=owner@example.com") && customer.contains(&format!("metadata[project]={}", p.id)));
+    let session = form(&got[1].body);
+    for part in ["mode=subscription", "customer=cus_test1", "line_items[0][price]=price_pro"] {
+        assert!(session.contains(part), "{part} in {session}");
+    }
+    assert!(session.contains(&format!("client_reference_id={}", p.id)), "{session}");
+    // The customer is made once.
+    assert_eq!(owner.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await.status, 200);
+    assert_eq!(stub.requests().iter().filter(|r| r.path == "/v1/customers").count(), 1);
+
+    let r = owner.post(&format!("{base}/billing-portal"), json!({})).await;
+    assert_eq!(r.json, json!({ "url": "https://billing.stripe.test/p/bps_1" }), "{}", r.json);
+    let portal = form(&stub.requests().last().unwrap().body);
+    assert!(portal.contains("customer=cus_test1"), "{portal}");
+    let r = owner.get(&format!("{base}/billing-invoices")).await;
+    assert_eq!(r.json["data"][0]["id"], "in_1", "{}", r.json);
+    assert_eq!(r.json["data"][0]["amountDue"], 1900);
+    assert_eq!(r.json["data"][0]["createdAt"], "2027-01-15T08:00:00.000Z");
+    assert_eq!(r.json["data"][0]["pdfUrl"], "https://invoice.stripe.test/in_1.pdf");
+    assert!(stub.requests().last().unwrap().path.contains("customer=cus_test1"));
+
+    // An ADMIN may not pay; another project's owner does not see this one.
+    let admin = signup(&s, "admin@example.com").await;
+    owner.post(&format!("/projects/{}/members", p.id), json!({ "email": "admin@example.com", "role": "ADMIN" })).await;
+    assert_envelope(&admin.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await, 403, "FORBIDDEN");
+    let other = proj(&s, "other@example.com").await;
+    assert_envelope(&other.session.get(&format!("{base}/billing-invoices")).await, 404, "PROJECT_NOT_FOUND");
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+async fn deliver(s: &Server, body: &Value, signature: Option<String>) -> Resp {
+    let raw = serde_json::to_vec(body).unwrap();
+    let sig = signature.unwrap_or_else(|| herald_host::infra::stripe::sign(WHSEC, now_secs(), &raw));
+    deliver_raw(s, raw, Some(sig)).await
+}
+
+async fn deliver_raw(s: &Server, raw: Vec<u8>, sig: Option<String>) -> Resp {
+    let mut rb = reqwest::Client::new()
+        .post(format!("{}/webhooks/incoming/payments", s.base))
+        .header("content-type", "application/json")
+        .body(raw);
+    if let Some(sig) = sig {
+        rb = rb.header("Stripe-Signature", sig);
+    }
+    let res = rb.send().await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let json = res.json().await.unwrap_or(Value::Null);
+    Resp { status, json, headers }
+}
+
+fn subscription(kind: &str, project: Option<&str>, status: &str, price: &str) -> Value {
+    let mut obj = json!({
+        "id": "sub_1", "object": "subscription", "customer": "cus_test1", "status": status,
+        "items": { "data": [{ "price": { "id": price } }] },
+    });
+    if let Some(p) = project {
+        obj["metadata"] = json!({ "project": p });
+    }
+    json!({ "id": format!("evt_{}", uuid::Uuid::new_v4()), "type": kind, "data": { "object": obj } })
+}
+
+#[tokio::test]
+async fn the_webhook_applies_subscriptions_and_refuses_forged_stale_and_replayed_signatures() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let q = proj(&s, "q@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    let started = subscription("customer.subscription.created", Some(&p.id), "active", "price_pro");
+
+    // Forged, stale and unsigned deliveries change nothing.
+    let raw = serde_json::to_vec(&started).unwrap();
+    let forged = herald_host::infra::stripe::sign("whsec_someone_else", now_secs(), &raw);
+    assert_envelope(&deliver(&s, &started, Some(forged)).await, 400, "INVALID_SIGNATURE");
+    let stale = herald_host::infra::stripe::sign(WHSEC, now_secs() - 600, &raw);
+    assert_envelope(&deliver(&s, &started, Some(stale)).await, 400, "INVALID_SIGNATURE");
+    assert_envelope(&deliver_raw(&s, raw.clone(), None).await, 400, "INVALID_SIGNATURE");
+    let mut tampered = started.clone();
+    tampered["data"]["object"]["items"]["data"][0]["price"]["id"] = json!("price_free_lunch");
+    let sig = herald_host::infra::stripe::sign(WHSEC, now_secs(), &raw);
+    assert_envelope(
+        &deliver_raw(&s, serde_json::to_vec(&tampered).unwrap(), Some(sig.clone())).await,
+        400,
+        "INVALID_SIGNATURE",
+    );
+    assert_eq!(p.session.get(&limits).await.json["transactional"], Value::Null);
+
+    // A subscription to the pro plan gives the project its limits.
+    let r = deliver_raw(&s, raw.clone(), Some(sig.clone())).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json, json!({ "received": true }));
+    let l = p.session.get(&limits).await.json;
+    assert_eq!(l, json!({ "transactional": 50_000, "campaigns": 100_000, "workflows": null, "inbound": null }));
+    // The same delivery again is a replay.
+    assert_envelope(&deliver_raw(&s, raw, Some(sig)).await, 400, "INVALID_SIGNATURE");
+
+    // Past due: the free plan's limits; the customer alone identifies the project from now on.
+    let r = deliver(&s, &subscription("customer.subscription.updated", None, "past_due", "price_pro"), None).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    assert_eq!(p.session.get(&limits).await.json, free);
+    deliver(&s, &subscription("customer.subscription.updated", None, "active", "price_pro"), None).await;
+    assert_eq!(p.session.get(&limits).await.json["transactional"], 50_000);
+    let r = deliver(&s, &subscription("customer.subscription.deleted", None, "canceled", "price_pro"), None).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, free);
+
+    // Events about no known project, or of other kinds, are acknowledged and ignored.
+    let stranger = json!({ "id": "evt_x", "type": "customer.subscription.created", "data": { "object": {
+        "id": "sub_9", "customer": "cus_unknown", "status": "active", "items": { "data": [{ "price": { "id": "price_pro" } }] } } } });
+    assert_eq!(deliver(&s, &stranger, None).await.status, 200);
+    assert_eq!(
+        deliver(&s, &json!({ "id": "evt_y", "type": "invoice.paid", "data": { "object": {} } }), None).await.status,
+        200
+    );
+    // The other project never changed.
+    let ql = q.session.get(&format!("/users/@me/projects/{}/billing-limits", q.id)).await.json;
+    assert_eq!(ql, json!({ "transactional": null, "campaigns": null, "workflows": null, "inbound": null }));
+}
