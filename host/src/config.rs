@@ -186,6 +186,18 @@ pub struct Settings {
     /// `transactional`, `campaigns`, `workflows`, `inbound` (left out: unlimited)
     #[arg(skip)]
     pub plan: Option<std::collections::BTreeMap<String, Plan>>,
+    /// OAuth sign-in providers, in the settings file only: `[oauth.NAME]` with `kind` (`github` or
+    /// `oidc`), `client_id`, `client_secret`, and for OIDC `issuer` (its discovery document gives the
+    /// endpoints) or `authorize_url`, `token_url`, `jwks_url`; optional `name`, `scopes`, `userinfo_url`,
+    /// and for GitHub `authorize_url`, `token_url`, `api_base` (GitHub Enterprise)
+    #[arg(skip)]
+    pub oauth: Option<std::collections::BTreeMap<String, OAuthProvider>>,
+    /// Client id of a GitHub OAuth app: with the secret, adds the `github` sign-in provider
+    #[arg(long, env = "HERALD_OAUTH_GITHUB_CLIENT_ID")]
+    pub oauth_github_client_id: Option<String>,
+    /// Client secret of that GitHub OAuth app
+    #[arg(long, env = "HERALD_OAUTH_GITHUB_CLIENT_SECRET", hide_env_values = true)]
+    pub oauth_github_client_secret: Option<String>,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -261,6 +273,36 @@ pub struct Config {
     /// Stripe, when both its secret key and webhook secret are set (docs/behaviour.md#billing).
     pub stripe: Option<StripeConfig>,
     pub plans: std::collections::BTreeMap<String, Plan>,
+    /// OAuth sign-in providers by name (docs/behaviour.md#oauth-sign-in).
+    pub oauth: std::collections::BTreeMap<String, OAuthProvider>,
+}
+
+/// An OAuth sign-in provider.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthProvider {
+    /// `github` or `oidc`
+    pub kind: String,
+    /// shown to users [default: GitHub, or the provider's key]
+    #[serde(default)]
+    pub name: Option<String>,
+    pub client_id: String,
+    pub client_secret: String,
+    #[serde(default)]
+    pub issuer: Option<String>,
+    #[serde(default)]
+    pub authorize_url: Option<String>,
+    #[serde(default)]
+    pub token_url: Option<String>,
+    #[serde(default)]
+    pub userinfo_url: Option<String>,
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// GitHub's API [default: https://api.github.com]
+    #[serde(default)]
+    pub api_base: Option<String>,
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
 }
 
 /// The payment provider's settings.
@@ -358,6 +400,9 @@ impl Settings {
             stripe_webhook_secret: self.stripe_webhook_secret.or(other.stripe_webhook_secret),
             stripe_api_base: self.stripe_api_base.or(other.stripe_api_base),
             plan: self.plan.or(other.plan),
+            oauth: self.oauth.or(other.oauth),
+            oauth_github_client_id: self.oauth_github_client_id.or(other.oauth_github_client_id),
+            oauth_github_client_secret: self.oauth_github_client_secret.or(other.oauth_github_client_secret),
             config: self.config.or(other.config),
         }
     }
@@ -440,7 +485,35 @@ impl Settings {
                     ));
                 }
             };
+        let mut oauth = s.oauth.unwrap_or_default();
+        if let (Some(id), Some(secret)) = (s.oauth_github_client_id, s.oauth_github_client_secret) {
+            oauth.entry("github".into()).or_insert(OAuthProvider {
+                kind: "github".into(),
+                client_id: id,
+                client_secret: secret,
+                ..Default::default()
+            });
+        }
+        for (name, p) in &oauth {
+            let named = !name.is_empty()
+                && name.len() <= 40
+                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            let complete = match p.kind.as_str() {
+                "github" => true,
+                "oidc" => {
+                    p.issuer.is_some() || (p.authorize_url.is_some() && p.token_url.is_some() && p.jwks_url.is_some())
+                }
+                _ => false,
+            };
+            if !named || !complete || p.client_id.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "oauth.{name}: a name of lowercase letters, digits and hyphens; kind github, or oidc with an \
+                     issuer (or authorize_url, token_url and jwks_url); and a client_id"
+                )));
+            }
+        }
         Ok(Config {
+            oauth,
             stripe,
             plans: s.plan.unwrap_or_default(),
             require_email_verification: s.require_email_verification.unwrap_or(false),

@@ -46,7 +46,7 @@ async fn bulk_unsubscribe_and_subscribe_change_what_differs_and_record_each_flip
     assert!(queued["finishedAt"].is_null());
     assert_envelope(&q.secret.get(&format!("/contacts/bulk/{id}")).await, 404, "JOB_NOT_FOUND");
 
-    s.worker.run_once(10).await.unwrap();
+    crate::workflow_kit::drain(&s).await;
     let done = job(&p, &id).await;
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(done["progress"], json!({ "done": 5, "total": 5, "percent": 100 }));
@@ -60,7 +60,7 @@ async fn bulk_unsubscribe_and_subscribe_change_what_differs_and_record_each_flip
     assert!(event_names(&q, &b1).await.is_empty());
 
     let id = queue(&p, "bulk-subscribe", &[&a3, &a1]).await;
-    s.worker.run_once(10).await.unwrap();
+    crate::workflow_kit::drain(&s).await;
     assert_eq!(job(&p, &id).await["result"], json!({ "updated": 2, "unchanged": 0, "notFound": 0 }));
     assert!(subscribed(&p, &a3).await && subscribed(&p, &a1).await);
     assert!(event_names(&p, &a3).await.contains(&"contact.subscribed".to_string()));
@@ -85,7 +85,7 @@ async fn bulk_delete_removes_the_projects_contacts_with_their_events_and_nothing
     );
     let id = queue(&p, "bulk-delete", &[&gone, &other]).await;
     assert_eq!(job(&p, &id).await["result"], json!({ "deleted": 0, "notFound": 0 }));
-    s.worker.run_once(10).await.unwrap();
+    crate::workflow_kit::drain(&s).await;
     let done = job(&p, &id).await;
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(done["result"], json!({ "deleted": 1, "notFound": 1 }));

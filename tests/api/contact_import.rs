@@ -74,7 +74,7 @@ async fn an_import_upserts_by_the_data_rules_and_reports_bad_rows_by_line() {
     assert_envelope(&q.secret.get(&format!("/contacts/import/{id}")).await, 404, "JOB_NOT_FOUND");
     assert_envelope(&p.secret.get(&format!("/contacts/bulk/{id}")).await, 404, "JOB_NOT_FOUND");
 
-    s.worker.run_once(10).await.unwrap();
+    crate::workflow_kit::drain(&s).await;
     let done = job(&p, &id).await;
     assert_eq!(done["state"], "completed", "{done}");
     assert_eq!(done["progress"], json!({ "done": 7, "total": 7, "percent": 100 }));
@@ -116,7 +116,7 @@ async fn without_update_existing_rows_of_existing_contacts_are_skipped() {
     contact(&p, "kept@example.com", true, json!({ "plan": "free" })).await;
     let id =
         queued(&p, b"email,plan\nkept@example.com,pro\nfresh@example.com,pro\n", &[("updateExisting", "false")]).await;
-    s.worker.run_once(10).await.unwrap();
+    crate::workflow_kit::drain(&s).await;
     let r = job(&p, &id).await["result"].clone();
     assert_eq!(
         (&r["created"], &r["updated"], &r["skipped"], &r["failed"]),
@@ -193,7 +193,7 @@ async fn progress_climbs_while_an_import_runs_and_a_crash_resumes_it_without_dup
     assert_eq!(mid["result"]["created"], json!(done), "what is counted is what was written");
 
     s.clock().advance(120_000); // past the dead worker's lease
-    s.worker.run_once(10).await.unwrap();
+    crate::workflow_kit::drain(&s).await;
     let end = job(&p, &id).await;
     assert_eq!(end["state"], "completed", "{end}");
     assert_eq!(end["progress"]["done"], json!(rows));

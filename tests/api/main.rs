@@ -23,6 +23,7 @@ mod domains;
 mod foundation;
 mod hardening;
 mod jobs;
+mod oauth;
 mod payments;
 mod plugins;
 mod project_state;

@@ -78,6 +78,7 @@ pub fn router() -> Router {
         .push(Router::with_path("login").post(login))
         .push(Router::with_path("logout").get(logout))
         .push(super::account_mail::router())
+        .push(super::oauth::router())
 }
 
 /// A new session of `user`, under the user's current session epoch.

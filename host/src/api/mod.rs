@@ -18,6 +18,7 @@ pub mod errors;
 pub mod events;
 pub mod idempotency;
 pub mod notifications;
+pub mod oauth;
 pub mod pages;
 pub mod pagination;
 pub mod plugins;

@@ -127,6 +127,14 @@ pub fn derive_key(secret: &str, purpose: &str) -> Vec<u8> {
     mac.finalize().into_bytes().to_vec()
 }
 
+/// A purpose-specific key derived from another derived key (for keys made after start-up, where only
+/// the derived keys are at hand).
+pub fn derive_key_from(key: &[u8], purpose: &str) -> Vec<u8> {
+    let mut mac = HmacSha256::new_from_slice(key).unwrap_or_else(|_| unreachable_hmac());
+    mac.update(purpose.as_bytes());
+    mac.finalize().into_bytes().to_vec()
+}
+
 fn unreachable_hmac() -> HmacSha256 {
     // HMAC accepts keys of any length; this is never reached.
     HmacSha256::new_from_slice(b"herald").unwrap_or_else(|_| unreachable!("HMAC takes any key length"))

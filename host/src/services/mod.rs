@@ -20,6 +20,7 @@ pub mod events;
 pub mod idempotency;
 pub mod ingest;
 pub mod notifications;
+pub mod oauth;
 pub mod payments;
 pub mod projects;
 pub mod segments;
