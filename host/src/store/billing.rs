@@ -21,7 +21,10 @@ pub(crate) fn usage_docs<'a>(rows: impl IntoIterator<Item = &'a EmailRow>, categ
             *per.entry((r.project.as_str(), month_key(r.created_at))).or_default() += 1;
         }
     }
-    let shard = uuid::Uuid::new_v4().as_bytes()[0] % SHARDS;
+    // Round robin within the process: writers committing at the same moment (the group-commit lanes,
+    // campaign batches) take different shards, so they never conflict on a counter.
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let shard = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SHARDS;
     Value::Array(
         per.into_iter()
             .map(|((p, month), n)| {
