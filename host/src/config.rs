@@ -329,6 +329,18 @@ pub struct Plan {
     pub inbound: Option<i64>,
 }
 
+impl Plan {
+    /// The monthly limits the plan gives.
+    pub fn limits(&self) -> crate::domain::billing::Limits {
+        crate::domain::billing::Limits {
+            transactional: self.transactional,
+            campaigns: self.campaigns,
+            workflows: self.workflows,
+            inbound: self.inbound,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]

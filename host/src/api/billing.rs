@@ -14,6 +14,7 @@ use crate::domain::billing::{CATEGORIES, Category, Limits, MAX_LIMIT};
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
 use crate::services::{billing, payments};
+use crate::store::accounts::Role;
 
 /// Monthly limits per category; null is unlimited.
 #[derive(Serialize, ToSchema)]
@@ -52,6 +53,18 @@ pub struct ConsumptionOut {
     usage: std::collections::BTreeMap<String, UseOut>,
 }
 
+/// The state, the logged-in user, the project and the user's role in it (404 for a non-member).
+async fn caller(
+    id: PathParam<String>,
+    depot: &Depot,
+) -> Result<(std::sync::Arc<crate::state::AppState>, crate::store::accounts::User, String, Role), ApiError> {
+    let st = state(depot)?;
+    let u = user(depot)?;
+    let id = id.into_inner();
+    let role = role_in(&st, &id, &u).await?;
+    Ok((st, u, id, role))
+}
+
 pub fn router() -> Router {
     Router::new()
         .push(
@@ -70,10 +83,7 @@ pub fn router() -> Router {
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = LimitsOut)))]
 pub async fn get_limits(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
-        let st = state(depot)?;
-        let u = user(depot)?;
-        let id = id.into_inner();
-        let role = role_in(&st, &id, &u).await?;
+        let (st, _, id, role) = caller(id, depot).await?;
         Reply::ok(&LimitsOut::from(&billing::limits(&st, &id, role).await?))
     });
     fut.await
@@ -84,10 +94,7 @@ pub async fn get_limits(id: PathParam<String>, depot: &mut Depot) -> Result<Repl
 #[endpoint(tags("billing"), security(("session" = [])), request_body = LimitsOut, responses((status_code = 200, body = LimitsOut)))]
 pub async fn put_limits(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
-        let st = state(depot)?;
-        let u = user(depot)?;
-        let id = id.into_inner();
-        let role = role_in(&st, &id, &u).await?;
+        let (st, _, id, role) = caller(id, depot).await?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let mut changes = Vec::new();
@@ -113,10 +120,7 @@ pub async fn put_limits(id: PathParam<String>, req: &mut Request, depot: &mut De
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = ConsumptionOut)))]
 pub async fn consumption(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
-        let st = state(depot)?;
-        let u = user(depot)?;
-        let id = id.into_inner();
-        let role = role_in(&st, &id, &u).await?;
+        let (st, _, id, role) = caller(id, depot).await?;
         let c = billing::consumption(&st, &id, role).await?;
         let usage = c
             .usage
@@ -196,10 +200,7 @@ pub struct ReceivedOut {
 #[endpoint(tags("billing"), security(("session" = [])), request_body = CheckoutBody, responses((status_code = 200, body = RedirectOut)))]
 pub async fn checkout(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
-        let st = state(depot)?;
-        let u = user(depot)?;
-        let id = id.into_inner();
-        let role = role_in(&st, &id, &u).await?;
+        let (st, u, id, role) = caller(id, depot).await?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         // Required, but checked by the service after the role and the provider.
@@ -215,10 +216,7 @@ pub async fn checkout(id: PathParam<String>, req: &mut Request, depot: &mut Depo
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = RedirectOut)))]
 pub async fn portal(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
-        let st = state(depot)?;
-        let u = user(depot)?;
-        let id = id.into_inner();
-        let role = role_in(&st, &id, &u).await?;
+        let (st, _, id, role) = caller(id, depot).await?;
         let url = payments::portal(&st, &id, role).await?;
         Reply::ok(&RedirectOut { url, session_id: None })
     });
@@ -229,10 +227,7 @@ pub async fn portal(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, A
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = InvoicesOut)))]
 pub async fn invoices(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
-        let st = state(depot)?;
-        let u = user(depot)?;
-        let id = id.into_inner();
-        let role = role_in(&st, &id, &u).await?;
+        let (st, _, id, role) = caller(id, depot).await?;
         let list = payments::invoices(&st, &id, role).await?;
         Reply::ok(&InvoicesOut { data: list.iter().map(InvoiceOut::from).collect() })
     });

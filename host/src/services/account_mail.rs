@@ -38,6 +38,24 @@ fn new_token() -> (String, String) {
     (token, digest)
 }
 
+/// Stores a new token of `purpose` for `user` (replacing the older one) and answers it.
+async fn issue_user_token(st: &AppState, user: &User, purpose: Purpose, ttl_ms: i64) -> Result<String, ApiError> {
+    let (token, digest) = new_token();
+    let now = st.clock.now_ms();
+    let t = NewToken {
+        digest: &digest,
+        purpose,
+        user: Some(&user.id),
+        email: &user.email,
+        project: None,
+        role: None,
+        invited_by: None,
+        expires_at: now + ttl_ms,
+    };
+    st.store.issue_token(&t, now).await?;
+    Ok(token)
+}
+
 fn link(st: &AppState, page: &str, token: &str) -> String {
     format!("{}/account/{page}?token={token}", st.config.public_url)
 }
@@ -65,19 +83,7 @@ pub async fn send_verification(st: &AppState, user: &User) -> Result<(), ApiErro
     if user.email_verified_at.is_some() {
         return Ok(());
     }
-    let (token, digest) = new_token();
-    let now = st.clock.now_ms();
-    let t = NewToken {
-        digest: &digest,
-        purpose: Purpose::Verify,
-        user: Some(&user.id),
-        email: &user.email,
-        project: None,
-        role: None,
-        invited_by: None,
-        expires_at: now + VERIFY_TTL_MS,
-    };
-    st.store.issue_token(&t, now).await?;
+    let token = issue_user_token(st, user, Purpose::Verify, VERIFY_TTL_MS).await?;
     let text = format!(
         "Hello,\n\nplease confirm that {email} is your address by opening this link within 24 hours:\n\n{url}\n\n\
          If you did not create an account on the Herald server at {public}, you can ignore this message.\n",
@@ -114,19 +120,7 @@ fn live(t: Option<AccountToken>, now: i64) -> Option<AccountToken> {
 /// one. Answers the same either way.
 pub async fn request_password_reset(st: &AppState, email: &str) -> Result<(), ApiError> {
     let Some(user) = st.store.user_by_email(email).await? else { return Ok(()) };
-    let (token, digest) = new_token();
-    let now = st.clock.now_ms();
-    let t = NewToken {
-        digest: &digest,
-        purpose: Purpose::Reset,
-        user: Some(&user.id),
-        email: &user.email,
-        project: None,
-        role: None,
-        invited_by: None,
-        expires_at: now + RESET_TTL_MS,
-    };
-    st.store.issue_token(&t, now).await?;
+    let token = issue_user_token(st, &user, Purpose::Reset, RESET_TTL_MS).await?;
     let text = format!(
         "Hello,\n\nsomeone asked to reset the password of the Herald account {email}. To choose a new \
          password, open this link within one hour:\n\n{url}\n\n\

@@ -8,7 +8,6 @@
 use serde_json::Value;
 
 use crate::config::Plan;
-use crate::domain::billing::Limits;
 use crate::error::ApiError;
 use crate::infra::stripe::{Stripe, TOLERANCE_SECS, verify_signature};
 use crate::state::AppState;
@@ -33,10 +32,6 @@ fn provider(e: String) -> ApiError {
 fn stripe(st: &AppState, role: Role) -> Result<&Stripe, ApiError> {
     crate::services::accounts::need(role, Role::Owner, "manage payments")?;
     st.stripe.as_deref().ok_or_else(disabled)
-}
-
-fn limits_of(p: &Plan) -> Limits {
-    Limits { transactional: p.transactional, campaigns: p.campaigns, workflows: p.workflows, inbound: p.inbound }
 }
 
 /// Subscribes the project to `plan` through a Stripe Checkout Session (creating the project's customer
@@ -147,9 +142,9 @@ pub async fn webhook(st: &AppState, signature: Option<&str>, body: &[u8]) -> Res
             let live = kind != "customer.subscription.deleted"
                 && matches!(status.as_deref(), Some("active") | Some("trialing"));
             let (plan_name, limits) = match plan {
-                Some((name, p)) if live => (Some(name.clone()), limits_of(p)),
+                Some((name, p)) if live => (Some(name.clone()), p.limits()),
                 // Ended, unpaid or an unknown price: the free plan's limits (unlimited without one).
-                _ => (None, st.config.plans.get("free").map(limits_of).unwrap_or_default()),
+                _ => (None, st.config.plans.get("free").map(Plan::limits).unwrap_or_default()),
             };
             let account = PaymentAccount {
                 customer,

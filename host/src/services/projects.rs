@@ -125,6 +125,14 @@ impl Window {
     pub fn complaint_rate(&self) -> f64 {
         crate::domain::activity::rate(self.complained, self.sent)
     }
+
+    /// Adds one hour's analytics counters.
+    pub fn add(&mut self, hour: &std::collections::HashMap<String, i64>) {
+        let get = |m: &str| hour.get(m).copied().unwrap_or(0);
+        self.sent += get("sent");
+        self.bounced += get("bounced");
+        self.complained += get("complained");
+    }
 }
 
 /// A project's bounce and complaint figures over the last 7 and 30 days (from the analytics counters,
@@ -149,13 +157,9 @@ pub async fn security(st: &crate::state::AppState, project: &str) -> Result<Secu
     let hours = st.store.hour_counts(project, to - 30 * DAY_MS, to).await?;
     let (mut last7, mut last30) = (Window::default(), Window::default());
     for (hour, c) in hours {
-        let get = |m: &str| c.get(m).copied().unwrap_or(0);
-        let w = Window { sent: get("sent"), bounced: get("bounced"), complained: get("complained") };
         for (into, since) in [(&mut last30, to - 30 * DAY_MS), (&mut last7, to - 7 * DAY_MS)] {
             if hour >= since {
-                into.sent += w.sent;
-                into.bounced += w.bounced;
-                into.complained += w.complained;
+                into.add(&c);
             }
         }
     }

@@ -91,10 +91,7 @@ pub async fn last_7_days(store: &Store, project: &str, now: i64) -> Result<Windo
     let from = lifted.map_or(to - 7 * DAY_MS, |l| (bucket(l, HOUR_MS) + HOUR_MS).max(to - 7 * DAY_MS));
     let mut w = Window::default();
     for (_, c) in store.hour_counts(project, from, to).await? {
-        let get = |m: &str| c.get(m).copied().unwrap_or(0);
-        w.sent += get("sent");
-        w.bounced += get("bounced");
-        w.complained += get("complained");
+        w.add(&c);
     }
     Ok(w)
 }
