@@ -414,3 +414,33 @@ async fn verified_domains_stored_before_domain_claims_hold_their_names() {
     assert_eq!(store.domain_claimed_by("pending.example").await.unwrap(), None);
     assert_eq!(store.verified_domain("verified.example").await.unwrap().map(|d| d.id), Some("d1".to_string()));
 }
+
+/// Migration 0032 moves the step runs of executions written before it into their executions' rows, in
+/// the order the steps started, and an execution without runs gets an empty list.
+#[tokio::test]
+async fn step_runs_written_before_0032_move_into_their_executions() {
+    use herald_host::store::migrate::{MIGRATIONS, apply_list};
+    let (store, at) = migrated_before("0032_step_runs_in_execution.surql").await;
+    store
+        .query(
+            "CREATE workflow_execution:x1 CONTENT { project: 'p1', workflow: 'w1', contact: 'c1', status: 'WAITING',
+                context: {}, step: 's2', run: 'r2', created_at: 1, updated_at: 2 };
+             CREATE workflow_execution:x2 CONTENT { project: 'p1', workflow: 'w1', contact: 'c2', status: 'RUNNING',
+                context: {}, created_at: 1, updated_at: 1 };
+             CREATE workflow_step_run:r2 CONTENT { project: 'p1', execution: 'x1', step: 's2', step_type: 'DELAY',
+                status: 'WAITING', output: '{\"until\":5}', started_at: 2 };
+             CREATE workflow_step_run:r1 CONTENT { project: 'p1', execution: 'x1', step: 's1', step_type: 'TRIGGER',
+                status: 'COMPLETED', started_at: 1, completed_at: 1 };",
+            json!({}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(apply_list(&store, &MIGRATIONS[..=at]).await.unwrap(), vec!["0032_step_runs_in_execution.surql"]);
+    let x1 = store.execution("p1", "x1").await.unwrap().unwrap();
+    let runs: Vec<(&str, &str, &str)> =
+        x1.runs.iter().map(|r| (r.id.as_str(), r.step_type.as_str(), r.status.as_str())).collect();
+    assert_eq!(runs, vec![("r1", "TRIGGER", "COMPLETED"), ("r2", "DELAY", "WAITING")]);
+    assert_eq!(x1.runs[1].output.as_deref(), Some("{\"until\":5}"));
+    assert!(store.execution("p1", "x2").await.unwrap().unwrap().runs.is_empty());
+    assert!(store.execution("p2", "x1").await.unwrap().is_none(), "another project's execution stays hidden");
+}

@@ -128,3 +128,73 @@ async fn stored_events_reach_workflows_without_waiting_for_the_dispatch_interval
     }
     s.stop().await;
 }
+
+async fn job_rows(s: &Server, kind: &str) -> Vec<Value> {
+    let q = "SELECT status, payload FROM job WHERE kind = $k";
+    let v = s.state.store.query(q, json!({ "k": kind })).await.unwrap().value(0).unwrap();
+    v.as_array().unwrap().clone()
+}
+
+/// The executions one batch moves into a DELAY at one moment share one timer job (and its emails one
+/// delivery job): one row to write and claim instead of one per execution. A cancelled execution among
+/// them stays cancelled when the shared timer fires; the others go on.
+#[tokio::test]
+async fn a_batch_shares_its_timer_job_and_delivery_job_and_each_execution_resumes_once() {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    config.send_rate_per_second = 0;
+    let s = Server::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let t = p
+        .secret
+        .post("/templates", json!({ "name": "T", "type": "TRANSACTIONAL", "from": "news@shop.test", "subject": "Hi", "body": "<p>Hi</p>" }))
+        .await;
+    let r = p.secret.post("/workflows", json!({ "name": "w", "eventName": "signup" })).await;
+    let wf = r.json["id"].as_str().unwrap().to_string();
+    for step in [
+        json!({ "type": "SEND_EMAIL", "name": "mail", "templateId": t.json["id"] }),
+        json!({ "type": "DELAY", "name": "wait", "config": { "amount": 1, "unit": "minutes" } }),
+        json!({ "type": "EXIT", "name": "done" }),
+    ] {
+        let r = p.secret.post(&format!("/workflows/{wf}/steps"), step).await;
+        assert_eq!(r.status, 201, "{}", r.json);
+    }
+    assert_eq!(p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": true })).await.status, 200);
+    crate::workflow_kit::drain(&s).await;
+    let people = ["a@example.com", "b@example.com", "c@example.com", "d@example.com", "e@example.com"];
+    for email in people {
+        track(&p, email, "signup").await;
+    }
+    // The dispatch hands the five events over together: one start batch.
+    s.clock().advance(1_000);
+    s.worker.run_once(50).await.unwrap();
+    let runs = executions(&p, &wf).await;
+    assert_eq!(runs.len(), 5, "{runs:?}");
+    assert!(runs.iter().all(|e| e["status"] == "WAITING"), "{runs:?}");
+    let timers = job_rows(&s, "workflow.timer").await;
+    assert_eq!(timers.len(), 1, "one timer job for the batch: {timers:?}");
+    let payload: Value = serde_json::from_str(timers[0]["payload"].as_str().unwrap()).unwrap();
+    assert_eq!(payload["timers"].as_array().map(Vec::len), Some(5), "{payload}");
+    let deliveries = job_rows(&s, "email.deliver").await;
+    assert_eq!(deliveries.len(), 1, "one delivery job for the batch's five emails: {deliveries:?}");
+
+    let cancelled = runs[0]["id"].as_str().unwrap().to_string();
+    let r = p.secret.delete(&format!("/workflows/{wf}/executions/{cancelled}")).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    s.clock().advance(61_000);
+    crate::workflow_kit::drain(&s).await;
+    let runs = executions(&p, &wf).await;
+    for e in &runs {
+        let want = if e["id"] == cancelled.as_str() { "CANCELLED" } else { "EXITED" };
+        assert_eq!(e["status"], want, "{e}");
+    }
+    let timers = job_rows(&s, "workflow.timer").await;
+    assert!(timers.iter().all(|j| j["status"] == "completed"), "{timers:?}");
+    sink.wait_for(5).await;
+    assert_eq!(sink.received().len(), 5, "each email once");
+    s.stop().await;
+}

@@ -29,6 +29,8 @@ struct Registry {
     deliveries: BTreeMap<String, u64>,
     /// Group-commit batches by engine name.
     group_commit: BTreeMap<&'static str, GroupCommit>,
+    /// Workflow executions written, by the status they were written in.
+    executions: BTreeMap<&'static str, u64>,
 }
 
 /// One group-commit counter: its name, its help text and how to read it.
@@ -97,6 +99,20 @@ pub fn group_commit(engine: &'static str, size: usize, fell_back: bool, elapsed:
     });
 }
 
+/// Counts workflow executions written (started or moved), by the status each was written in.
+pub fn executions_written(statuses: impl IntoIterator<Item = &'static str>) {
+    with(|r| {
+        for s in statuses {
+            *r.executions.entry(s).or_default() += 1;
+        }
+    });
+}
+
+/// How many workflow executions this process has written in `status` (see [`executions_written`]).
+pub fn executions_written_in(status: &str) -> u64 {
+    with(|r| r.executions.get(status).copied().unwrap_or(0))
+}
+
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
@@ -143,6 +159,13 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         out.push_str("# TYPE herald_emails_delivered_total counter\n");
         for (status, n) in &r.deliveries {
             let _ = writeln!(out, "herald_emails_delivered_total{{status=\"{}\"}} {n}", esc(status));
+        }
+        out.push_str(
+            "# HELP herald_workflow_executions_written_total Workflow executions written in this process (started or moved), by the status written.\n",
+        );
+        out.push_str("# TYPE herald_workflow_executions_written_total counter\n");
+        for (status, n) in &r.executions {
+            let _ = writeln!(out, "herald_workflow_executions_written_total{{status=\"{status}\"}} {n}");
         }
         let series: [Series; 4] = [
             ("batches", "Group-commit batches written, by engine (ingest: /v1/track, accept: /v1/send).", |g| {

@@ -374,7 +374,6 @@ impl Store {
              LET $r = (SELECT VALUE id FROM campaign_batch WHERE campaign IN $c LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM campaign_gate WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
-            "LET $r = (SELECT VALUE id FROM workflow_step_run WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM workflow_execution WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM workflow_entry WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM workflow WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",

@@ -366,23 +366,32 @@ impl Store {
             )
             .await?
             .all(0)?;
+        #[derive(Deserialize)]
+        struct Open {
+            run: Option<String>,
+            #[serde(default)]
+            runs: Vec<super::workflow_runs::StepRunRow>,
+        }
         let mut out = Vec::new();
         for chunk in flows.chunks(50) {
             let mut sql = String::new();
             for i in 0..chunk.len() {
                 sql.push_str(&format!(
                     "RETURN array::len((SELECT VALUE id FROM workflow_execution WHERE workflow = $w[{i}] AND status = 'WAITING'));
-                     SELECT VALUE output FROM array::map(
-                        (SELECT VALUE run FROM workflow_execution WHERE workflow = $w[{i}] AND status = 'WAITING' AND project = $p
-                            LIMIT $read),
-                        |$r| type::record('workflow_step_run', $r)) WHERE output != NONE;\n"
+                     SELECT run, runs FROM workflow_execution WHERE workflow = $w[{i}] AND status = 'WAITING' AND project = $p
+                        LIMIT $read;\n"
                 ));
             }
             let ids: Vec<&str> = chunk.iter().map(|w| w.id.as_str()).collect();
             let mut res = self.query(&sql, vars! { "p": project, "w": ids, "read": WAITING_READ }).await?;
             for (i, w) in chunk.iter().enumerate() {
                 let waiting = res.value(2 * i)?.as_i64().unwrap_or(0);
-                let outputs: Vec<Option<String>> = res.all(2 * i + 1)?;
+                // The output of each one's open run (the run it waits in).
+                let outputs: Vec<Option<String>> = res
+                    .all::<Open>(2 * i + 1)?
+                    .into_iter()
+                    .map(|o| o.runs.into_iter().find(|r| Some(&r.id) == o.run.as_ref()).and_then(|r| r.output))
+                    .collect();
                 if waiting > 0 {
                     out.push(Waiting {
                         workflow: w.id.clone(),

@@ -39,6 +39,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0029_billing.surql", include_str!("../../../migrations/0029_billing.surql")),
     ("0030_suspension.surql", include_str!("../../../migrations/0030_suspension.surql")),
     ("0031_payments.surql", include_str!("../../../migrations/0031_payments.surql")),
+    ("0032_step_runs_in_execution.surql", include_str!("../../../migrations/0032_step_runs_in_execution.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -32,6 +32,10 @@ pub struct ExecutionRow {
     /// how many workflow.* events led to it (0 or none: a tracked event, a contact change, a person)
     #[serde(default)]
     pub depth: Option<i64>,
+    /// the runs of its steps, kept in the row (migration 0032), in the order they started; a write adds
+    /// or replaces the runs its effects carry ([`Effects::runs`])
+    #[serde(default)]
+    pub runs: Vec<StepRunRow>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -47,32 +51,44 @@ pub struct StepRunRow {
     pub completed_at: Option<i64>,
 }
 
-const EXEC_FIELDS: &str = "record::id(id) AS id, workflow, contact, status, context, step, timer, run, waiting_event, \
-                           trigger_event, error, exit_reason, created_at, updated_at, completed_at, depth";
-const RUN_FIELDS: &str = "record::id(id) AS id, step, step_type, status, output, error, started_at, completed_at";
+/// An execution's fields without its step runs (lists), and with them (everything that moves it).
+macro_rules! exec_fields {
+    () => {
+        "record::id(id) AS id, workflow, contact, status, context, step, timer, run, waiting_event, \
+         trigger_event, error, exit_reason, created_at, updated_at, completed_at, depth"
+    };
+}
+const LIST_FIELDS: &str = exec_fields!();
+const EXEC_FIELDS: &str = concat!(exec_fields!(), ", runs");
 
-fn exec_doc(project: &str, e: &ExecutionRow) -> Value {
+/// The row of an execution as it is written: its runs as read, with `more` added or replaced by id.
+fn exec_doc(project: &str, e: &ExecutionRow, more: &[StepRunRow]) -> Value {
+    let mut runs = e.runs.clone();
+    for r in more {
+        match runs.iter_mut().find(|x| x.id == r.id) {
+            Some(x) => *x = r.clone(),
+            None => runs.push(r.clone()),
+        }
+    }
+    let runs: Vec<Value> = runs
+        .iter()
+        .map(|r| {
+            super::jobs::strip_nulls(vars! {
+                "id": r.id, "step": r.step, "step_type": r.step_type, "status": r.status, "output": r.output,
+                "error": r.error, "started_at": r.started_at, "completed_at": r.completed_at,
+            })
+        })
+        .collect();
     super::jobs::strip_nulls(vars! {
         "project": project, "workflow": e.workflow, "contact": e.contact, "status": e.status, "context": e.context,
         "step": e.step, "timer": e.timer, "run": e.run, "waiting_event": e.waiting_event, "trigger_event": e.trigger_event,
         "error": e.error, "exit_reason": e.exit_reason, "created_at": e.created_at, "updated_at": e.updated_at,
-        "completed_at": e.completed_at, "depth": e.depth,
+        "completed_at": e.completed_at, "depth": e.depth, "runs": runs,
     })
 }
 
-fn run_docs(project: &str, execution: &str, runs: &[StepRunRow]) -> Vec<Value> {
-    runs.iter()
-        .map(|r| {
-            vars! { "id": r.id, "doc": super::jobs::strip_nulls(vars! {
-                "project": project, "execution": execution, "step": r.step, "step_type": r.step_type,
-                "status": r.status, "output": r.output, "error": r.error, "started_at": r.started_at,
-                "completed_at": r.completed_at,
-            }) }
-        })
-        .collect()
-}
-
-/// What a write of an execution carries besides the row: its step runs (created or replaced), jobs to
+/// What a write of an execution carries besides the row: its step runs (added to the row or replacing
+/// the run with the same id there), jobs to
 /// queue, events to store, an email a SEND_EMAIL step wrote, and whether the contact leaves the
 /// workflow (its entry stops being active).
 #[derive(Debug, Clone, Default)]
@@ -159,33 +175,57 @@ pub enum BatchRefused {
     StaleContact,
 }
 
-/// The effects of many executions, as statements and their bindings. `open`: the ids of the step runs
-/// that exist (the waiting runs of moved executions); every other run is new.
-fn effects(
-    project: &str,
-    items: &[(&ExecutionRow, &Effects)],
-    open: &std::collections::HashSet<&str>,
-    now: i64,
-    sql: &mut String,
-    v: &mut Value,
-) {
-    let mut runs = Vec::new();
-    let mut new_runs = Vec::new();
+/// The job kind of workflow timers (a DELAY's end, a wait's timeout).
+pub const TIMER_KIND: &str = "workflow.timer";
+
+/// The timer jobs among `jobs` that come due at one moment, as one job that lists them: the executions
+/// a batch moves into a DELAY at one moment get one job row (and later one claim) instead of one each.
+/// A timer job's payload is `{project, execution, token}`; the merged one `{project, timers: [{execution,
+/// token}]}`. Other jobs pass unchanged.
+fn merged_timers(jobs: Vec<Value>) -> Vec<Value> {
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut groups: Vec<(Value, Vec<Value>)> = Vec::new();
+    for j in jobs {
+        let payload: Option<Value> = (j["kind"] == TIMER_KIND)
+            .then(|| j["payload"].as_str().and_then(|p| serde_json::from_str(p).ok()))
+            .flatten();
+        let Some(p) = payload.filter(|p: &Value| p["execution"].is_string()) else {
+            out.push(j);
+            continue;
+        };
+        let timer = vars! { "execution": p["execution"], "token": p["token"] };
+        match groups.iter_mut().find(|(g, _)| g["run_at"] == j["run_at"] && g["payload_project"] == p["project"]) {
+            Some((_, timers)) => timers.push(timer),
+            None => {
+                let mut g = j;
+                g["payload_project"] = p["project"].clone();
+                groups.push((g, vec![timer]));
+            }
+        }
+    }
+    for (mut g, timers) in groups {
+        let project = g.as_object_mut().and_then(|o| o.remove("payload_project")).unwrap_or(Value::Null);
+        g["payload"] = Value::String(
+            if timers.len() == 1 {
+                vars! { "project": project, "execution": timers[0]["execution"], "token": timers[0]["token"] }
+            } else {
+                vars! { "project": project, "timers": timers }
+            }
+            .to_string(),
+        );
+        out.push(g);
+    }
+    out
+}
+
+/// The effects of many executions besides their rows, as statements and their bindings.
+fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &mut String, v: &mut Value) {
     let mut jobs = Vec::new();
     let mut events = Vec::new();
     let mut emails = Vec::new();
     let mut contacts = Vec::new();
     let mut leaves = Vec::new();
     for (e, fx) in items {
-        for (r, doc) in fx.runs.iter().zip(run_docs(project, &e.id, &fx.runs)) {
-            if open.contains(r.id.as_str()) {
-                runs.push(doc);
-            } else {
-                let mut d = doc["doc"].clone();
-                d["id"] = Value::String(r.id.clone());
-                new_runs.push(d);
-            }
-        }
         jobs.extend(fx.jobs.iter().cloned());
         events.extend(fx.events.iter());
         emails.extend(fx.emails.iter());
@@ -197,14 +237,6 @@ fn effects(
         if fx.leaves {
             leaves.push(vars! { "wf": e.workflow, "contact": e.contact });
         }
-    }
-    if !runs.is_empty() {
-        sql.push_str(
-            "FOR $r IN $runs { UPSERT type::record('workflow_step_run', $r.id) CONTENT $r.doc RETURN NONE; };\n",
-        );
-    }
-    if !new_runs.is_empty() {
-        sql.push_str("INSERT INTO workflow_step_run $new_runs RETURN NONE;\n");
     }
     if !contacts.is_empty() {
         sql.push_str(
@@ -223,11 +255,14 @@ fn effects(
              };\n",
         );
     }
-    // Every workflow email goes with the same delivery settings (the first one's).
+    // Every workflow email goes with the same delivery settings (the first one's), in delivery jobs of
+    // up to SEND_JOB_CHUNK emails like a `/v1/send` transaction's: a job per email would cost a job
+    // row, its claim and its completion per email.
     if let Some(m) = emails.first() {
         let rows: Vec<super::emails::EmailRow> = emails.iter().map(|m| m.row.clone()).collect();
         let workflows = Some(crate::domain::billing::Category::Workflows);
-        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, 1, workflows);
+        let chunk = super::emails::SEND_JOB_CHUNK;
+        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, chunk, workflows);
         jobs.extend(docs.jobs);
         // The delivery jobs go with the round's other jobs below.
         sql.push_str(super::emails::EmailDocs::RECORDS);
@@ -236,6 +271,7 @@ fn effects(
         v["sets"] = Value::Array(docs.sets);
         v["usage"] = Value::Array(docs.usage);
     }
+    let jobs = merged_timers(jobs);
     if !jobs.is_empty() {
         sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
     }
@@ -245,8 +281,6 @@ fn effects(
         v["outbox"] = outbox_row(events.iter().map(|x| x.id.as_str()));
     }
     v["events"] = Value::Array(events.iter().map(|x| x.row()).collect());
-    v["runs"] = Value::Array(runs);
-    v["new_runs"] = Value::Array(new_runs);
     v["jobs"] = Value::Array(jobs);
     v["contacts"] = Value::Array(contacts);
     v["leaves"] = Value::Array(leaves);
@@ -305,7 +339,7 @@ impl Store {
             v["execs"] = starts
                 .iter()
                 .map(|s| {
-                    let mut d = exec_doc(project, s.e);
+                    let mut d = exec_doc(project, s.e, &s.fx.runs);
                     d["id"] = Value::String(s.e.id.clone());
                     d
                 })
@@ -326,7 +360,7 @@ impl Store {
                 .iter()
                 .map(|m| {
                     vars! {
-                        "id": m.to.id, "doc": exec_doc(project, m.to), "fs": m.from.status,
+                        "id": m.to.id, "doc": exec_doc(project, m.to, &m.fx.runs), "fs": m.from.status,
                         "fstep": m.from.step.clone().unwrap_or_default(), "ftimer": m.from.timer.clone().unwrap_or_default(),
                     }
                 })
@@ -336,8 +370,7 @@ impl Store {
         let start_fx: Vec<Effects> = starts.iter().map(|s| Effects { leaves: false, ..s.fx.clone() }).collect();
         let pairs: Vec<(&ExecutionRow, &Effects)> =
             starts.iter().zip(&start_fx).map(|(s, f)| (s.e, f)).chain(moves.iter().map(|m| (m.to, m.fx))).collect();
-        let open: std::collections::HashSet<&str> = moves.iter().filter_map(|m| m.from.run.as_deref()).collect();
-        effects(project, &pairs, &open, now, &mut sql, &mut v);
+        effects(project, &pairs, now, &mut sql, &mut v);
         sql.push_str("COMMIT TRANSACTION;");
         let writes: Vec<super::contacts::ContactWrite> = pairs
             .iter()
@@ -355,7 +388,12 @@ impl Store {
             self.forget_written(project, &writes);
         }
         match self.write(|| async { self.query(&sql, v.clone()).await }).await {
-            Ok(_) => Ok(Ok(())),
+            Ok(_) => {
+                crate::infra::metrics::executions_written(
+                    starts.iter().map(|s| s.e.status.as_str()).chain(moves.iter().map(|m| m.to.status.as_str())),
+                );
+                Ok(Ok(()))
+            }
             Err(err) => refused(&err).map(Err).ok_or(err),
         }
     }
@@ -476,18 +514,6 @@ impl Store {
         .first(0)
     }
 
-    /// The runs of an execution's steps, in the order they started.
-    pub async fn step_runs(&self, project: &str, execution: &str) -> Result<Vec<StepRunRow>, StoreError> {
-        self.query(
-            &format!(
-                "SELECT {RUN_FIELDS} FROM workflow_step_run WHERE execution = $e AND project = $p ORDER BY started_at, id"
-            ),
-            vars! { "p": project, "e": execution },
-        )
-        .await?
-        .all(0)
-    }
-
     /// One page of a workflow's executions (newest first), optionally of one status, and the total.
     pub async fn list_executions(
         &self,
@@ -505,7 +531,7 @@ impl Store {
         let mut rows = self
             .query(
                 &format!(
-                    "SELECT {EXEC_FIELDS} FROM workflow_execution{filter} ORDER BY created_at DESC, id DESC LIMIT $limit START $offset;
+                    "SELECT {LIST_FIELDS} FROM workflow_execution{filter} ORDER BY created_at DESC, id DESC LIMIT $limit START $offset;
                      SELECT count() AS n FROM workflow_execution{filter} GROUP ALL;"
                 ),
                 vars! { "p": project, "wf": workflow, "status": status, "limit": limit, "offset": offset },
@@ -536,10 +562,10 @@ impl Store {
                             WHERE {which}project = $p AND workflow = $wf AND status IN ['RUNNING', 'WAITING'] LIMIT $limit);
                          LET $ids = $gone.id;
                          UPDATE array::map($ids, |$i| type::record('workflow_execution', $i)) SET status = 'CANCELLED',
-                            timer = NONE, run = NONE, waiting_event = NONE, updated_at = $now, completed_at = $now RETURN NONE;
-                         LET $runs = array::filter($gone.run, |$r| $r != NONE AND $r != NULL);
-                         UPDATE array::map($runs, |$r| type::record('workflow_step_run', $r)) SET status = 'CANCELLED',
-                            completed_at = $now WHERE status IN ['RUNNING', 'WAITING'] RETURN NONE;
+                            timer = NONE, run = NONE, waiting_event = NONE, updated_at = $now, completed_at = $now,
+                            runs = array::map(runs, |$r| IF $r.status IN ['RUNNING', 'WAITING']
+                                THEN object::extend($r, {{ status: 'CANCELLED', completed_at: $now }}) ELSE $r END)
+                            RETURN NONE;
                          FOR $g IN $gone {{
                             UPDATE type::record('workflow_entry', [$wf, $g.contact]) SET active = false, updated_at = $now RETURN NONE;
                          }};

@@ -293,8 +293,6 @@ impl Store {
                          IF $active > 0 {{ THROW 'WORKFLOW_ACTIVE: ' + <string> $active; }};
                          LET $gone = (DELETE workflow WHERE id = type::record('workflow', $id) AND project = $p RETURN BEFORE);
                          IF array::len($gone) > 0 {{
-                            LET $execs = (SELECT VALUE record::id(id) FROM workflow_execution WHERE project = $p AND workflow = $id);
-                            FOR $x IN $execs {{ DELETE workflow_step_run WHERE execution = $x RETURN NONE; }};
                             DELETE workflow_execution WHERE project = $p AND workflow = $id RETURN NONE;
                             DELETE workflow_entry WHERE project = $p AND record::id(id)[0] = $id RETURN NONE;
                          }};

@@ -31,7 +31,8 @@ use crate::store::workflows::WorkflowRow;
 use crate::store::{Store, StoreError};
 
 pub const RUN_JOB: &str = "workflow.run";
-pub const TIMER_JOB: &str = "workflow.timer";
+/// Timer jobs: one execution and its timer token each, or (written together) a list of them.
+pub const TIMER_JOB: &str = crate::store::workflow_runs::TIMER_KIND;
 /// Claim priority of workflow jobs: after transactional delivery (100), before campaign work (5, 1).
 pub const JOB_PRIORITY: i64 = 50;
 /// Delivery priority of workflow mail: after transactional sends (100), before marketing sends (10)
@@ -194,6 +195,7 @@ pub(super) fn plan_start(
         updated_at: now,
         completed_at: None,
         depth: Some(depth),
+        runs: Vec::new(),
     };
     let mut fx = Effects::default();
     fx.runs.push(StepRunRow {

@@ -68,8 +68,10 @@ pub async fn get(
     id: &str,
 ) -> Result<(ExecutionRow, Vec<StepRunRow>), ApiError> {
     manage::get(st, project, workflow).await?;
-    let e = st.store.execution(project, id).await?.filter(|e| e.workflow == workflow).ok_or_else(|| not_found(id))?;
-    let runs = st.store.step_runs(project, id).await?;
+    let mut e =
+        st.store.execution(project, id).await?.filter(|e| e.workflow == workflow).ok_or_else(|| not_found(id))?;
+    let mut runs = std::mem::take(&mut e.runs);
+    runs.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
     Ok((e, runs))
 }
 

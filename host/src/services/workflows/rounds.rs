@@ -109,20 +109,26 @@ struct Wanted {
     token: Option<String>,
 }
 
+/// The executions the jobs name: one each, or a timer job's list (`timers`, written together).
 fn wanted(ctxs: &[JobContext]) -> Vec<Wanted> {
-    ctxs.iter()
-        .enumerate()
-        .filter_map(|(job, c)| {
-            let p = &c.payload;
-            Some(Wanted {
+    let mut out = Vec::new();
+    for (job, c) in ctxs.iter().enumerate() {
+        let p = &c.payload;
+        let Some(project) = p.get("project").and_then(Value::as_str) else { continue };
+        let one = std::slice::from_ref(p);
+        let items = p.get("timers").and_then(Value::as_array).map_or(one, Vec::as_slice);
+        for t in items {
+            let Some(id) = t.get("execution").and_then(Value::as_str) else { continue };
+            out.push(Wanted {
                 job,
-                project: p.get("project").and_then(Value::as_str)?.to_string(),
-                id: p.get("execution").and_then(Value::as_str)?.to_string(),
+                project: project.to_string(),
+                id: id.to_string(),
                 attempt: c.attempt,
-                token: p.get("token").and_then(Value::as_str).map(str::to_string),
-            })
-        })
-        .collect()
+                token: t.get("token").and_then(Value::as_str).map(str::to_string),
+            });
+        }
+    }
+    out
 }
 
 /// Whether a step reads the contact (SEND_EMAIL and plugin steps).
@@ -417,6 +423,8 @@ impl Engine {
         ctxs: &[JobContext],
         mut results: Vec<Result<(), String>>,
     ) -> Vec<Result<(), String>> {
+        // Per job given up on: whether failing each of its executions went well.
+        let mut given_up: HashMap<usize, Result<(), String>> = HashMap::new();
         for w in wanted(ctxs) {
             let job = w.job;
             let Err(m) = &results[job] else { continue };
@@ -424,14 +432,23 @@ impl Engine {
                 continue;
             }
             let why = format!("gave up after {JOB_ATTEMPTS} attempts: {m}");
-            results[job] = self.fail(&w.project, &w.id, &why).await.map_err(|e| e.to_string());
+            // A timer job's executions that went on (their token moved) are left as they are.
+            let r = self.fail(&w.project, &w.id, w.token.as_deref(), &why).await.map_err(|e| e.to_string());
+            let entry = given_up.entry(job).or_insert(Ok(()));
+            if entry.is_ok() {
+                *entry = r;
+            }
+        }
+        for (job, r) in given_up {
+            results[job] = r;
         }
         results
     }
 
-    /// Fails an execution that cannot go on, if it still runs or waits.
-    async fn fail(&self, project: &str, id: &str, why: &str) -> Result<(), StoreError> {
-        let Some(e) = self.store.execution(project, id).await?.filter(|e| e.status.is_active()) else {
+    /// Fails an execution that cannot go on, if it still runs or waits (on the timer `token`, when given).
+    async fn fail(&self, project: &str, id: &str, token: Option<&str>, why: &str) -> Result<(), StoreError> {
+        let still = |e: &ExecutionRow| e.status.is_active() && (token.is_none() || e.timer.as_deref() == token);
+        let Some(e) = self.store.execution(project, id).await?.filter(still) else {
             return Ok(());
         };
         let now = self.clock.now_ms();

@@ -103,7 +103,7 @@ impl Engine {
             Ok(p) => p,
             Err(i) => return failed(format!("template {tid} cannot be rendered: {i}")),
         };
-        let p = self.store.project(project).await.map_err(retry)?;
+        let p = self.store.project_cached(project).await.map_err(retry)?;
         let project_name = p.as_ref().map(|p| p.name.clone());
         let message = Message {
             project,
