@@ -194,7 +194,96 @@ async fn a_batch_shares_its_timer_job_and_delivery_job_and_each_execution_resume
     }
     let timers = job_rows(&s, "workflow.timer").await;
     assert!(timers.iter().all(|j| j["status"] == "completed"), "{timers:?}");
+    // `/metrics` counts executions written by status (in this process, where other tests run too).
+    let text = reqwest::get(format!("{}/metrics", s.base)).await.unwrap().text().await.unwrap();
+    let exited = text
+        .lines()
+        .find_map(|l| l.strip_prefix("herald_workflow_executions_written_total{status=\"EXITED\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(exited.is_some_and(|n| n >= 4), "{text}");
     sink.wait_for(5).await;
     assert_eq!(sink.received().len(), 5, "each email once");
+    s.stop().await;
+}
+
+/// A batch's contact changes are written only over the versions they were planned from: one stale
+/// contact, or one contact changed by two executions of the batch, refuses the whole batch (it is then
+/// written one execution at a time), and nothing of it is written.
+#[tokio::test]
+async fn a_batch_with_a_stale_or_doubly_changed_contact_writes_nothing() {
+    use herald_host::domain::status::ExecutionStatus;
+    use herald_host::store::workflow_runs::{BatchRefused, ContactChange, Effects, ExecutionRow, Start};
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let a = crate::workflow_kit::contact(&p, "a@example.com", true, json!({ "n": 1 })).await;
+    let b = crate::workflow_kit::contact(&p, "b@example.com", true, json!({ "n": 1 })).await;
+    let store = &s.state.store;
+    let va = store.contact(&p.id, &a).await.unwrap().unwrap().version;
+    let vb = store.contact(&p.id, &b).await.unwrap().unwrap().version;
+    let exec = |id: &str, contact: &str| ExecutionRow {
+        id: id.into(),
+        workflow: "w1".into(),
+        contact: contact.into(),
+        status: ExecutionStatus::Completed,
+        context: json!({}),
+        step: None,
+        timer: None,
+        run: None,
+        waiting_event: None,
+        trigger_event: None,
+        error: None,
+        exit_reason: None,
+        created_at: 1,
+        updated_at: 1,
+        completed_at: Some(1),
+        depth: Some(0),
+        runs: vec![],
+    };
+    let change = |id: &str, email: &str, version: i64, n: i64| Effects {
+        contact: Some(ContactChange {
+            id: id.into(),
+            version,
+            email: email.into(),
+            subscribed: true,
+            data: json!({ "n": n }).as_object().unwrap().clone(),
+            events: vec![],
+        }),
+        ..Effects::default()
+    };
+    let (e1, e2, e3) = (exec("x1", &a), exec("x2", &b), exec("x3", &a));
+    async fn write(
+        store: &herald_host::store::Store,
+        project: &str,
+        items: Vec<(&ExecutionRow, Effects)>,
+    ) -> Result<(), BatchRefused> {
+        let starts: Vec<Start> = items.iter().map(|(e, fx)| Start { e, allow_reentry: true, fx }).collect();
+        store.write_executions(project, &starts, &[], 2).await.unwrap()
+    }
+    // b's change planned from an older version: nothing of the batch is written.
+    let r = write(
+        store,
+        &p.id,
+        vec![(&e1, change(&a, "a@example.com", va, 2)), (&e2, change(&b, "b@example.com", vb - 1, 2))],
+    )
+    .await;
+    assert_eq!(r, Err(BatchRefused::StaleContact));
+    // a changed by two executions of one batch: refused too.
+    let r =
+        write(store, &p.id, vec![(&e1, change(&a, "a@example.com", va, 3)), (&e3, change(&a, "a@example.com", va, 4))])
+            .await;
+    assert_eq!(r, Err(BatchRefused::StaleContact));
+    for id in [&a, &b] {
+        let c = store.contact(&p.id, id).await.unwrap().unwrap();
+        assert_eq!(c.data["n"], 1, "nothing written: {c:?}");
+    }
+    assert!(store.execution(&p.id, "x1").await.unwrap().is_none(), "no execution written");
+    // Both current: both written, each one version on.
+    let r =
+        write(store, &p.id, vec![(&e1, change(&a, "a@example.com", va, 5)), (&e2, change(&b, "b@example.com", vb, 6))])
+            .await;
+    assert_eq!(r, Ok(()));
+    let (ca, cb) = (store.contact(&p.id, &a).await.unwrap().unwrap(), store.contact(&p.id, &b).await.unwrap().unwrap());
+    assert_eq!((ca.data["n"].as_i64(), ca.version), (Some(5), va + 1));
+    assert_eq!((cb.data["n"].as_i64(), cb.version), (Some(6), vb + 1));
     s.stop().await;
 }

@@ -231,7 +231,8 @@ fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &m
         emails.extend(fx.emails.iter());
         if let Some(c) = &fx.contact {
             contacts.push(vars! {
-                "id": c.id, "version": c.version, "email": c.email, "subscribed": c.subscribed, "data": c.data,
+                "id": c.id, "project": project, "version": c.version, "email": c.email, "subscribed": c.subscribed,
+                "data": c.data, "created_at": now, "updated_at": now,
             });
         }
         if fx.leaves {
@@ -240,12 +241,14 @@ fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &m
     }
     if !contacts.is_empty() {
         sql.push_str(
-            "FOR $c IN $contacts {
-                LET $cr = (UPDATE type::record('contact', $c.id) SET email = $c.email, subscribed = $c.subscribed,
-                    data = $c.data, version = version + 1, updated_at = $now
-                    WHERE project = $p AND version = $c.version RETURN VALUE id);
-                IF array::len($cr) == 0 { THROW 'STALE_CONTACT'; };
-             };\n",
+            // Set-wise: every contact still at the version its change was planned from (one contact
+            // changed twice in a batch is refused too: the batch is then written one execution at a
+            // time), then all changes in one statement, each to the version after the one checked.
+            "IF array::len(array::distinct($cids)) != array::len($cids)
+                OR (SELECT VALUE [record::id(id), version] FROM array::map($cids, |$i| type::record('contact', $i))
+                    WHERE project = $p) != $cvers { THROW 'STALE_CONTACT'; };
+             INSERT INTO contact $contacts ON DUPLICATE KEY UPDATE email = $input.email, subscribed = $input.subscribed,
+                data = $input.data, version = $input.version + 1, updated_at = $now RETURN NONE;\n",
         );
     }
     if !leaves.is_empty() {
@@ -282,6 +285,8 @@ fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &m
     }
     v["events"] = Value::Array(events.iter().map(|x| x.row()).collect());
     v["jobs"] = Value::Array(jobs);
+    v["cids"] = contacts.iter().map(|c| c["id"].clone()).collect();
+    v["cvers"] = contacts.iter().map(|c| Value::Array(vec![c["id"].clone(), c["version"].clone()])).collect();
     v["contacts"] = Value::Array(contacts);
     v["leaves"] = Value::Array(leaves);
     v["p"] = Value::String(project.to_string());
@@ -319,21 +324,27 @@ impl Store {
         let mut v = vars! {};
         if !starts.is_empty() {
             sql.push_str(
-                "FOR $x IN $starts {
-                    IF record::exists(type::record('workflow_execution', $x.id)) { THROW 'DUPLICATE'; };
-                    LET $entry = type::record('workflow_entry', [$x.wf, $x.contact]);
-                    IF record::exists($entry) AND (!$x.reentry OR (SELECT VALUE active FROM ONLY $entry) = true) { THROW 'REENTRY'; };
-                    UPSERT $entry SET project = $p, active = $x.active, updated_at = $now RETURN NONE;
-                 };
+                // Set-wise, a few statements for the whole batch (a statement per start costs more than
+                // the rows it writes): an existing id, an entry that refuses (any entry without
+                // re-entry, an active one with it), then the entries and the executions.
+                "IF array::len(SELECT VALUE id FROM array::map($ids, |$i| type::record('workflow_execution', $i))
+                    WHERE id != NONE) > 0 { THROW 'DUPLICATE'; };
+                 IF array::len(SELECT VALUE id FROM array::map($once, |$k| type::record('workflow_entry', $k))
+                    WHERE id != NONE) > 0 { THROW 'REENTRY'; };
+                 IF array::len(SELECT VALUE id FROM array::map($again, |$k| type::record('workflow_entry', $k))
+                    WHERE active = true) > 0 { THROW 'REENTRY'; };
+                 INSERT INTO workflow_entry $entries ON DUPLICATE KEY UPDATE active = $input.active,
+                    updated_at = $input.updated_at RETURN NONE;
                  INSERT INTO workflow_execution $execs RETURN NONE;\n",
             );
-            v["starts"] = starts
+            let key = |s: &Start<'_>| vec![s.e.workflow.clone(), s.e.contact.clone()];
+            v["ids"] = starts.iter().map(|s| Value::String(s.e.id.clone())).collect();
+            v["once"] = starts.iter().filter(|s| !s.allow_reentry).map(|s| Value::from(key(s))).collect();
+            v["again"] = starts.iter().filter(|s| s.allow_reentry).map(|s| Value::from(key(s))).collect();
+            v["entries"] = starts
                 .iter()
                 .map(|s| {
-                    vars! {
-                        "id": s.e.id, "wf": s.e.workflow, "contact": s.e.contact, "reentry": s.allow_reentry,
-                        "active": s.e.status.is_active(),
-                    }
+                    vars! { "id": key(s), "project": project, "active": s.e.status.is_active(), "updated_at": now }
                 })
                 .collect();
             v["execs"] = starts
