@@ -101,6 +101,9 @@ pub struct Effects {
     /// a plugin step's change to the contact, written only over the version it was planned from
     pub contact: Option<ContactChange>,
     pub leaves: bool,
+    /// when the execution's timer (its `timer` token) comes due: written as a timer job shared with the
+    /// other executions of the write whose timers come due then
+    pub timer_at: Option<i64>,
 }
 
 impl Effects {
@@ -112,6 +115,7 @@ impl Effects {
         self.events.extend(later.events);
         self.emails.extend(later.emails);
         self.leaves |= later.leaves;
+        self.timer_at = later.timer_at.or(self.timer_at);
         if let Some(c) = later.contact {
             self.contact = Some(match self.contact.take() {
                 Some(first) => ContactChange { version: first.version, events: Vec::new(), ..c },
@@ -177,45 +181,29 @@ pub enum BatchRefused {
 
 /// The job kind of workflow timers (a DELAY's end, a wait's timeout).
 pub const TIMER_KIND: &str = "workflow.timer";
+/// Claim priority of workflow jobs: after transactional delivery (100), before campaign work (5, 1).
+pub const JOB_PRIORITY: i64 = 50;
+/// Attempts of a workflow job before the execution fails.
+pub const JOB_ATTEMPTS: i64 = 5;
 
-/// The timer jobs among `jobs` that come due at one moment, as one job that lists them: the executions
-/// a batch moves into a DELAY at one moment get one job row (and later one claim) instead of one each.
-/// A timer job's payload is `{project, execution, token}`; the merged one `{project, timers: [{execution,
-/// token}]}`. Other jobs pass unchanged.
-fn merged_timers(jobs: Vec<Value>) -> Vec<Value> {
-    let mut out = Vec::with_capacity(jobs.len());
-    let mut groups: Vec<(Value, Vec<Value>)> = Vec::new();
-    for j in jobs {
-        let payload: Option<Value> = (j["kind"] == TIMER_KIND)
-            .then(|| j["payload"].as_str().and_then(|p| serde_json::from_str(p).ok()))
-            .flatten();
-        let Some(p) = payload.filter(|p: &Value| p["execution"].is_string()) else {
-            out.push(j);
-            continue;
-        };
-        let timer = vars! { "execution": p["execution"], "token": p["token"] };
-        match groups.iter_mut().find(|(g, _)| g["run_at"] == j["run_at"] && g["payload_project"] == p["project"]) {
-            Some((_, timers)) => timers.push(timer),
-            None => {
-                let mut g = j;
-                g["payload_project"] = p["project"].clone();
-                groups.push((g, vec![timer]));
-            }
+/// The timer jobs of these executions: one per due time, listing every execution that comes due then
+/// with its timer token (`{project, timers: [{execution, token}]}`), so the executions a batch moves into
+/// a wait at one moment cost one job row and one claim instead of one each.
+fn timer_jobs(project: &str, items: &[(&ExecutionRow, &Effects)]) -> Vec<Value> {
+    let mut due: std::collections::BTreeMap<i64, Vec<Value>> = Default::default();
+    for (e, fx) in items {
+        if let (Some(at), Some(token)) = (fx.timer_at, &e.timer) {
+            due.entry(at).or_default().push(vars! { "execution": e.id, "token": token });
         }
     }
-    for (mut g, timers) in groups {
-        let project = g.as_object_mut().and_then(|o| o.remove("payload_project")).unwrap_or(Value::Null);
-        g["payload"] = Value::String(
-            if timers.len() == 1 {
-                vars! { "project": project, "execution": timers[0]["execution"], "token": timers[0]["token"] }
-            } else {
-                vars! { "project": project, "timers": timers }
-            }
-            .to_string(),
-        );
-        out.push(g);
-    }
-    out
+    due.into_iter()
+        .map(|(at, timers)| {
+            let mut j = super::jobs::NewJob::new(TIMER_KIND, vars! { "project": project, "timers": timers }, at);
+            j.priority = JOB_PRIORITY;
+            j.max_attempts = JOB_ATTEMPTS;
+            j.doc(at)
+        })
+        .collect()
 }
 
 /// The effects of many executions besides their rows, as statements and their bindings.
@@ -274,7 +262,7 @@ fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &m
         v["sets"] = Value::Array(docs.sets);
         v["usage"] = Value::Array(docs.usage);
     }
-    let jobs = merged_timers(jobs);
+    jobs.extend(timer_jobs(project, items));
     if !jobs.is_empty() {
         sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
     }

@@ -31,15 +31,16 @@ use crate::store::workflows::WorkflowRow;
 use crate::store::{Store, StoreError};
 
 pub const RUN_JOB: &str = "workflow.run";
-/// Timer jobs: one execution and its timer token each, or (written together) a list of them.
+/// Timer jobs: the executions whose timers come due at one moment, each with its timer token (a timer
+/// job queued by an earlier version names one execution and token; both are read).
 pub const TIMER_JOB: &str = crate::store::workflow_runs::TIMER_KIND;
 /// Claim priority of workflow jobs: after transactional delivery (100), before campaign work (5, 1).
-pub const JOB_PRIORITY: i64 = 50;
+pub const JOB_PRIORITY: i64 = crate::store::workflow_runs::JOB_PRIORITY;
 /// Delivery priority of workflow mail: after transactional sends (100), before marketing sends (10)
 /// and campaigns (a kind of their own, claimed last).
 pub const EMAIL_PRIORITY: i64 = 50;
 /// Attempts of a workflow job before the execution fails.
-pub(super) const JOB_ATTEMPTS: i64 = 5;
+pub(super) const JOB_ATTEMPTS: i64 = crate::store::workflow_runs::JOB_ATTEMPTS;
 /// Workflow jobs of one kind claimed and run together at most.
 const JOB_BATCH: usize = 256;
 /// Executions started in one transaction at most, and such batches in flight at once.
@@ -575,9 +576,9 @@ pub(super) fn apply(
             to.waiting_event = awaited;
             fx.runs.push(r);
             if let Some(at) = until {
-                let token = new_id();
-                fx.jobs.push(job(TIMER_JOB, json!({ "project": project, "execution": e.id, "token": token }), at));
-                to.timer = Some(token);
+                // The store writes the timer job (`workflow_runs::timer_jobs`), shared with the batch.
+                to.timer = Some(new_id());
+                fx.timer_at = Some(at);
             }
         }
         Outcome::Exit { reason } => {
