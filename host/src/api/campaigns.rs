@@ -336,7 +336,8 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
     fut.await
 }
 
-/// One campaign, its counters recounted from its email records.
+/// One campaign, its counters recounted from its email records (a big campaign's at most every so often:
+/// docs/behaviour.md#campaigns).
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
@@ -344,7 +345,7 @@ pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Re
         let ctx = project(depot)?;
         let id = id.into_inner();
         let mut c = load(&st, &ctx.project_id, &id).await?;
-        if c.run > 0 && st.campaigns.recount_for_read(&c).await.map_err(campaign_error)? {
+        if c.run > 0 && st.campaigns.counts_for_read(&c).await.map_err(campaign_error)?.1 {
             c = load(&st, &ctx.project_id, &id).await?;
         }
         Reply::ok(&CampaignOut::from(&c))
@@ -478,8 +479,8 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
     fut.await
 }
 
-/// Counts of the campaign's emails by outcome, recounted from the records, with rates as percentages of
-/// the sent count.
+/// Counts of the campaign's emails by outcome, recounted from the records (a big campaign's at most every
+/// so often: docs/behaviour.md#campaigns), with rates as percentages of the sent count.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = StatsOut)))]
 pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
@@ -487,7 +488,7 @@ pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<
         let ctx = project(depot)?;
         let id = id.into_inner();
         let c = load(&st, &ctx.project_id, &id).await?;
-        let n = st.campaigns.recount(&ctx.project_id, &id).await.map_err(campaign_error)?;
+        let n = st.campaigns.counts_for_stats(&c).await.map_err(campaign_error)?;
         Reply::ok(&StatsOut {
             id: c.id,
             status: c.status.to_string(),

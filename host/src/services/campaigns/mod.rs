@@ -19,6 +19,7 @@
 //! Must not import: salvo, surrealdb.
 
 pub mod manage;
+pub mod recount;
 
 use std::sync::{Arc, OnceLock};
 
@@ -94,8 +95,8 @@ pub struct Campaigns {
     pub delivery_chunk: usize,
     /// Wakes the job worker (set once the worker exists).
     pub wake: OnceLock<Arc<tokio::sync::Notify>>,
-    /// When the progress job last recounted each sending campaign's counters (this process).
-    pub recounted: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Each campaign's last recount in this process, which holds the next one back (`recount.rs`).
+    pub recounted: recount::Recounts,
 }
 
 /// How long a cancel waits for the hand-overs in flight to finish before it answers (they end within
@@ -103,11 +104,13 @@ pub struct Campaigns {
 const CANCEL_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How often the progress job recounts a sending campaign's counters from its email records (a read of
-/// every record); whether the campaign is finished is checked on every run, through the index.
+/// every record; longer for a big campaign, `recount.rs`); whether the campaign is finished is checked
+/// on every run, through the index.
 const RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How old a SENDING campaign's counters may be when a read (`GET /campaigns/:id`) answers them: a
-/// recount reads every email record of the campaign, and a dashboard polls.
+/// How old a SENDING campaign's counters may be when a read (`GET /campaigns/:id`, `/stats`) answers
+/// them (longer for a big campaign, `recount.rs`): a recount reads every email record of the campaign,
+/// and a dashboard polls.
 const READ_RECOUNT_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What every email of a campaign shares (untracked; its batches set `track` from the project's mode).
@@ -249,27 +252,47 @@ impl Campaigns {
         Err(CampaignError::State("the campaign keeps changing; try again".into()))
     }
 
-    /// Recounts a campaign's counters for a read: always, unless it is SENDING and was recounted in this
-    /// process less than [`READ_RECOUNT_EVERY`] ago. Returns whether it recounted.
-    pub async fn recount_for_read(&self, c: &CampaignRow) -> Result<bool, CampaignError> {
-        if c.status == CampaignStatus::Sending {
-            let fresh = {
-                let seen = self.recounted.lock().unwrap_or_else(|p| p.into_inner());
-                seen.get(&c.id).is_some_and(|at| at.elapsed() < READ_RECOUNT_EVERY)
-            };
-            if fresh {
-                return Ok(false);
-            }
-            self.recounted.lock().unwrap_or_else(|p| p.into_inner()).insert(c.id.clone(), std::time::Instant::now());
+    /// A campaign's counters for `GET /campaigns/:id`: recounted unless the last recount in this process
+    /// is recent enough (`recount.rs`: under [`READ_RECOUNT_EVERY`] old for a SENDING campaign, or held
+    /// back by the cost of a big campaign's recount). Answers the counts and whether it recounted (then
+    /// the stored counters changed too).
+    pub async fn counts_for_read(&self, c: &CampaignRow) -> Result<(EmailCounts, bool), CampaignError> {
+        let base = match c.status {
+            CampaignStatus::Sending => READ_RECOUNT_EVERY,
+            _ => std::time::Duration::ZERO,
+        };
+        self.counts_within(c, base).await
+    }
+
+    /// A campaign's counters for `/stats`: recounted on every call, unless a big campaign's last
+    /// recount holds the next one back (`recount.rs`).
+    pub async fn counts_for_stats(&self, c: &CampaignRow) -> Result<EmailCounts, CampaignError> {
+        Ok(self.counts_within(c, std::time::Duration::ZERO).await?.0)
+    }
+
+    async fn counts_within(
+        &self,
+        c: &CampaignRow,
+        base: std::time::Duration,
+    ) -> Result<(EmailCounts, bool), CampaignError> {
+        if let Some(counts) = self.recounted.fresh(&c.id, base) {
+            return Ok((counts, false));
         }
-        self.recount(&c.project, &c.id).await?;
-        Ok(true)
+        Ok((self.recount(&c.project, &c.id).await?, true))
     }
 
     /// Recounts a campaign's counters from its email records and stores them.
     pub async fn recount(&self, project: &str, id: &str) -> Result<EmailCounts, CampaignError> {
-        let counts = self.store.campaign_email_counts(project, id).await?;
+        let counts = self.count(project, id).await?;
         self.store.set_campaign_counts(project, id, &counts).await?;
+        Ok(counts)
+    }
+
+    /// Counts a campaign's email records, remembering what it cost.
+    async fn count(&self, project: &str, id: &str) -> Result<EmailCounts, CampaignError> {
+        let started = std::time::Instant::now();
+        let counts = self.store.campaign_email_counts(project, id).await?;
+        self.recounted.note(id, started.elapsed(), &counts);
         Ok(counts)
     }
 
@@ -455,15 +478,10 @@ impl Campaigns {
             // each written batch left a marker row.)
             let written = c.resolved && self.store.campaign_batches_done(&c.id, c.run).await? >= c.batches_left;
             let finished = written && !self.store.campaign_has_unsent(&c.id).await?;
-            let due = {
-                let seen = self.recounted.lock().unwrap_or_else(|p| p.into_inner());
-                seen.get(&c.id).is_none_or(|at| at.elapsed() >= RECOUNT_EVERY)
-            };
-            if !finished && !due {
+            if !finished && self.recounted.fresh(&c.id, RECOUNT_EVERY).is_some() {
                 continue;
             }
-            let counts = self.store.campaign_email_counts(&c.project, &c.id).await?;
-            self.recounted.lock().unwrap_or_else(|p| p.into_inner()).insert(c.id.clone(), std::time::Instant::now());
+            let counts = self.count(&c.project, &c.id).await?;
             let stored = (c.sent_count, c.delivered_count, c.opened_count, c.clicked_count, c.bounced_count);
             if stored != (counts.sent, counts.delivered, counts.opened, counts.clicked, counts.bounced) {
                 self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;
@@ -476,7 +494,7 @@ impl Campaigns {
                     .transition_campaign(&c.project, &c.id, &[CampaignStatus::Sending], c.run, set, &[], false)
                     .await?
                 {
-                    self.recounted.lock().unwrap_or_else(|p| p.into_inner()).remove(&c.id);
+                    self.recounted.forget(&c.id);
                     done += 1;
                 }
             }
