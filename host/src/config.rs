@@ -605,6 +605,31 @@ impl Config {
         }
     }
 
+    /// Where this test process keeps its directories: `<temp>/herald-tests/<pid>`. The first call removes
+    /// the directories of test processes that are no longer running (where `/proc` tells), so test runs
+    /// do not pile directories up in the temp directory.
+    pub fn test_scratch() -> PathBuf {
+        static SCRATCH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        SCRATCH
+            .get_or_init(|| {
+                let root = std::env::temp_dir().join("herald-tests");
+                if std::path::Path::new("/proc/self").exists() {
+                    for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+                        let name = entry.file_name();
+                        let dead = name
+                            .to_str()
+                            .and_then(|n| n.parse::<u32>().ok())
+                            .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+                        if dead {
+                            let _ = std::fs::remove_dir_all(entry.path());
+                        }
+                    }
+                }
+                root.join(std::process::id().to_string())
+            })
+            .clone()
+    }
+
     /// A configuration for tests: in-memory database, an ephemeral port, fixed secret.
     pub fn for_tests() -> Config {
         Settings {
@@ -613,10 +638,10 @@ impl Config {
             secret: Some("test-secret-test-secret".into()),
             job_poll_ms: Some(20),
             campaign_progress_ms: Some(100),
-            plugins_dir: Some(std::env::temp_dir().join(format!("herald-test-plugins-{}", uuid::Uuid::new_v4()))),
+            plugins_dir: Some(Self::test_scratch().join(format!("plugins-{}", uuid::Uuid::new_v4()))),
             plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
-            uploads_dir: Some(std::env::temp_dir().join(format!("herald-test-uploads-{}", uuid::Uuid::new_v4()))),
-            mail_dir: Some(std::env::temp_dir().join(format!("herald-test-mail-{}", uuid::Uuid::new_v4()))),
+            uploads_dir: Some(Self::test_scratch().join(format!("uploads-{}", uuid::Uuid::new_v4()))),
+            mail_dir: Some(Self::test_scratch().join(format!("mail-{}", uuid::Uuid::new_v4()))),
             ..Default::default()
         }
         .resolve()
@@ -630,7 +655,7 @@ mod tests {
 
     #[test]
     fn flags_beat_file_and_file_beats_defaults() {
-        let dir = std::env::temp_dir().join(format!("herald-cfg-{}", uuid::Uuid::new_v4()));
+        let dir = Config::test_scratch().join(format!("cfg-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("herald.toml");
         std::fs::write(&path, "db = \"mem://\"\nrate_limit_per_minute = 5\nlisten = \"127.0.0.1:4000\"\n").unwrap();
@@ -654,7 +679,7 @@ mod tests {
     fn bad_values_are_refused() {
         assert!(Settings { db: Some("postgres://x".into()), ..Default::default() }.resolve().is_err());
         assert!(Settings { secret: Some("short".into()), ..Default::default() }.resolve().is_err());
-        let dir = std::env::temp_dir().join(format!("herald-cfg-{}", uuid::Uuid::new_v4()));
+        let dir = Config::test_scratch().join(format!("cfg-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("h.toml");
         std::fs::write(&path, "unknown_key = 1\n").unwrap();

@@ -54,7 +54,7 @@ pub async fn wait_until_up(base: &str) -> bool {
 
 #[tokio::test]
 async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gracefully() {
-    let dir = std::env::temp_dir().join(format!("herald-bin-{}", uuid::Uuid::new_v4()));
+    let dir = herald_host::config::Config::test_scratch().join(format!("bin-{}", uuid::Uuid::new_v4()));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
 
     let out = herald(&dir, port).args(["migrate"]).output().unwrap();

@@ -166,7 +166,7 @@ fn kill(child: &mut std::process::Child, signal: &str) {
 async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() {
     const N: usize = 3_000;
     let sink = SmtpSink::start(0).await;
-    let dir = std::env::temp_dir().join(format!("herald-crash-{}", uuid::Uuid::new_v4()));
+    let dir = herald_host::config::Config::test_scratch().join(format!("crash-{}", uuid::Uuid::new_v4()));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let out = herald(&dir, port, &sink)
         .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])

@@ -218,7 +218,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
 
 #[tokio::test]
 async fn a_project_and_its_keys_survive_a_restart_on_the_embedded_database() {
-    let dir = std::env::temp_dir().join(format!("herald-restart-{}", uuid::Uuid::new_v4()));
+    let dir = herald_host::config::Config::test_scratch().join(format!("restart-{}", uuid::Uuid::new_v4()));
     let mut config = herald_host::config::Config::for_tests();
     config.db = format!("surrealkv://{}", dir.display());
     let s = Server::start_with(config.clone(), None).await;

@@ -274,7 +274,7 @@ async fn hot_reload_swaps_versions_under_concurrent_calls_without_failures() {
 
 #[tokio::test]
 async fn a_restart_loads_the_precompiled_artifact_from_the_cache() {
-    let cache = std::env::temp_dir().join(format!("herald-cache-test-{}", uuid::Uuid::new_v4()));
+    let cache = herald_host::config::Config::test_scratch().join(format!("cache-test-{}", uuid::Uuid::new_v4()));
     let mut config = config_with(&[plugin_kit::OPERATORS]);
     config.plugin_cache_dir = cache.clone();
     let s = Server::start_with(config.clone(), None).await;
