@@ -244,7 +244,7 @@ impl Campaigns {
                     while self.store.campaign_sending(project, id).await? > 0 && std::time::Instant::now() < until {
                         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
                     }
-                    self.recount(project, id).await?;
+                    self.recount(project, id, (CampaignStatus::Cancelled, c.run)).await?;
                     return self.load(project, id).await;
                 }
             }
@@ -275,24 +275,24 @@ impl Campaigns {
         c: &CampaignRow,
         base: std::time::Duration,
     ) -> Result<(EmailCounts, bool), CampaignError> {
-        if let Some(counts) = self.recounted.fresh(&c.id, base) {
+        if let Some(counts) = self.recounted.fresh(&c.id, (c.status, c.run), base) {
             return Ok((counts, false));
         }
-        Ok((self.recount(&c.project, &c.id).await?, true))
+        Ok((self.recount(&c.project, &c.id, (c.status, c.run)).await?, true))
     }
 
-    /// Recounts a campaign's counters from its email records and stores them.
-    pub async fn recount(&self, project: &str, id: &str) -> Result<EmailCounts, CampaignError> {
-        let counts = self.count(project, id).await?;
+    /// Recounts a campaign's counters from its email records (the campaign in `state`) and stores them.
+    pub async fn recount(&self, project: &str, id: &str, state: recount::State) -> Result<EmailCounts, CampaignError> {
+        let counts = self.count(project, id, state).await?;
         self.store.set_campaign_counts(project, id, &counts).await?;
         Ok(counts)
     }
 
-    /// Counts a campaign's email records, remembering what it cost.
-    async fn count(&self, project: &str, id: &str) -> Result<EmailCounts, CampaignError> {
+    /// Counts a campaign's email records (the campaign in `state`), remembering what it cost.
+    async fn count(&self, project: &str, id: &str, state: recount::State) -> Result<EmailCounts, CampaignError> {
         let started = std::time::Instant::now();
         let counts = self.store.campaign_email_counts(project, id).await?;
-        self.recounted.note(id, started.elapsed(), &counts);
+        self.recounted.note(id, state, started.elapsed(), &counts);
         Ok(counts)
     }
 
@@ -478,10 +478,10 @@ impl Campaigns {
             // each written batch left a marker row.)
             let written = c.resolved && self.store.campaign_batches_done(&c.id, c.run).await? >= c.batches_left;
             let finished = written && !self.store.campaign_has_unsent(&c.id).await?;
-            if !finished && self.recounted.fresh(&c.id, RECOUNT_EVERY).is_some() {
+            if !finished && self.recounted.fresh(&c.id, (c.status, c.run), RECOUNT_EVERY).is_some() {
                 continue;
             }
-            let counts = self.count(&c.project, &c.id).await?;
+            let counts = self.count(&c.project, &c.id, (c.status, c.run)).await?;
             let stored = (c.sent_count, c.delivered_count, c.opened_count, c.clicked_count, c.bounced_count);
             if stored != (counts.sent, counts.delivered, counts.opened, counts.clicked, counts.bounced) {
                 self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;

@@ -13,7 +13,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::domain::status::CampaignStatus;
 use crate::store::campaigns::EmailCounts;
+
+/// The campaign's status and run when it was recounted: a recount is only reused while both hold, so
+/// after a cancel or completion (served by any process) the next read recounts.
+pub type State = (CampaignStatus, i64);
 
 /// A recount is not repeated within this many times its own duration (unless cheaper than [`CHEAP`]).
 pub const BUDGET: u32 = 20;
@@ -31,6 +36,7 @@ pub fn hold(base: Duration, cost: Duration) -> Duration {
 /// One campaign's last recount in this process.
 #[derive(Clone)]
 struct Last {
+    state: State,
     at: Instant,
     cost: Duration,
     counts: EmailCounts,
@@ -47,22 +53,22 @@ impl Recounts {
         self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The counts of the campaign's last recount, when it is recent enough that a new one, waiting at
-    /// least `base`, is not due yet.
-    pub fn fresh(&self, campaign: &str, base: Duration) -> Option<EmailCounts> {
+    /// The counts of the campaign's last recount, when it was made in the same `state` and is recent
+    /// enough that a new one, waiting at least `base`, is not due yet.
+    pub fn fresh(&self, campaign: &str, state: State, base: Duration) -> Option<EmailCounts> {
         let last = self.last();
         let l = last.get(campaign)?;
-        (l.at.elapsed() < hold(base, l.cost)).then(|| l.counts.clone())
+        (l.state == state && l.at.elapsed() < hold(base, l.cost)).then(|| l.counts.clone())
     }
 
-    /// Remembers a recount that took `cost`.
-    pub fn note(&self, campaign: &str, cost: Duration, counts: &EmailCounts) {
+    /// Remembers a recount made in `state` that took `cost`.
+    pub fn note(&self, campaign: &str, state: State, cost: Duration, counts: &EmailCounts) {
         let mut last = self.last();
         if last.len() >= REMEMBERED {
             let longest = super::RECOUNT_EVERY.max(super::READ_RECOUNT_EVERY);
             last.retain(|_, l| l.at.elapsed() < hold(longest, l.cost));
         }
-        last.insert(campaign.to_string(), Last { at: Instant::now(), cost, counts: counts.clone() });
+        last.insert(campaign.to_string(), Last { state, at: Instant::now(), cost, counts: counts.clone() });
     }
 
     /// Forgets a campaign (it finished: its next read recounts).
@@ -89,16 +95,20 @@ mod tests {
     }
 
     #[test]
-    fn counts_are_served_from_memory_only_while_the_hold_lasts() {
+    fn counts_are_served_from_memory_only_while_the_hold_lasts_and_the_state_holds() {
         let r = Recounts::default();
+        let sending = (CampaignStatus::Sending, 1);
         let counts = EmailCounts { total: 7, sent: 5, ..Default::default() };
-        assert!(r.fresh("c", Duration::ZERO).is_none(), "never recounted");
-        r.note("c", Duration::from_millis(1), &counts);
-        assert!(r.fresh("c", Duration::ZERO).is_none(), "cheap and no base: recount on every read");
-        assert_eq!(r.fresh("c", Duration::from_secs(60)), Some(counts.clone()), "within the base");
-        r.note("c", Duration::from_secs(3), &counts);
-        assert_eq!(r.fresh("c", Duration::ZERO), Some(counts), "costly: held back without a base");
+        assert!(r.fresh("c", sending, Duration::ZERO).is_none(), "never recounted");
+        r.note("c", sending, Duration::from_millis(1), &counts);
+        assert!(r.fresh("c", sending, Duration::ZERO).is_none(), "cheap and no base: recount on every read");
+        assert_eq!(r.fresh("c", sending, Duration::from_secs(60)), Some(counts.clone()), "within the base");
+        r.note("c", sending, Duration::from_secs(3), &counts);
+        assert_eq!(r.fresh("c", sending, Duration::ZERO), Some(counts), "costly: held back without a base");
+        // Cancelled or sent meanwhile (perhaps by another process), or a new run: recounted at once.
+        assert!(r.fresh("c", (CampaignStatus::Cancelled, 1), Duration::ZERO).is_none());
+        assert!(r.fresh("c", (CampaignStatus::Sending, 2), Duration::ZERO).is_none());
         r.forget("c");
-        assert!(r.fresh("c", Duration::from_secs(60)).is_none());
+        assert!(r.fresh("c", sending, Duration::from_secs(60)).is_none());
     }
 }
