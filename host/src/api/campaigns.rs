@@ -345,7 +345,7 @@ pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Re
         let ctx = project(depot)?;
         let id = id.into_inner();
         let mut c = load(&st, &ctx.project_id, &id).await?;
-        if c.run > 0 && st.campaigns.counts_for_read(&c).await.map_err(campaign_error)?.1 {
+        if c.run > 0 && st.campaigns.recount_for_read(&c).await.map_err(campaign_error)? {
             c = load(&st, &ctx.project_id, &id).await?;
         }
         Reply::ok(&CampaignOut::from(&c))

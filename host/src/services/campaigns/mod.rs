@@ -252,16 +252,16 @@ impl Campaigns {
         Err(CampaignError::State("the campaign keeps changing; try again".into()))
     }
 
-    /// A campaign's counters for `GET /campaigns/:id`: recounted unless the last recount in this process
+    /// Recounts a campaign's counters for `GET /campaigns/:id` unless the last recount in this process
     /// is recent enough (`recount.rs`: under [`READ_RECOUNT_EVERY`] old for a SENDING campaign, or held
-    /// back by the cost of a big campaign's recount). Answers the counts and whether it recounted (then
-    /// the stored counters changed too).
-    pub async fn counts_for_read(&self, c: &CampaignRow) -> Result<(EmailCounts, bool), CampaignError> {
+    /// back by the cost of a big campaign's recount). Answers whether it recounted (then the stored
+    /// counters changed).
+    pub async fn recount_for_read(&self, c: &CampaignRow) -> Result<bool, CampaignError> {
         let base = match c.status {
             CampaignStatus::Sending => READ_RECOUNT_EVERY,
             _ => std::time::Duration::ZERO,
         };
-        self.counts_within(c, base).await
+        Ok(self.counts_within(c, base).await?.1)
     }
 
     /// A campaign's counters for `/stats`: recounted on every call, unless a big campaign's last
