@@ -348,6 +348,17 @@ impl Worker {
         }
     }
 
+    /// Waits for a slot to come free, a wake, the poll or a shutdown. True when only a slot came free,
+    /// so the last answer to which kinds are due may still be reused (see [`DUE_REUSE`]).
+    async fn idle(&self, shutdown: &mut watch::Receiver<bool>) -> bool {
+        tokio::select! {
+            _ = self.freed.notified() => true,
+            _ = tokio::time::sleep(self.opts.poll) => false,
+            _ = self.wake.notified() => false,
+            _ = shutdown.changed() => false,
+        }
+    }
+
     /// The worker loop: claims jobs into free slots until `shutdown` turns true, then waits for running
     /// jobs to finish and releases any leases still held.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
@@ -368,11 +379,8 @@ impl Worker {
             }
             // Every slot busy: nothing could be claimed, so wait for one before asking what is due.
             if slots.available_permits() == 0 {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.opts.poll) => known = None,
-                    _ = self.wake.notified() => known = None,
-                    _ = self.freed.notified() => {}
-                    _ = shutdown.changed() => {}
+                if !self.idle(&mut shutdown).await {
+                    known = None;
                 }
                 continue;
             }
@@ -461,13 +469,8 @@ impl Worker {
             }
             due.0.retain(|k| !drained.contains(k));
             known = Some(due);
-            if claimed == 0 || slots.available_permits() == 0 {
-                tokio::select! {
-                    _ = tokio::time::sleep(self.opts.poll) => known = None,
-                    _ = self.wake.notified() => known = None,
-                    _ = self.freed.notified() => {}
-                    _ = shutdown.changed() => {}
-                }
+            if (claimed == 0 || slots.available_permits() == 0) && !self.idle(&mut shutdown).await {
+                known = None;
             }
         }
         // Finish running jobs: wait until every slot is free again.
