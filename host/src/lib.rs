@@ -292,6 +292,7 @@ impl App {
                 st.store.clone(),
                 st.clock.clone(),
                 self.worker.waker(),
+                self.worker.on_finished(services::events::DISPATCH_JOB),
                 stop_rx.clone(),
             ));
             tokio::spawn(self.worker.clone().run(stop_rx))

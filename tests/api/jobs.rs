@@ -185,6 +185,44 @@ async fn recurring_jobs_queue_themselves_again_and_register_once() {
 }
 
 #[tokio::test]
+async fn a_waiter_on_a_kind_hears_each_recorded_outcome_of_that_kind_only() {
+    // The event stream's hurry waits on this instead of asking the database every few milliseconds
+    // whether the dispatch is queued again: by the time it hears, the recurring job is queued.
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let tick = store.ensure_recurring("tick", 60_000, T0).await.unwrap();
+    store.ensure_recurring("tock", 60_000, T0 + 30_000).await.unwrap();
+    let mut r = Registry::new();
+    r.register("tick", |_| async { Ok(()) });
+    r.register("tock", |_| async { Ok(()) });
+    let w = worker(&store, &clock, r, "w");
+    let (on_tick, on_tock) = (w.on_finished("tick"), w.on_finished("tock"));
+    let heard = |n: Arc<tokio::sync::Notify>| async move {
+        tokio::time::timeout(Duration::from_millis(200), n.notified()).await.is_ok()
+    };
+
+    let (ticked, ran) = tokio::join!(heard(on_tick.clone()), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.run_once(10).await.unwrap()
+    });
+    assert_eq!(ran.len(), 1, "only tick is due");
+    assert!(ticked, "a waiter on tick hears when tick's outcome is recorded");
+    assert_eq!(store.job(&tick).await.unwrap().unwrap().status.as_str(), "queued", "queued again by then");
+    let (tocked, _) = tokio::join!(heard(on_tock.clone()), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.run_once(10).await.unwrap()
+    });
+    assert!(!tocked, "nothing of tock ran, so nothing is heard");
+    clock.advance(30_000);
+    let (tocked, ran) = tokio::join!(heard(on_tock), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.run_once(10).await.unwrap()
+    });
+    assert_eq!(ran.len(), 1);
+    assert!(tocked);
+}
+
+#[tokio::test]
 async fn graceful_release_gives_jobs_back_without_counting_the_attempt() {
     let store = store().await;
     let id = store.enqueue(&NewJob::new("work", json!({}), T0), T0).await.unwrap();

@@ -3,8 +3,11 @@
 //! public key is published as `v=DKIM1; k=rsa; p=<base64 SubjectPublicKeyInfo>`. [`Signer`] signs outgoing
 //! messages.
 //!
-//! Key generation uses aws-lc-rs (C code, optimised even in debug builds, so tests stay fast); signing
-//! uses mail-auth with ring (about 1,460 RSA-2048 signatures per second per core measured here).
+//! Keys are generated and messages signed with aws-lc-rs (C code, optimised even in debug builds, so
+//! tests stay fast); mail-auth builds the DKIM header around the signature. An RSA-2048 signature takes
+//! about 240 µs here with aws-lc-rs against 560 µs with ring, which mail-auth signs with by itself (a
+//! tenth of the CPU of a busy workflow benchmark went to signing with ring), and the key is parsed once
+//! per [`Signer`], not once per message.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -14,11 +17,10 @@ use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::signature::KeyPair as _;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use mail_auth::common::crypto::{RsaKey, Sha256};
-use mail_auth::common::headers::HeaderWriter;
+use mail_auth::common::crypto::{Algorithm, Sha256, SigningKey};
+use mail_auth::common::headers::{HeaderWriter, Writable};
 use mail_auth::dkim::DkimSigner;
 use rand::RngCore;
-use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DkimError {
@@ -87,24 +89,42 @@ pub const LIST_UNSUBSCRIBE_HEADERS: &[&str] = &["List-Unsubscribe", "List-Unsubs
 pub struct Signer {
     domain: String,
     selector: String,
-    pkcs8: Vec<u8>,
+    key: aws_lc_rs::rsa::KeyPair,
+}
+
+/// A parsed RSA key signing for mail-auth: RSASSA-PKCS1-v1_5 with SHA-256 (`a=rsa-sha256`).
+struct RsaSha256<'a>(&'a aws_lc_rs::rsa::KeyPair);
+
+impl SigningKey for RsaSha256<'_> {
+    type Hasher = Sha256;
+
+    fn sign(&self, input: impl Writable) -> mail_auth::Result<Vec<u8>> {
+        let mut data = Vec::with_capacity(512);
+        input.write(&mut data);
+        let mut signature = vec![0; self.0.public_modulus_len()];
+        self.0
+            .sign(&aws_lc_rs::signature::RSA_PKCS1_SHA256, &aws_lc_rs::rand::SystemRandom::new(), &data, &mut signature)
+            .map_err(|e| mail_auth::Error::CryptoError(e.to_string()))?;
+        Ok(signature)
+    }
+
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::RsaSha256
+    }
 }
 
 impl Signer {
+    /// Parses (and so checks) the key once, here, rather than at every message.
     pub fn new(domain: &str, selector: &str, private_pkcs8: Vec<u8>) -> Result<Signer, DkimError> {
-        // Check the key once, here, rather than at the first message.
-        RsaKey::<Sha256>::from_key_der(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(private_pkcs8.as_slice())))
-            .map_err(|e| DkimError::Key(e.to_string()))?;
-        Ok(Signer { domain: domain.to_string(), selector: selector.to_string(), pkcs8: private_pkcs8 })
+        let key = aws_lc_rs::rsa::KeyPair::from_pkcs8(&private_pkcs8).map_err(|e| DkimError::Key(e.to_string()))?;
+        Ok(Signer { domain: domain.to_string(), selector: selector.to_string(), key })
     }
 
     /// The `DKIM-Signature` header line (with its CRLF) for a complete RFC 5322 message; prepend it.
     /// `extra_headers` adds headers to the signed set (for example the List-Unsubscribe pair).
     pub fn sign(&self, message: &[u8], extra_headers: &[&str]) -> Result<String, DkimError> {
-        let key = RsaKey::<Sha256>::from_key_der(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.pkcs8.as_slice())))
-            .map_err(|e| DkimError::Key(e.to_string()))?;
         let headers: Vec<String> = SIGNED_HEADERS.iter().chain(extra_headers.iter()).map(|h| h.to_string()).collect();
-        let signature = DkimSigner::from_key(key)
+        let signature = DkimSigner::from_key(RsaSha256(&self.key))
             .domain(self.domain.clone())
             .selector(self.selector.clone())
             .headers(headers)

@@ -40,6 +40,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0030_suspension.surql", include_str!("../../../migrations/0030_suspension.surql")),
     ("0031_payments.surql", include_str!("../../../migrations/0031_payments.surql")),
     ("0032_step_runs_in_execution.surql", include_str!("../../../migrations/0032_step_runs_in_execution.surql")),
+    ("0033_awaited_events.surql", include_str!("../../../migrations/0033_awaited_events.surql")),
 ];
 
 #[derive(serde::Deserialize)]

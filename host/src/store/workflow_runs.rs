@@ -476,8 +476,9 @@ impl Store {
         .all(0)
     }
 
-    /// The project's executions of these contacts that wait for an event with one of these names (one
-    /// indexed lookup per contact).
+    /// The project's executions of these contacts that wait for an event with one of these names: one
+    /// indexed lookup per name says which names anything of the project waits for (migration 0033),
+    /// then one per contact for those names only (none when nothing waits, the common case).
     pub async fn waiting_for_events(
         &self,
         project: &str,
@@ -485,6 +486,10 @@ impl Store {
         names: &[String],
     ) -> Result<Vec<ExecutionRow>, StoreError> {
         if contacts.is_empty() || names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = self.awaited(project, names).await?;
+        if names.is_empty() {
             return Ok(Vec::new());
         }
         let mut sql = String::new();
@@ -500,6 +505,27 @@ impl Store {
         let mut out = Vec::new();
         for i in 0..contacts.len() {
             out.extend(r.all::<ExecutionRow>(i)?);
+        }
+        Ok(out)
+    }
+
+    /// Which of these event names some execution of the project waits for now.
+    async fn awaited(&self, project: &str, names: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut sql = String::new();
+        let mut v = vars! { "p": project };
+        for (i, n) in names.iter().enumerate() {
+            sql.push_str(&format!(
+                "SELECT VALUE waiting_event FROM workflow_execution
+                 WHERE project = $p AND waiting_event = $n{i} AND status = 'WAITING' LIMIT 1;\n"
+            ));
+            v[format!("n{i}")] = Value::String(n.clone());
+        }
+        let mut r = self.query(&sql, v).await?;
+        let mut out = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            if !r.all::<String>(i)?.is_empty() {
+                out.push(n.clone());
+            }
         }
         Ok(out)
     }

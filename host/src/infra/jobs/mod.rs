@@ -156,6 +156,8 @@ pub struct Worker {
     wake: Arc<Notify>,
     /// A slot of this worker came free (a job ended): see [`DUE_REUSE`].
     freed: Arc<Notify>,
+    /// Kinds someone waits on: notified after this worker recorded the outcome of a job of that kind.
+    finished: Arc<std::sync::Mutex<HashMap<String, Arc<Notify>>>>,
 }
 
 /// How long the worker's answer to "which kinds are due" is reused when a slot comes free, instead of
@@ -175,7 +177,15 @@ impl Worker {
             opts,
             wake: Arc::new(Notify::new()),
             freed: Arc::new(Notify::new()),
+            finished: Default::default(),
         }
+    }
+
+    /// Notified (every waiter) each time this worker has recorded the outcome of a job of `kind`: a
+    /// recurring job is queued again by then.
+    pub fn on_finished(&self, kind: &str) -> Arc<Notify> {
+        let mut m = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(kind.to_string()).or_default().clone()
     }
 
     pub fn id(&self) -> &str {
@@ -333,6 +343,10 @@ impl Worker {
             }
         };
         crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
+        let waiting = self.finished.lock().unwrap_or_else(|p| p.into_inner()).get(&job.kind).cloned();
+        if let Some(n) = waiting {
+            n.notify_waiters();
+        }
         outcome
     }
 
