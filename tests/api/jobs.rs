@@ -195,6 +195,7 @@ async fn a_waiter_on_a_kind_hears_each_recorded_outcome_of_that_kind_only() {
     let mut r = Registry::new();
     r.register("tick", |_| async { Ok(()) });
     r.register("tock", |_| async { Ok(()) });
+    r.register_batch("bulk", 8, |ctxs| async move { ctxs.iter().map(|_| Ok(())).collect() });
     let w = worker(&store, &clock, r, "w");
     let (on_tick, on_tock) = (w.on_finished("tick"), w.on_finished("tock"));
     let heard = |n: Arc<tokio::sync::Notify>| async move {
@@ -220,6 +221,16 @@ async fn a_waiter_on_a_kind_hears_each_recorded_outcome_of_that_kind_only() {
     });
     assert_eq!(ran.len(), 1);
     assert!(tocked);
+    // A batch kind's outcomes are recorded together, and heard the same way.
+    for n in 0..3 {
+        store.enqueue(&NewJob::new("bulk", json!({ "n": n }), T0), clock.now_ms()).await.unwrap();
+    }
+    let (bulked, ran) = tokio::join!(heard(w.on_finished("bulk")), async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        w.run_once(10).await.unwrap()
+    });
+    assert_eq!(ran.len(), 3);
+    assert!(bulked, "a waiter on a batch kind hears when the batch's outcomes are recorded");
 }
 
 #[tokio::test]

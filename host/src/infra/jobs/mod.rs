@@ -281,7 +281,16 @@ impl Worker {
         for (job, outcome) in &outcomes {
             crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
         }
+        self.recorded(kind);
         outcomes
+    }
+
+    /// Wakes whoever waits on `kind` ([`Worker::on_finished`]): this worker recorded an outcome of it.
+    fn recorded(&self, kind: &str) {
+        let waiting = self.finished.lock().unwrap_or_else(|p| p.into_inner()).get(kind).cloned();
+        if let Some(n) = waiting {
+            n.notify_waiters();
+        }
     }
 
     /// Extends the leases of a batch every third of the lease length, forever (dropped when it ends).
@@ -343,10 +352,7 @@ impl Worker {
             }
         };
         crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
-        let waiting = self.finished.lock().unwrap_or_else(|p| p.into_inner()).get(&job.kind).cloned();
-        if let Some(n) = waiting {
-            n.notify_waiters();
-        }
+        self.recorded(&job.kind);
         outcome
     }
 
