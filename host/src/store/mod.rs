@@ -371,9 +371,12 @@ impl Store {
             match unit().await {
                 Err(e) if e.is_retryable() && attempt < 12 => {
                     attempt += 1;
-                    let jitter = rand::random::<u64>() % 5;
-                    let backoff = (1u64 << attempt.min(6)) + jitter;
-                    tokio::time::sleep(Duration::from_millis(backoff)).await;
+                    // Half the backoff fixed, half random: two writers that conflicted must not retry in
+                    // step (with a jitter of a few milliseconds only, two job workers claiming from one
+                    // queue once conflicted twelve times in a row and the claim failed).
+                    let backoff = 1u64 << attempt.min(6);
+                    let wait = backoff / 2 + rand::random::<u64>() % (backoff / 2 + 5);
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
                 }
                 other => return other,
             }
