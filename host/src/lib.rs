@@ -224,6 +224,7 @@ impl App {
                 concurrency: config.job_concurrency,
                 lease_ms: config.job_lease_ms,
                 poll: Duration::from_millis(config.job_poll_ms),
+                due_reuse: jobs::DUE_REUSE,
             },
         );
         let _ = campaigns.wake.set(worker.waker());

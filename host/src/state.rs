@@ -87,7 +87,7 @@ pub struct AppState {
     /// Template syntax checks and rendering.
     pub templates: crate::domain::templating::Engine,
     /// Wakes the job worker after enqueueing urgent work (deliveries).
-    pub job_wake: Arc<tokio::sync::Notify>,
+    pub job_wake: crate::infra::jobs::JobWake,
     /// The plugin runtime (operators, step types, transports).
     pub plugins: Arc<crate::plugins::PluginHost>,
     /// The segment engine (conditions, counts, tracked memberships).

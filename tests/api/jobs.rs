@@ -24,7 +24,13 @@ fn worker(store: &Store, clock: &ManualClock, registry: Registry, id: &str) -> W
         store.clone(),
         Arc::new(clock.clone()),
         registry,
-        WorkerOptions { id: id.into(), concurrency: 8, lease_ms: 30_000, poll: Duration::from_millis(20) },
+        WorkerOptions {
+            id: id.into(),
+            concurrency: 8,
+            lease_ms: 30_000,
+            poll: Duration::from_millis(20),
+            due_reuse: herald_host::infra::jobs::DUE_REUSE,
+        },
     )
 }
 
@@ -231,6 +237,64 @@ async fn a_waiter_on_a_kind_hears_each_recorded_outcome_of_that_kind_only() {
     });
     assert_eq!(ran.len(), 3);
     assert!(bulked, "a waiter on a batch kind hears when the batch's outcomes are recorded");
+}
+
+/// Waits (up to 10 s) until `done` holds.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_wake_naming_its_kind_is_claimed_without_asking_which_kinds_are_due() {
+    // The question costs an index read per kind; a busy process is woken many times a second. Poll and
+    // trust are long here, so every question the loop asks below is one a wake caused.
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::new();
+    for kind in ["named", "other"] {
+        let ran = ran.clone();
+        r.register(kind, move |_| {
+            let ran = ran.clone();
+            async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        });
+    }
+    let w = Worker::new(
+        store.clone(),
+        Arc::new(clock.clone()),
+        r,
+        WorkerOptions {
+            id: "w".into(),
+            concurrency: 4,
+            lease_ms: 30_000,
+            poll: Duration::from_secs(3600),
+            due_reuse: Duration::from_secs(3600),
+        },
+    );
+    let wake = w.waker();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let looping = tokio::spawn(w.clone().run(stopped));
+    until("the loop has asked once", || w.due_questions() == 1).await;
+    for n in 1..=10 {
+        store.enqueue(&NewJob::new("named", json!({ "n": n }), T0), T0).await.unwrap();
+        wake.kind("named");
+        until(&format!("job {n} ran"), || ran.load(Ordering::SeqCst) == n).await;
+    }
+    assert_eq!(w.due_questions(), 1, "ten named wakes, no question");
+    // A wake that names no kind asks, and finds the job.
+    store.enqueue(&NewJob::new("other", json!({}), T0), T0).await.unwrap();
+    wake.any();
+    until("the unnamed job ran", || ran.load(Ordering::SeqCst) == 11).await;
+    assert_eq!(w.due_questions(), 2);
+    stop.send(true).unwrap();
+    looping.await.unwrap();
 }
 
 #[tokio::test]

@@ -491,7 +491,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                     email: a.email,
                 })
                 .collect();
-            st.job_wake.notify_one();
+            st.job_wake.kind(crate::services::delivery::DELIVER_JOB);
             Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
         })
         .await

@@ -74,7 +74,7 @@ pub fn throttle(st: &AppState, email: &str, ip: &str) -> Result<(), ApiError> {
 
 async fn queue(st: &AppState, to: &str, subject: &str, text: &str) -> Result<(), ApiError> {
     st.system_mail.queue(&st.store, st.clock.now_ms(), to, subject, text).await.map_err(ApiError::Internal)?;
-    st.job_wake.notify_one();
+    st.job_wake.kind(crate::services::system_mail::SYSTEM_MAIL_JOB);
     Ok(())
 }
 

@@ -208,7 +208,7 @@ pub async fn delete_project(st: &AppState, id: &str, role: Role) -> Result<(), A
     need(role, Role::Owner, "delete a project")?;
     let now = st.clock.now_ms();
     st.store.delete_project(id, &crate::services::projects::purge_job(id, now), now).await?;
-    st.job_wake.notify_one();
+    st.job_wake.kind(crate::services::projects::PURGE_PROJECT_JOB);
     st.keys.invalidate_project(id);
     st.store.bump_keys_epoch().await?;
     Ok(())

@@ -70,7 +70,7 @@ pub async fn start(st: &AppState, project: &str, bytes: &[u8], opts: ImportOptio
         file: Some(&checked.text),
     };
     st.store.create_contact_job(&new, &job, now).await?;
-    st.job_wake.notify_one();
+    st.job_wake.kind(IMPORT_JOB);
     Ok(id)
 }
 

@@ -83,7 +83,7 @@ pub async fn start(st: &AppState, project: &str, op: BulkOp, ids: Vec<String>) -
         file: None,
     };
     st.store.create_contact_job(&new, &job, now).await?;
-    st.job_wake.notify_one();
+    st.job_wake.kind(BULK_JOB);
     Ok(id)
 }
 

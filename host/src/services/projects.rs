@@ -70,7 +70,7 @@ pub async fn reset(
     let mut job = NewJob::new(RESET_PROJECT_JOB, json!({ "project": id }), now);
     job.max_attempts = 20;
     let job = st.store.enqueue(&job, now).await?;
-    st.job_wake.notify_one();
+    st.job_wake.kind(RESET_PROJECT_JOB);
     Ok(job)
 }
 

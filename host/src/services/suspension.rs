@@ -130,7 +130,7 @@ async fn lift(st: &AppState, project: &str, by: &str) -> Result<u64, ApiError> {
         .unsuspend_project(project, by, st.clock.now_ms())
         .await?
         .ok_or_else(|| ApiError::Conflict(format!("Project {project} is not suspended")))?;
-    st.job_wake.notify_one();
+    st.job_wake.any();
     Ok(released)
 }
 

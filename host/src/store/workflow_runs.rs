@@ -107,6 +107,12 @@ pub struct Effects {
 }
 
 impl Effects {
+    /// The kinds of the jobs these effects queue that are due by `now` (a worker is woken for them).
+    pub fn kinds_due(&self, now: i64) -> impl Iterator<Item = &str> {
+        let jobs = self.jobs.iter().filter(move |j| j["run_at"].as_i64().is_some_and(|at| at <= now));
+        jobs.filter_map(|j| j["kind"].as_str()).chain(self.emails.iter().map(|e| e.job_kind))
+    }
+
     /// Adds the effects of a later step: a later contact change replaces the earlier one's state and is
     /// written over the version the first was planned from.
     pub fn merge(&mut self, later: Effects) {

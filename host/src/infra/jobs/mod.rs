@@ -144,6 +144,8 @@ pub struct WorkerOptions {
     pub concurrency: usize,
     pub lease_ms: i64,
     pub poll: Duration,
+    /// How long an answer to which kinds are due is trusted ([`DUE_REUSE`] in a server).
+    pub due_reuse: Duration,
 }
 
 /// One worker: a process runs one, with `concurrency` job slots.
@@ -153,20 +155,79 @@ pub struct Worker {
     clock: SharedClock,
     registry: Arc<Registry>,
     opts: WorkerOptions,
-    wake: Arc<Notify>,
+    wake: JobWake,
     /// A slot of this worker came free (a job ended): see [`DUE_REUSE`].
     freed: Arc<Notify>,
     /// Kinds someone waits on: notified after this worker recorded the outcome of a job of that kind.
     finished: Arc<std::sync::Mutex<HashMap<String, Arc<Notify>>>>,
+    /// How often the loop asked the database which kinds are due.
+    questions: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// How long the worker's answer to "which kinds are due" is reused when a slot comes free, instead of
-/// asked again. A busy worker frees a slot many times a second, and the question costs one index read
-/// per kind the process serves (~6 ms with thirty kinds on a busy 2-core machine): asked after every
-/// finished job, a 20,000-email campaign asked it 1,246 times in 22 s; reused like this, 535 times. A
-/// kind whose claim comes back short leaves the reused set; a wake (work enqueued by this process), the
-/// poll, or an empty set asks again, so work enqueued without a wake waits at most this much longer.
-const DUE_REUSE: Duration = Duration::from_millis(50);
+/// How long the worker's answer to "which kinds are due" is trusted, instead of asked again. A busy
+/// worker frees a slot and is woken by new work many times a second, and the question costs one index
+/// read per kind the process serves (~2-6 ms with thirty kinds on a busy 2-core machine): asked after
+/// every finished job, a 20,000-email campaign asked it 1,246 times in 22 s. While the answer is fresh, a
+/// kind whose claim comes back short leaves it and a kind named by a [`JobWake`] joins it; once it is
+/// older than this, the next slot that comes free or the next wake asks again, and the poll always
+/// does. Work that comes due without a named wake (a timer, another process's work) thus waits at most
+/// this much longer while the worker is busy, and at most the poll while it is idle, as it did before.
+pub const DUE_REUSE: Duration = Duration::from_millis(50);
+
+/// Wakes a worker early after work was enqueued that should run now. Naming the work's kinds
+/// ([`JobWake::kinds`]) lets the worker claim them at once, without asking the database which kinds are
+/// due (see [`DUE_REUSE`]); [`JobWake::any`] (kinds not known) makes it ask. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct JobWake {
+    inner: Arc<WakeInner>,
+}
+
+#[derive(Default)]
+struct WakeInner {
+    notify: Notify,
+    /// The kinds named since the worker last looked, and whether a wake named none.
+    woken: std::sync::Mutex<(Vec<String>, bool)>,
+}
+
+impl JobWake {
+    /// Work of these kinds was enqueued, due now.
+    pub fn kinds<S: AsRef<str>>(&self, kinds: impl IntoIterator<Item = S>) {
+        {
+            let mut w = self.inner.woken.lock().unwrap_or_else(|p| p.into_inner());
+            for k in kinds {
+                let k = k.as_ref();
+                if !w.0.iter().any(|have| have == k) {
+                    w.0.push(k.to_string());
+                }
+            }
+        }
+        self.inner.notify.notify_one();
+    }
+
+    /// Work of this kind was enqueued, due now.
+    pub fn kind(&self, kind: &str) {
+        self.kinds([kind]);
+    }
+
+    /// Work was enqueued, of kinds the caller does not name: the worker asks the database.
+    pub fn any(&self) {
+        self.inner.woken.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.inner.notify.notify_one();
+    }
+
+    /// The kinds named since the last call, and whether some wake named none.
+    fn take(&self) -> (Vec<String>, bool) {
+        std::mem::take(&mut *self.inner.woken.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// What ended a worker's wait.
+enum Woke {
+    /// A slot came free or work was enqueued: the last answer to which kinds are due may be reused.
+    Event,
+    /// The poll or a shutdown: ask again.
+    Poll,
+}
 
 impl Worker {
     pub fn new(store: Store, clock: SharedClock, registry: Registry, opts: WorkerOptions) -> Self {
@@ -175,9 +236,10 @@ impl Worker {
             clock,
             registry: Arc::new(registry),
             opts,
-            wake: Arc::new(Notify::new()),
+            wake: JobWake::default(),
             freed: Arc::new(Notify::new()),
             finished: Default::default(),
+            questions: Default::default(),
         }
     }
 
@@ -192,13 +254,18 @@ impl Worker {
         &self.opts.id
     }
 
-    /// Wakes the loop early (after enqueueing work that should run now).
+    /// How many times the loop has asked the database which kinds are due (see [`DUE_REUSE`]).
+    pub fn due_questions(&self) -> u64 {
+        self.questions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Wakes the loop early (after enqueueing work that should run now, of kinds not named).
     pub fn notify(&self) {
-        self.wake.notify_one();
+        self.wake.any();
     }
 
     /// The handle that wakes this worker (given to request handlers that enqueue urgent work).
-    pub fn waker(&self) -> Arc<Notify> {
+    pub fn waker(&self) -> JobWake {
         self.wake.clone()
     }
 
@@ -368,14 +435,18 @@ impl Worker {
         }
     }
 
-    /// Waits for a slot to come free, a wake, the poll or a shutdown. True when only a slot came free,
-    /// so the last answer to which kinds are due may still be reused (see [`DUE_REUSE`]).
-    async fn idle(&self, shutdown: &mut watch::Receiver<bool>) -> bool {
+    async fn ask_due(&self, kinds: &[String]) -> Result<Vec<String>, StoreError> {
+        self.questions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.store.due_kinds(kinds, self.clock.now_ms()).await
+    }
+
+    /// Waits for a slot to come free, a wake, the poll or a shutdown.
+    async fn idle(&self, shutdown: &mut watch::Receiver<bool>) -> Woke {
         tokio::select! {
-            _ = self.freed.notified() => true,
-            _ = tokio::time::sleep(self.opts.poll) => false,
-            _ = self.wake.notified() => false,
-            _ = shutdown.changed() => false,
+            _ = self.freed.notified() => Woke::Event,
+            _ = self.wake.inner.notify.notified() => Woke::Event,
+            _ = tokio::time::sleep(self.opts.poll) => Woke::Poll,
+            _ = shutdown.changed() => Woke::Poll,
         }
     }
 
@@ -399,17 +470,28 @@ impl Worker {
             }
             // Every slot busy: nothing could be claimed, so wait for one before asking what is due.
             if slots.available_permits() == 0 {
-                if !self.idle(&mut shutdown).await {
+                if matches!(self.idle(&mut shutdown).await, Woke::Poll) {
                     known = None;
                 }
                 continue;
             }
+            let (woken, unnamed) = self.wake.take();
+            if unnamed {
+                known = None;
+            }
             let mut claimed = 0;
             // One read says which kinds have work, so an idle kind costs no claim transaction. On error
-            // every kind is tried.
-            let mut due = match known.take().filter(|(d, at)| !d.is_empty() && at.elapsed() < DUE_REUSE) {
-                Some(k) => k,
-                None => match self.store.due_kinds(&all_kinds, self.clock.now_ms()).await {
+            // every kind is tried. A fresh answer is reused, with the kinds woken since added.
+            let mut due = match known.take().filter(|(_, at)| at.elapsed() < self.opts.due_reuse) {
+                Some((mut d, at)) => {
+                    for k in woken {
+                        if !d.contains(&k) && all_kinds.contains(&k) {
+                            d.push(k);
+                        }
+                    }
+                    (d, at)
+                }
+                None => match self.ask_due(&all_kinds).await {
                     Ok(d) => (d, std::time::Instant::now()),
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot read which job kinds are due");
@@ -488,8 +570,10 @@ impl Worker {
                 }
             }
             due.0.retain(|k| !drained.contains(k));
+            // Nothing left that is known to be due: wait for a slot, a wake or the poll.
+            let wait = claimed == 0 || slots.available_permits() == 0 || due.0.is_empty();
             known = Some(due);
-            if (claimed == 0 || slots.available_permits() == 0) && !self.idle(&mut shutdown).await {
+            if wait && matches!(self.idle(&mut shutdown).await, Woke::Poll) {
                 known = None;
             }
         }

@@ -94,7 +94,7 @@ pub struct Campaigns {
     /// Emails per `email.deliver.campaign` job.
     pub delivery_chunk: usize,
     /// Wakes the job worker (set once the worker exists).
-    pub wake: OnceLock<Arc<tokio::sync::Notify>>,
+    pub wake: OnceLock<crate::infra::jobs::JobWake>,
     /// Each campaign's last recount in this process, which holds the next one back (`recount.rs`).
     pub recounted: recount::Recounts,
 }
@@ -176,9 +176,10 @@ impl Campaigns {
         });
     }
 
-    fn wake(&self) {
+    /// Wakes the job worker for work of `kind` enqueued due now.
+    fn wake(&self, kind: &str) {
         if let Some(w) = self.wake.get() {
-            w.notify_one();
+            w.kind(kind);
         }
     }
 
@@ -223,7 +224,7 @@ impl Campaigns {
         if !self.store.transition_campaign(project, id, &[CampaignStatus::Draft], c.run, set, &[job], false).await? {
             return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
         }
-        self.wake();
+        self.wake(kind);
         self.load(project, id).await
     }
 
@@ -321,7 +322,7 @@ impl Campaigns {
         self.store
             .transition_campaign(&c.project, &c.id, &[CampaignStatus::Scheduled], c.run, set, &[job], false)
             .await?;
-        self.wake();
+        self.wake(RESOLVE_JOB);
         Ok(())
     }
 
@@ -372,7 +373,7 @@ impl Campaigns {
             "resolved": true, "total_recipients": ids.len(), "batches_left": jobs.len(), "updated_at": now,
         });
         self.store.transition_campaign(&c.project, &c.id, &[CampaignStatus::Sending], c.run, set, &jobs, true).await?;
-        self.wake();
+        self.wake(BATCH_JOB);
         Ok(())
     }
 
@@ -443,7 +444,7 @@ impl Campaigns {
                 now,
             )
             .await?;
-        self.wake();
+        self.wake(DELIVER_CAMPAIGN_JOB);
         Ok(())
     }
 
@@ -535,7 +536,7 @@ impl Campaigns {
             .compose(&message, &r, &email, now)
             .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))?;
         self.store.create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS, None).await?;
-        self.wake();
+        self.wake(DELIVER_JOB);
         Ok(email)
     }
 }

@@ -136,7 +136,7 @@ impl EventBus {
     pub async fn hurry(
         store: crate::store::Store,
         clock: crate::infra::clock::SharedClock,
-        worker: Arc<tokio::sync::Notify>,
+        worker: crate::infra::jobs::JobWake,
         finished: Arc<tokio::sync::Notify>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
@@ -154,7 +154,7 @@ impl EventBus {
                 finished.as_mut().enable();
                 match store.hurry_recurring(DISPATCH_JOB, clock.now_ms()).await {
                     Ok(true) => {
-                        worker.notify_one();
+                        worker.kind(DISPATCH_JOB);
                         // Events stored meanwhile are remembered by `stored` and bring the dispatch
                         // after this one forward.
                         tokio::time::sleep(HURRY_SPACING).await;

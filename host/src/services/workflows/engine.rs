@@ -59,7 +59,7 @@ pub struct Engine {
     pub segments: segments::Engine,
     pub composer: Arc<crate::services::compose::Composer>,
     /// Wakes the job worker (set once the worker exists).
-    pub wake: OnceLock<Arc<tokio::sync::Notify>>,
+    pub wake: OnceLock<crate::infra::jobs::JobWake>,
     /// Per project, the event names its workflows listen for, and when they were read (on the engine's
     /// clock; see [`LISTEN_FRESH_MS`]).
     pub listening: Mutex<HashMap<String, Listening>>,
@@ -241,9 +241,10 @@ impl Engine {
         self.register_schedules(registry);
     }
 
-    pub(super) fn wake(&self) {
+    /// Wakes the job worker for work of these kinds enqueued due now.
+    pub(super) fn wake<S: AsRef<str>>(&self, kinds: impl IntoIterator<Item = S>) {
         if let Some(w) = self.wake.get() {
-            w.notify_one();
+            w.kinds(kinds);
         }
     }
 
@@ -282,7 +283,7 @@ impl Engine {
         let p = plan_start(project, w, contact, context, id, trigger_event, depth, now)?;
         let started = self.store.start_execution(project, &p.e, p.allow_reentry, &p.fx, now).await?;
         if started.is_ok() {
-            self.wake();
+            self.wake(p.fx.kinds_due(now));
         }
         Ok(started.map(|()| p.e))
     }

@@ -411,7 +411,7 @@ impl Engine {
             }
         }
         if woke {
-            self.wake();
+            self.wake(runs.iter().flat_map(|r| r.fx.kinds_due(now)));
         }
         out
     }

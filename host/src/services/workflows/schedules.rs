@@ -69,7 +69,7 @@ impl Engine {
             }
         }
         if fired > 0 {
-            self.wake();
+            self.wake([ENROLL_JOB]);
         }
         Ok(fired)
     }
@@ -110,7 +110,7 @@ impl Engine {
             job.unique_key = Some(format!("{ENROLL_BATCH_JOB}:{id}:{tick}:{i}"));
             self.store.enqueue(&job, now).await.map_err(s)?;
         }
-        self.wake();
+        self.wake([ENROLL_BATCH_JOB]);
         Ok(())
     }
 
