@@ -295,7 +295,10 @@ impl Store {
         }
         let v = self
             .query(
-                "RETURN array::filter($ids, |$i| (SELECT VALUE subscribed FROM ONLY type::record('contact', $i)) != true)",
+                // The ids less the subscribed ones, read set-wise (a lookup per id inside a closure
+                // costs ~10x as much).
+                "RETURN array::complement($ids, (SELECT VALUE record::id(id)
+                    FROM array::map($ids, |$i| type::record('contact', $i)) WHERE subscribed = true))",
                 vars! { "ids": ids },
             )
             .await?

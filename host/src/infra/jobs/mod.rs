@@ -166,13 +166,13 @@ pub struct Worker {
 
 /// How long the worker's answer to "which kinds are due" is trusted, instead of asked again. A busy
 /// worker frees a slot and is woken by new work many times a second, and the question costs one index
-/// read per kind the process serves (~2-6 ms with thirty kinds on a busy 2-core machine): asked after
+/// read per kind the process serves (~3 ms with thirty kinds on a busy 2-core machine): asked after
 /// every finished job, a 20,000-email campaign asked it 1,246 times in 22 s. While the answer is fresh, a
 /// kind whose claim comes back short leaves it and a kind named by a [`JobWake`] joins it; once it is
-/// older than this, the next slot that comes free or the next wake asks again, and the poll always
-/// does. Work that comes due without a named wake (a timer, another process's work) thus waits at most
-/// this much longer while the worker is busy, and at most the poll while it is idle, as it did before.
-pub const DUE_REUSE: Duration = Duration::from_millis(50);
+/// older than this, the next slot that comes free or the next wake asks again, and the poll (500 ms by
+/// default) always does. Work that comes due without a named wake (a timer, another process's work)
+/// thus waits at most this much longer while the worker is busy, and at most the poll while it is idle.
+pub const DUE_REUSE: Duration = Duration::from_millis(200);
 
 /// Wakes a worker early after work was enqueued that should run now. Naming the work's kinds
 /// ([`JobWake::kinds`]) lets the worker claim them at once, without asking the database which kinds are
