@@ -19,6 +19,7 @@ pub mod contact_jobs;
 pub mod contacts;
 pub mod domains;
 pub mod emails;
+mod engine_cache;
 mod engine_locks;
 pub mod events;
 pub mod idempotency;
