@@ -259,11 +259,6 @@ impl Worker {
         self.questions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Wakes the loop early (after enqueueing work that should run now, of kinds not named).
-    pub fn notify(&self) {
-        self.wake.any();
-    }
-
     /// The handle that wakes this worker (given to request handlers that enqueue urgent work).
     pub fn waker(&self) -> JobWake {
         self.wake.clone()
