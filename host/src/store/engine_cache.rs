@@ -17,25 +17,27 @@ mod tests {
     use surrealdb_datastore::cache::tx::{Entry, Lookup, TransactionCache};
     use surrealdb_datastore::catalog::{DatabaseId, NamespaceId};
 
+    const NS: NamespaceId = NamespaceId(1);
+    const DB: DatabaseId = DatabaseId(2);
+
     #[test]
     fn the_transaction_cache_finds_what_it_stored() {
-        let (ns, db) = (NamespaceId(1), DatabaseId(2));
-        let lookups = [
-            ("tables", Lookup::Tbs(ns, db)),
-            ("reference targets", Lookup::DbReferenceTargets(ns, db)),
-            ("sequences", Lookup::Sqs(ns, db)),
-            ("table by id", Lookup::Tb(ns, db, "contact")),
-            ("table by name", Lookup::TbByName("herald", "main", "contact")),
+        // Each lookup is built twice (`Lookup` is not `Clone`): once to store under, once to find with.
+        let lookups: [(&str, fn() -> Lookup<'static>); 7] = [
+            ("tables", || Lookup::Tbs(NS, DB)),
+            ("reference targets", || Lookup::DbReferenceTargets(NS, DB)),
+            ("sequences", || Lookup::Sqs(NS, DB)),
+            ("table by id", || Lookup::Tb(NS, DB, "contact")),
+            ("table by name", || Lookup::TbByName("herald", "main", "contact")),
             // Variants the published order already got right, as a control.
-            ("fields", Lookup::Fds(ns, db, "contact")),
-            ("events", Lookup::Evs(ns, db, "contact")),
+            ("fields", || Lookup::Fds(NS, DB, "contact")),
+            ("events", || Lookup::Evs(NS, DB, "contact")),
         ];
         let mut lost = Vec::new();
         for (what, lookup) in lookups {
             let cache = TransactionCache::new(512);
-            let again = clone_lookup(&lookup);
-            cache.insert(lookup, Entry::Any(Arc::new(what)));
-            let found = cache.get(&again).map(|e| match e {
+            cache.insert(lookup(), Entry::Any(Arc::new(what)));
+            let found = cache.get(&lookup()).map(|e| match e {
                 Entry::Any(v) => v.downcast_ref::<&str>().copied(),
                 _ => None,
             });
@@ -44,19 +46,5 @@ mod tests {
             }
         }
         assert!(lost.is_empty(), "stored in the transaction cache and not found again: {lost:?}");
-    }
-
-    /// `Lookup` is not `Clone`; the variants this test uses, rebuilt.
-    fn clone_lookup<'a>(l: &Lookup<'a>) -> Lookup<'a> {
-        match l {
-            Lookup::Tbs(a, b) => Lookup::Tbs(*a, *b),
-            Lookup::DbReferenceTargets(a, b) => Lookup::DbReferenceTargets(*a, *b),
-            Lookup::Sqs(a, b) => Lookup::Sqs(*a, *b),
-            Lookup::Tb(a, b, c) => Lookup::Tb(*a, *b, c),
-            Lookup::TbByName(a, b, c) => Lookup::TbByName(a, b, c),
-            Lookup::Fds(a, b, c) => Lookup::Fds(*a, *b, c),
-            Lookup::Evs(a, b, c) => Lookup::Evs(*a, *b, c),
-            _ => unreachable!("not used by this test"),
-        }
     }
 }
