@@ -20,10 +20,12 @@ mod tests {
     const NS: NamespaceId = NamespaceId(1);
     const DB: DatabaseId = DatabaseId(2);
 
+    /// Builds one lookup; called twice (`Lookup` is not `Clone`): to store under and to find with.
+    type Build = fn() -> Lookup<'static>;
+
     #[test]
     fn the_transaction_cache_finds_what_it_stored() {
-        // Each lookup is built twice (`Lookup` is not `Clone`): once to store under, once to find with.
-        let lookups: [(&str, fn() -> Lookup<'static>); 7] = [
+        let lookups: [(&str, Build); 7] = [
             ("tables", || Lookup::Tbs(NS, DB)),
             ("reference targets", || Lookup::DbReferenceTargets(NS, DB)),
             ("sequences", || Lookup::Sqs(NS, DB)),
