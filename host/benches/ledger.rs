@@ -1,17 +1,18 @@
 //! Benchmark of the delivery ledger's rounds (issue 30). Prints numbers; asserts nothing.
 //!
 //! What one ledger round costs the database, apart from everything else a campaign does: a fresh
-//! embedded on-disk database per case (SurrealKV in a temp dir, migrated), EMAILS campaign emails written
-//! in batches of 500 and two seconds for their flushes to settle, then `Store::delivery_round` called in series the way a busy campaign
-//! calls it: each round claims the next SIZE emails and writes the SENT outcomes and `email.sent`
-//! events of the SIZE claimed by the round before. Prints the process's CPU time (user + system, from
-//! `/proc/self/stat`) per round and per email, and the wall time, for each round size; then, at one
-//! size, the same with only the claims, only the outcomes and only the events, so the share of each
-//! part shows. The round's fixed cost is what a small round pays per email on top of a large one's.
+//! embedded on-disk database per case (SurrealKV in a temp dir, migrated), EMAILS campaign emails
+//! written in batches of 500 and two seconds for their flushes to settle, then `Store::delivery_round`
+//! called in series the way a busy campaign calls it: each round claims the next SIZE emails and writes
+//! the SENT outcomes and `email.sent` events of the SIZE claimed by the round before. Prints the
+//! process's CPU time (user + system, from `/proc/self/stat`) per round and per email, and the wall
+//! time, for each round size; then, at one size, the same with only the claims, only the outcomes and
+//! only the events, so the share of each part shows. The round's fixed cost is what a small round pays
+//! per email on top of a large one's.
 //!
 //! Run: `cargo bench -p herald-host --bench ledger` (env: BENCH_EMAILS per case, default 8,000;
-//! BENCH_SIZES, default `1,8,32,128`; BENCH_PART_SIZE for the breakdown, default 32; HERALD_DB_CACHE_MB
-//! and HERALD_DB_MEMTABLE_MB as for `herald serve`).
+//! BENCH_SIZES, default `1,8,32,128`; BENCH_PART_SIZE for the breakdown, default 32; the HERALD_DB_*
+//! caps as for `herald serve`, see `common::in_process`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -27,7 +28,7 @@ use herald_host::store::emails::{DeliveryOutcome, EmailRow};
 use herald_host::store::events::Event;
 
 mod common;
-use common::env_or;
+use common::{env_or, in_process};
 
 const PROJECT: &str = "bench-project";
 const CAMPAIGN: &str = "bench-campaign";
@@ -166,16 +167,10 @@ async fn main() {
     }
 }
 
-/// A fresh migrated database in `dir` with the campaign's gate open.
+/// A fresh migrated database under `dir` with the campaign's gate open.
 async fn open(dir: &std::path::Path) -> Store {
-    let mut config = herald_host::config::Config::for_tests();
-    config.db = format!("surrealkv://{}", dir.display());
-    if let Some(mb) = common::env_opt::<u64>("HERALD_DB_CACHE_MB") {
-        config.db_cache_bytes = mb.max(8) << 20;
-    }
-    if let Some(mb) = common::env_opt::<u64>("HERALD_DB_MEMTABLE_MB") {
-        config.db_memtable_bytes = mb.max(4) << 20;
-    }
+    // The embedded database's caps from the environment, as `herald serve` and the other benchmarks read them.
+    let config = in_process(dir).resolve().expect("benchmark settings");
     let store = Store::connect(&config).await.unwrap();
     store
         .query(
