@@ -188,6 +188,19 @@ async fn recurring_jobs_queue_themselves_again_and_register_once() {
     assert_eq!(w.run_once(10).await.unwrap().len(), 1);
     assert_eq!(counter.load(Ordering::SeqCst), 2);
     assert_eq!(store.job(&a).await.unwrap().unwrap().status.as_str(), "queued");
+
+    // Hurried, a queued recurring job's next run comes forward to now (the event stream's dispatch is
+    // brought forward this way by every write that stores events), among other queued jobs; a kind
+    // with no recurring job answers false.
+    for n in 0..50 {
+        store.enqueue(&NewJob::new("later", json!({ "n": n }), T0 + 3_600_000), clock.now_ms()).await.unwrap();
+    }
+    let now = clock.now_ms();
+    assert!(store.job(&a).await.unwrap().unwrap().run_at > now);
+    assert!(store.hurry_recurring("tick", now).await.unwrap());
+    assert_eq!(store.job(&a).await.unwrap().unwrap().run_at, now);
+    assert!(!store.hurry_recurring("nothing-recurs", now).await.unwrap());
+    assert_eq!(w.run_once(1).await.unwrap().len(), 1, "the hurried job runs now");
 }
 
 #[tokio::test]
@@ -246,6 +259,55 @@ async fn until(what: &str, done: impl Fn() -> bool) {
         assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+#[tokio::test]
+async fn a_worker_whose_slots_are_all_busy_does_not_ask_at_every_poll() {
+    // One slot, held by each job for ~300 ms, and a poll of 5 ms: nothing can be claimed while a job
+    // runs, and the answer (trusted for an hour here) is still fresh when the slot comes free, so the
+    // polls of a busy worker ask nothing. Before, every poll while busy dropped the answer and the freed
+    // slot asked again.
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::new();
+    {
+        let ran = ran.clone();
+        r.register("slow", move |_| {
+            let ran = ran.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        });
+    }
+    let w = Worker::new(
+        store.clone(),
+        Arc::new(clock.clone()),
+        r,
+        WorkerOptions {
+            id: "w".into(),
+            concurrency: 1,
+            lease_ms: 30_000,
+            poll: Duration::from_millis(5),
+            due_reuse: Duration::from_secs(3600),
+        },
+    );
+    for n in 0..2 {
+        store.enqueue(&NewJob::new("slow", json!({ "n": n }), T0), T0).await.unwrap();
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let looping = tokio::spawn(w.clone().run(stopped));
+    // The first job ended, the second took the slot without a question, and is running: ~100 polls
+    // while it runs ask nothing either. (Once the queue is empty, an idle worker's polls ask again.)
+    until("the first job ran", || ran.load(Ordering::SeqCst) == 1).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "the second job still runs");
+    assert_eq!(w.due_questions(), 1, "polls while the only slot was busy asked nothing; the first question only");
+    until("the second job ran", || ran.load(Ordering::SeqCst) == 2).await;
+    stop.send(true).unwrap();
+    looping.await.unwrap();
 }
 
 #[tokio::test]

@@ -167,13 +167,16 @@ impl Store {
         let v = self
             .write(|| async {
                 self.query(
-                    "UPDATE job SET run_at = $now WHERE unique_key = $k AND status = 'queued' AND run_at > $now
-                        RETURN VALUE id;
-                     SELECT VALUE status FROM job WHERE unique_key = $k;",
+                    // Found through the unique key's index alone: left to choose, SurrealDB 3.3 intersects
+                    // it with a scan of `job_ready` over every queued job still to come (EXPLAIN shows a
+                    // BitmapAnd), ~4.5 ms of CPU with a workflow benchmark's timers queued against ~1 ms.
+                    "LET $j = (SELECT VALUE id FROM job WITH INDEX job_unique WHERE unique_key = $k);
+                     UPDATE $j SET run_at = $now WHERE status = 'queued' AND run_at > $now RETURN NONE;
+                     SELECT VALUE status FROM $j;",
                     vars! { "k": key, "now": now },
                 )
                 .await?
-                .value(1)
+                .value(2)
             })
             .await?;
         Ok(v.get(0).and_then(Value::as_str).and_then(JobStatus::parse) == Some(JobStatus::Queued))

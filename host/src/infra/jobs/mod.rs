@@ -463,11 +463,11 @@ impl Worker {
             if *shutdown.borrow() {
                 break;
             }
-            // Every slot busy: nothing could be claimed, so wait for one before asking what is due.
+            // Every slot busy: nothing could be claimed, so wait for one before asking what is due. The
+            // poll does not make the answer stale here: when a slot comes free, the answer's age decides
+            // ([`DUE_REUSE`]); a poll shorter than that would otherwise have every freed slot ask again.
             if slots.available_permits() == 0 {
-                if matches!(self.idle(&mut shutdown).await, Woke::Poll) {
-                    known = None;
-                }
+                self.idle(&mut shutdown).await;
                 continue;
             }
             let (woken, unnamed) = self.wake.take();
@@ -568,7 +568,7 @@ impl Worker {
             // Nothing left that is known to be due: wait for a slot, a wake or the poll.
             let wait = claimed == 0 || slots.available_permits() == 0 || due.0.is_empty();
             known = Some(due);
-            if wait && matches!(self.idle(&mut shutdown).await, Woke::Poll) {
+            if wait && matches!(self.idle(&mut shutdown).await, Woke::Poll) && slots.available_permits() > 0 {
                 known = None;
             }
         }
