@@ -261,6 +261,30 @@ async fn until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// A registry whose handlers for `kinds` each take `hold`, then count one run in `ran`.
+fn counting_runs(kinds: &[&str], ran: &Arc<AtomicUsize>, hold: Duration) -> Registry {
+    let mut r = Registry::new();
+    for kind in kinds {
+        let ran = ran.clone();
+        r.register(kind, move |_| {
+            let ran = ran.clone();
+            async move {
+                tokio::time::sleep(hold).await;
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        });
+    }
+    r
+}
+
+/// A worker for running its loop: `concurrency` slots, `poll`, and a due answer trusted for an hour.
+fn looping_worker(store: &Store, clock: &ManualClock, r: Registry, concurrency: usize, poll: Duration) -> Worker {
+    let opts =
+        WorkerOptions { id: "w".into(), concurrency, lease_ms: 30_000, poll, due_reuse: Duration::from_secs(3600) };
+    Worker::new(store.clone(), Arc::new(clock.clone()), r, opts)
+}
+
 #[tokio::test]
 async fn a_worker_whose_slots_are_all_busy_does_not_ask_at_every_poll() {
     // One slot, held by each job for ~300 ms, and a poll of 5 ms: nothing can be claimed while a job
@@ -270,30 +294,8 @@ async fn a_worker_whose_slots_are_all_busy_does_not_ask_at_every_poll() {
     let store = store().await;
     let clock = ManualClock::new(T0);
     let ran = Arc::new(AtomicUsize::new(0));
-    let mut r = Registry::new();
-    {
-        let ran = ran.clone();
-        r.register("slow", move |_| {
-            let ran = ran.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        });
-    }
-    let w = Worker::new(
-        store.clone(),
-        Arc::new(clock.clone()),
-        r,
-        WorkerOptions {
-            id: "w".into(),
-            concurrency: 1,
-            lease_ms: 30_000,
-            poll: Duration::from_millis(5),
-            due_reuse: Duration::from_secs(3600),
-        },
-    );
+    let r = counting_runs(&["slow"], &ran, Duration::from_millis(300));
+    let w = looping_worker(&store, &clock, r, 1, Duration::from_millis(5));
     for n in 0..2 {
         store.enqueue(&NewJob::new("slow", json!({ "n": n }), T0), T0).await.unwrap();
     }
@@ -317,29 +319,8 @@ async fn a_wake_naming_its_kind_is_claimed_without_asking_which_kinds_are_due() 
     let store = store().await;
     let clock = ManualClock::new(T0);
     let ran = Arc::new(AtomicUsize::new(0));
-    let mut r = Registry::new();
-    for kind in ["named", "other"] {
-        let ran = ran.clone();
-        r.register(kind, move |_| {
-            let ran = ran.clone();
-            async move {
-                ran.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        });
-    }
-    let w = Worker::new(
-        store.clone(),
-        Arc::new(clock.clone()),
-        r,
-        WorkerOptions {
-            id: "w".into(),
-            concurrency: 4,
-            lease_ms: 30_000,
-            poll: Duration::from_secs(3600),
-            due_reuse: Duration::from_secs(3600),
-        },
-    );
+    let r = counting_runs(&["named", "other"], &ran, Duration::ZERO);
+    let w = looping_worker(&store, &clock, r, 4, Duration::from_secs(3600));
     let wake = w.waker();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let looping = tokio::spawn(w.clone().run(stopped));
