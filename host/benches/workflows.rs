@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use herald_host::App;
 use herald_host::config::{PluginGrant, Settings};
 use herald_host::infra::clock::wall_now_ms;
+use herald_host::store::jobs::NewJob;
 use salvo::prelude::*;
 use serde_json::{Value, json};
 
@@ -325,25 +326,17 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
         .collect();
     let started: Vec<Value> =
         chunk.iter().map(|&i| event(i, "workflow.started", json!({ "workflowId": "w" }))).collect();
-    let job = |id: String, kind: &str, payload: Value, run_at: i64| {
-        json!({ "id": id, "kind": kind, "payload": payload.to_string(), "status": "queued", "priority": 5,
-            "run_at": run_at, "attempts": 0, "max_attempts": 5, "created_at": now, "updated_at": now })
-    };
+    // The jobs as Herald writes them (`NewJob::doc`): a delivery job per 32 emails, the chunk's timer job.
     let mut jobs: Vec<Value> = chunk
         .chunks(32)
         .map(|c| {
             let ids: Vec<String> = c.iter().map(|i| format!("ceil-m{i}")).collect();
-            job(format!("ceil-deliver-{}", c[0]), "email.deliver", json!({ "project": p, "emails": ids }), now)
+            NewJob::new("email.deliver", json!({ "project": p, "emails": ids }), now).doc(now)
         })
         .collect();
     let timers: Vec<Value> =
         chunk.iter().map(|&i| json!({ "execution": format!("ceil-{i}"), "token": format!("ceil-t{i}") })).collect();
-    jobs.push(job(
-        format!("ceil-timer-{}", chunk[0]),
-        "workflow.timer",
-        json!({ "project": p, "timers": timers }),
-        now + 60_000,
-    ));
+    jobs.push(NewJob::new("workflow.timer", json!({ "project": p, "timers": timers }), now + 60_000).doc(now));
     store
         .query(
             "BEGIN TRANSACTION; INSERT INTO workflow_entry $entries RETURN NONE; INSERT INTO workflow_execution $execs RETURN NONE;
