@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use herald_host::App;
 use herald_host::config::{PluginGrant, Settings};
 use herald_host::infra::clock::wall_now_ms;
+use herald_host::store::events::Event;
 use herald_host::store::jobs::NewJob;
 use salvo::prelude::*;
 use serde_json::{Value, json};
@@ -253,6 +254,9 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The outbox row of a ceiling transaction's events, bound as `$o` (the statement Herald's writes use).
+const OUTBOX: &str = "CREATE type::record('outbox', $o.id) CONTENT { events: $o.events } RETURN NONE;";
+
 /// Writes the rows of `chunk`'s executions as Herald's instant part does, one transaction per stage:
 /// tracking (the contact, the `signup` event, an outbox row), the start (the execution with its step runs,
 /// its re-entry entry, the contact's change, the email and its body, `workflow.started`, an outbox row,
@@ -268,9 +272,12 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
             "data": { "firstName": format!("User{i}") }, "version": 1, "created_at": now, "updated_at": now })
         })
         .collect();
+    // Event rows as Herald stores them (`Event`), with ids the outbox rows can list.
     let event = |i: usize, name: &str, data: Value| {
-        json!({ "id": format!("ceil-{name}-{i}"), "project": p, "contact": cid(i), "name": name, "data": data,
-            "source": if name == "signup" { "api" } else { "system" }, "created_at": now })
+        let source = if name == "signup" { "api" } else { "system" };
+        let data = data.as_object().cloned().unwrap_or_default();
+        let e = Event { id: format!("ceil-{name}-{i}"), ..Event::new(p, &cid(i), name, data, source, now) };
+        serde_json::to_value(e).unwrap()
     };
     let outbox =
         |name: &str, ids: Vec<String>| json!({ "id": format!("ceil-{name}-{}-{now}", chunk[0]), "events": ids });
@@ -280,8 +287,10 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
         .collect();
     store
         .query(
-            "BEGIN TRANSACTION; INSERT INTO contact $c RETURN NONE; INSERT INTO event $e RETURN NONE;
-             CREATE type::record('outbox', $o.id) CONTENT { events: $o.events } RETURN NONE; COMMIT TRANSACTION;",
+            &format!(
+                "BEGIN TRANSACTION; INSERT INTO contact $c RETURN NONE; INSERT INTO event $e RETURN NONE; {OUTBOX}
+                 COMMIT TRANSACTION;"
+            ),
             json!({ "c": contacts, "e": signups,
                 "o": outbox("signup", chunk.iter().map(|&i| format!("ceil-signup-{i}")).collect()) }),
         )
@@ -339,12 +348,11 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
     jobs.push(NewJob::new("workflow.timer", json!({ "project": p, "timers": timers }), now + 60_000).doc(now));
     store
         .query(
-            "BEGIN TRANSACTION; INSERT INTO workflow_entry $entries RETURN NONE; INSERT INTO workflow_execution $execs RETURN NONE;
+            &format!("BEGIN TRANSACTION; INSERT INTO workflow_entry $entries RETURN NONE; INSERT INTO workflow_execution $execs RETURN NONE;
              INSERT INTO contact $changed ON DUPLICATE KEY UPDATE data = $input.data, version = $input.version + 1,
                 updated_at = $input.updated_at RETURN NONE;
              INSERT INTO email $emails RETURN NONE; INSERT INTO email_body $bodies RETURN NONE;
-             INSERT INTO job $jobs RETURN NONE; INSERT INTO event $started RETURN NONE;
-             CREATE type::record('outbox', $o.id) CONTENT { events: $o.events } RETURN NONE; COMMIT TRANSACTION;",
+             INSERT INTO job $jobs RETURN NONE; INSERT INTO event $started RETURN NONE; {OUTBOX} COMMIT TRANSACTION;"),
             json!({ "entries": entries, "execs": execs, "changed": changed, "emails": emails, "bodies": bodies,
                 "jobs": jobs, "started": started,
                 "o": outbox("started", chunk.iter().map(|&i| format!("ceil-workflow.started-{i}")).collect()) }),
@@ -357,10 +365,9 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
         chunk.iter().map(|&i| event(i, "email.sent", json!({ "emailId": format!("ceil-m{i}") }))).collect();
     store
         .query(
-            "BEGIN TRANSACTION;
+            &format!("BEGIN TRANSACTION;
              UPDATE array::map($sent, |$i| type::record('email', $i)) SET sent_at = $now, status = 'SENT', updated_at = $now RETURN NONE;
-             INSERT INTO event $events RETURN NONE;
-             CREATE type::record('outbox', $o.id) CONTENT { events: $o.events } RETURN NONE; COMMIT TRANSACTION;",
+             INSERT INTO event $events RETURN NONE; {OUTBOX} COMMIT TRANSACTION;"),
             json!({ "sent": sent, "events": sent_events, "now": now,
                 "o": outbox("sent", chunk.iter().map(|&i| format!("ceil-email.sent-{i}")).collect()) }),
         )
