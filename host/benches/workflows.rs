@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use herald_host::App;
 use herald_host::config::{PluginGrant, Settings};
 use herald_host::infra::clock::wall_now_ms;
-use herald_host::store::events::Event;
+use herald_host::store::events::{Event, OUTBOX_INSERT, outbox_row};
 use herald_host::store::jobs::NewJob;
 use salvo::prelude::*;
 use serde_json::{Value, json};
@@ -254,9 +254,6 @@ async fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The outbox row of a ceiling transaction's events, bound as `$o` (the statement Herald's writes use).
-const OUTBOX: &str = "CREATE type::record('outbox', $o.id) CONTENT { events: $o.events } RETURN NONE;";
-
 /// Writes the rows of `chunk`'s executions as Herald's instant part does, one transaction per stage:
 /// tracking (the contact, the `signup` event, an outbox row), the start (the execution with its step runs,
 /// its re-entry entry, the contact's change, the email and its body, `workflow.started`, an outbox row,
@@ -272,27 +269,23 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
             "data": { "firstName": format!("User{i}") }, "version": 1, "created_at": now, "updated_at": now })
         })
         .collect();
-    // Event rows as Herald stores them (`Event`), with ids the outbox rows can list.
-    let event = |i: usize, name: &str, data: Value| {
+    // Event rows and the outbox row listing them, as Herald's writes store them.
+    let events = |name: &str, data: &dyn Fn(usize) -> Value| -> (Vec<Value>, Value) {
         let source = if name == "signup" { "api" } else { "system" };
-        let data = data.as_object().cloned().unwrap_or_default();
-        let e = Event { id: format!("ceil-{name}-{i}"), ..Event::new(p, &cid(i), name, data, source, now) };
-        serde_json::to_value(e).unwrap()
+        let events: Vec<Event> = chunk
+            .iter()
+            .map(|&i| Event::new(p, &cid(i), name, data(i).as_object().cloned().unwrap_or_default(), source, now))
+            .collect();
+        (events.iter().map(Event::row).collect(), outbox_row(events.iter().map(|e| e.id.as_str())))
     };
-    let outbox =
-        |name: &str, ids: Vec<String>| json!({ "id": format!("ceil-{name}-{}-{now}", chunk[0]), "events": ids });
-    let signups: Vec<Value> = chunk
-        .iter()
-        .map(|&i| event(i, "signup", json!({ "source": "bench", "firstName": format!("User{i}") })))
-        .collect();
+    let (signups, outbox) = events("signup", &|i| json!({ "source": "bench", "firstName": format!("User{i}") }));
     store
         .query(
             &format!(
-                "BEGIN TRANSACTION; INSERT INTO contact $c RETURN NONE; INSERT INTO event $e RETURN NONE; {OUTBOX}
-                 COMMIT TRANSACTION;"
+                "BEGIN TRANSACTION; INSERT INTO contact $c RETURN NONE; INSERT INTO event $e RETURN NONE;
+                 {OUTBOX_INSERT} COMMIT TRANSACTION;"
             ),
-            json!({ "c": contacts, "e": signups,
-                "o": outbox("signup", chunk.iter().map(|&i| format!("ceil-signup-{i}")).collect()) }),
+            json!({ "c": contacts, "e": signups, "outbox": outbox }),
         )
         .await
         .unwrap();
@@ -333,8 +326,7 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
             "text": format!("Hello User{i}, welcome aboard."), "headers": "{}", "attachments": "[]" })
         })
         .collect();
-    let started: Vec<Value> =
-        chunk.iter().map(|&i| event(i, "workflow.started", json!({ "workflowId": "w" }))).collect();
+    let (started, started_outbox) = events("workflow.started", &|_| json!({ "workflowId": "w" }));
     // The jobs as Herald writes them (`NewJob::doc`): a delivery job per 32 emails, the chunk's timer job.
     let mut jobs: Vec<Value> = chunk
         .chunks(32)
@@ -352,24 +344,21 @@ async fn ceiling_chunk(store: &herald_host::store::Store, chunk: &[usize], now: 
              INSERT INTO contact $changed ON DUPLICATE KEY UPDATE data = $input.data, version = $input.version + 1,
                 updated_at = $input.updated_at RETURN NONE;
              INSERT INTO email $emails RETURN NONE; INSERT INTO email_body $bodies RETURN NONE;
-             INSERT INTO job $jobs RETURN NONE; INSERT INTO event $started RETURN NONE; {OUTBOX} COMMIT TRANSACTION;"),
+             INSERT INTO job $jobs RETURN NONE; INSERT INTO event $started RETURN NONE; {OUTBOX_INSERT} COMMIT TRANSACTION;"),
             json!({ "entries": entries, "execs": execs, "changed": changed, "emails": emails, "bodies": bodies,
-                "jobs": jobs, "started": started,
-                "o": outbox("started", chunk.iter().map(|&i| format!("ceil-workflow.started-{i}")).collect()) }),
+                "jobs": jobs, "started": started, "outbox": started_outbox }),
         )
         .await
         .unwrap();
 
     let sent: Vec<String> = chunk.iter().map(|i| format!("ceil-m{i}")).collect();
-    let sent_events: Vec<Value> =
-        chunk.iter().map(|&i| event(i, "email.sent", json!({ "emailId": format!("ceil-m{i}") }))).collect();
+    let (sent_events, sent_outbox) = events("email.sent", &|i| json!({ "emailId": format!("ceil-m{i}") }));
     store
         .query(
             &format!("BEGIN TRANSACTION;
              UPDATE array::map($sent, |$i| type::record('email', $i)) SET sent_at = $now, status = 'SENT', updated_at = $now RETURN NONE;
-             INSERT INTO event $events RETURN NONE; {OUTBOX} COMMIT TRANSACTION;"),
-            json!({ "sent": sent, "events": sent_events, "now": now,
-                "o": outbox("sent", chunk.iter().map(|&i| format!("ceil-email.sent-{i}")).collect()) }),
+             INSERT INTO event $events RETURN NONE; {OUTBOX_INSERT} COMMIT TRANSACTION;"),
+            json!({ "sent": sent, "events": sent_events, "now": now, "outbox": sent_outbox }),
         )
         .await
         .unwrap();

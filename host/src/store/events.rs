@@ -38,7 +38,7 @@ impl Event {
     }
 
     /// The event as a row for `INSERT INTO event` (one statement for many events).
-    pub(crate) fn row(&self) -> Value {
+    pub fn row(&self) -> Value {
         vars! {
             "id": self.id, "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
             "source": self.source, "created_at": self.created_at,
@@ -57,13 +57,13 @@ impl Event {
 
 /// Records a transaction's events in the event-stream outbox: one `outbox` row listing their ids,
 /// bound as `$outbox` ([`outbox_row`]). Rows are keyed by UUIDv7, so the table reads oldest first.
-pub(crate) const OUTBOX_INSERT: &str =
+pub const OUTBOX_INSERT: &str =
     "CREATE type::record('outbox', $outbox.id) CONTENT { events: $outbox.events } RETURN NONE;\n";
 /// What every query that writes an outbox row contains (it notifies [`super::Store::stored_events`]).
 pub(crate) const OUTBOX_MARK: &str = "CREATE type::record('outbox'";
 
 /// The `$outbox` binding of [`OUTBOX_INSERT`] for events with these ids.
-pub(crate) fn outbox_row<'a>(ids: impl IntoIterator<Item = &'a str>) -> Value {
+pub fn outbox_row<'a>(ids: impl IntoIterator<Item = &'a str>) -> Value {
     vars! { "id": uuid::Uuid::now_v7().to_string(), "events": ids.into_iter().collect::<Vec<_>>() }
 }
 
