@@ -187,8 +187,8 @@ pub struct Settings {
     #[arg(skip)]
     pub plan: Option<std::collections::BTreeMap<String, Plan>>,
     /// OAuth sign-in providers, in the settings file only: `[oauth.NAME]` with `kind` (`github` or
-    /// `oidc`), `client_id`, `client_secret`, and for OIDC `issuer` (its discovery document gives the
-    /// endpoints) or `authorize_url`, `token_url`, `jwks_url`; optional `name`, `scopes`, `userinfo_url`,
+    /// `oidc`), `client_id`, `client_secret`, and for OIDC `issuer` (required; its discovery document gives
+    /// the endpoints unless `authorize_url`, `token_url` and `jwks_url` are all set); optional `name`, `scopes`, `userinfo_url`,
     /// and for GitHub `authorize_url`, `token_url`, `api_base` (GitHub Enterprise)
     #[arg(skip)]
     pub oauth: Option<std::collections::BTreeMap<String, OAuthProvider>>,
@@ -512,15 +512,15 @@ impl Settings {
                 && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
             let complete = match p.kind.as_str() {
                 "github" => true,
-                "oidc" => {
-                    p.issuer.is_some() || (p.authorize_url.is_some() && p.token_url.is_some() && p.jwks_url.is_some())
-                }
+                // The issuer is what an ID token must name, so it is required even with explicit endpoints.
+                "oidc" => p.issuer.as_deref().is_some_and(|i| i.starts_with("https://") || i.starts_with("http://")),
                 _ => false,
             };
             if !named || !complete || p.client_id.is_empty() {
                 return Err(ConfigError::Invalid(format!(
                     "oauth.{name}: a name of lowercase letters, digits and hyphens; kind github, or oidc with an \
-                     issuer (or authorize_url, token_url and jwks_url); and a client_id"
+                     issuer URL (its discovery document gives the endpoints unless authorize_url, token_url and \
+                     jwks_url are set); and a client_id"
                 )));
             }
         }
@@ -684,5 +684,24 @@ mod tests {
         let path = dir.join("h.toml");
         std::fs::write(&path, "unknown_key = 1\n").unwrap();
         assert!(Settings { config: Some(path), ..Default::default() }.resolve().is_err());
+    }
+
+    #[test]
+    fn an_openid_provider_needs_an_issuer_even_with_explicit_endpoints() {
+        let provider = |issuer: Option<&str>| OAuthProvider {
+            kind: "oidc".into(),
+            client_id: "c".into(),
+            client_secret: "s".into(),
+            issuer: issuer.map(str::to_string),
+            authorize_url: Some("https://id.example.com/authorize".into()),
+            token_url: Some("https://id.example.com/token".into()),
+            jwks_url: Some("https://id.example.com/jwks".into()),
+            ..Default::default()
+        };
+        let with = |p: OAuthProvider| Settings { oauth: Some([("sso".to_string(), p)].into()), ..Default::default() };
+        let err = with(provider(None)).resolve().expect_err("no issuer");
+        assert!(err.to_string().contains("issuer"), "{err}");
+        assert!(with(provider(Some("id.example.com"))).resolve().is_err(), "an issuer is a URL");
+        assert!(with(provider(Some("https://id.example.com"))).resolve().is_ok());
     }
 }

@@ -236,20 +236,13 @@ impl App {
             notifications_key: security::derive_key(&secret, "herald-notifications-v1"),
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
             login_failures: ratelimit::FailureThrottle::new(
-                api::auth::LOGIN_FAILURES,
-                api::auth::LOGIN_WINDOW_MS,
+                services::accounts::LOGIN_FAILURES,
+                services::accounts::LOGIN_WINDOW_MS,
                 clock.clone(),
             ),
-            account_mail_by_address: ratelimit::FailureThrottle::new(
-                services::account_mail::MAILS_PER_ADDRESS,
-                services::account_mail::MAIL_WINDOW_MS,
-                clock.clone(),
-            ),
-            account_mail_by_ip: ratelimit::FailureThrottle::new(
-                services::account_mail::MAILS_PER_IP,
-                services::account_mail::MAIL_WINDOW_MS,
-                clock.clone(),
-            ),
+            account_mail: services::account_mail::Throttles::new(clock.clone()),
+            passwords: Default::default(),
+            oauth_documents: Default::default(),
             system_mail,
             stripe: match &config.stripe {
                 Some(c) => Some(Arc::new(infra::stripe::Stripe::new(c).map_err(BuildError::Transport)?)),

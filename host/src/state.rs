@@ -68,9 +68,13 @@ pub struct AppState {
     pub limiter: RateLimiter,
     /// Failed logins per account and per address (`/auth/login` slows down after repeated failures).
     pub login_failures: crate::infra::ratelimit::FailureThrottle,
-    /// Account mails requested (verification, password reset) per address and per client address.
-    pub account_mail_by_address: crate::infra::ratelimit::FailureThrottle,
-    pub account_mail_by_ip: crate::infra::ratelimit::FailureThrottle,
+    /// Password hashing, bounded.
+    pub passwords: crate::infra::security::Passwords,
+    /// Account mails (sign-up, verification, password reset) and invitations, counted per client, per
+    /// address and per inviter (docs/security.md#sessions).
+    pub account_mail: crate::services::account_mail::Throttles,
+    /// OAuth providers' discovery documents and key sets.
+    pub oauth_documents: crate::services::oauth::Documents,
     /// Stripe, when payments are configured.
     pub stripe: Option<Arc<crate::infra::stripe::Stripe>>,
     /// Herald's own mail to its users.

@@ -177,8 +177,7 @@ async fn roles_govern_billing_and_payments_need_a_provider() {
     let admin = signup(&s, "admin@example.com").await;
     let member = signup(&s, "member@example.com").await;
     for (email, role) in [("admin@example.com", "ADMIN"), ("member@example.com", "MEMBER")] {
-        let r = owner.post(&format!("/projects/{id}/members"), json!({ "email": email, "role": role })).await;
-        assert_eq!(r.status, 201);
+        join(&s, id, email, role).await;
     }
     let limits = format!("/users/@me/projects/{id}/billing-limits");
     let usage = format!("/users/@me/projects/{id}/billing-consumption");

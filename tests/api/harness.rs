@@ -85,9 +85,25 @@ impl Server {
 
     /// A client with its own cookie jar (one dashboard session).
     pub fn client(&self) -> Client {
+        let jar = Arc::new(reqwest::cookie::Jar::default());
         Client {
             base: self.base.clone(),
-            http: reqwest::Client::builder().cookie_store(true).build().expect("client"),
+            http: reqwest::Client::builder().cookie_provider(jar.clone()).build().expect("client"),
+            jar,
+            bearer: None,
+            project: None,
+        }
+    }
+
+    /// A client whose requests come from another loopback address (`127.0.0.x`): another client to the
+    /// per-address throttles.
+    pub fn client_from(&self, ip: &str) -> Client {
+        let jar = Arc::new(reqwest::cookie::Jar::default());
+        let local: std::net::IpAddr = ip.parse().expect("an IP address");
+        Client {
+            base: self.base.clone(),
+            http: reqwest::Client::builder().cookie_provider(jar.clone()).local_address(local).build().expect("client"),
+            jar,
             bearer: None,
             project: None,
         }
@@ -105,6 +121,8 @@ impl Server {
 pub struct Client {
     pub base: String,
     pub http: reqwest::Client,
+    /// The cookies `http` keeps (a test may put a session in it).
+    pub jar: Arc<reqwest::cookie::Jar>,
     pub bearer: Option<String>,
     pub project: Option<String>,
 }
@@ -161,12 +179,45 @@ impl Client {
     }
 }
 
-/// Signs up a user on a fresh client and returns the logged-in client.
+/// The argon2 hash of `password123`, computed once per test process.
+static PASSWORD123: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| herald_host::infra::security::hash_password("password123").expect("hash"));
+
+/// A user with a verified address and the password `password123` (named "Test"), and a fresh client
+/// logged in as that user. Sign-up over HTTP is tested in `accounts` and `account_mail`; here the user is
+/// written straight to the store so that every test need not read a confirmation mail.
 pub async fn signup(server: &Server, email: &str) -> Client {
+    let st = &server.state;
+    let now = st.clock.now_ms();
+    let id = uuid::Uuid::now_v7().to_string();
+    let email = email.trim().to_ascii_lowercase();
+    st.store.create_user(&id, &email, Some("Test"), &PASSWORD123, now).await.expect("create user");
+    st.store.set_email_verified(&id, now).await.expect("verify user");
+    let user = st.store.user(&id).await.expect("read user").expect("user");
     let c = server.client();
-    let r = c.post("/auth/signup", json!({ "email": email, "password": "password123", "name": "Test" })).await;
-    assert_eq!(r.status, 201, "signup: {}", r.json);
+    c.log_in_as(st, &user);
     c
+}
+
+/// A user whose address was never verified, as accounts created before sign-ups waited for their
+/// address can be (password `password123`), and a client logged in as that user.
+pub async fn unverified_user(server: &Server, email: &str, name: Option<&str>) -> Client {
+    let st = &server.state;
+    let id = uuid::Uuid::now_v7().to_string();
+    st.store.create_user(&id, email, name, &PASSWORD123, st.clock.now_ms()).await.expect("create user");
+    let user = st.store.user(&id).await.expect("read user").expect("user");
+    let c = server.client();
+    c.log_in_as(st, &user);
+    c
+}
+
+impl Client {
+    /// Puts a new session of `user` in this client's cookie jar.
+    pub fn log_in_as(&self, st: &herald_host::state::AppState, user: &herald_host::store::accounts::User) {
+        let cookie = herald_host::api::auth::session_cookie(st, user);
+        let url = reqwest::Url::parse(&self.base).expect("base URL");
+        self.jar.add_cookie_str(&format!("{}={}; Path=/", cookie.name(), cookie.value()), &url);
+    }
 }
 
 /// A user with a project; returns (session client, project json with keys).
@@ -232,4 +283,13 @@ pub async fn signed_post(s: &Server, path: &str, raw: Vec<u8>, ts: i64, sig: Str
     let status = res.status().as_u16();
     let headers = res.headers().clone();
     Resp { status, json: res.json().await.unwrap_or(Value::Null), headers }
+}
+
+/// Makes the user with `email` a member of `project` with `role` (OWNER, ADMIN or MEMBER), as an
+/// accepted invitation does (invitations themselves are tested in `account_mail`).
+pub async fn join(s: &Server, project: &str, email: &str, role: &str) {
+    let st = &s.state;
+    let user = st.store.user_by_email(email).await.expect("read user").expect("a user with that address");
+    let role = herald_host::store::accounts::Role::parse(role).expect("a role");
+    st.store.add_member(project, &user.id, role, st.clock.now_ms()).await.expect("add member");
 }

@@ -233,3 +233,56 @@ async fn github_sign_in_uses_the_primary_verified_email_and_sign_ups_can_be_off(
     assert_eq!(sign_in(&b, &who, "github").await.status, 302);
     assert_eq!(b.get("/users/@me").await.json["emailVerified"], true, "the provider vouched for the address");
 }
+
+#[tokio::test]
+async fn an_account_nobody_verified_is_taken_over_by_the_provider_not_linked() {
+    let who = who();
+    let stub = provider(who.clone()).await;
+    let s = server(&who, &stub, |_| {}).await;
+    // Someone registered Sam's address before Sam (an account from before sign-ups waited for their
+    // address): they know its password and hold a session.
+    let squatter = unverified_user(&s, "sam@example.com", None).await;
+    let squatted = squatter.get("/users/@me").await.json["id"].clone();
+    let b = browser(&s);
+    assert_eq!(sign_in(&b, &who, "acme").await.status, 302);
+    let me = b.get("/users/@me").await.json;
+    assert_eq!((&me["id"], &me["emailVerified"]), (&squatted, &json!(true)), "{me}");
+    // The squatter's session ended and the password no longer opens the account.
+    assert_envelope(&squatter.get("/users/@me").await, 401, "UNAUTHORIZED");
+    let r = s.client().post("/auth/login", json!({ "email": "sam@example.com", "password": "password123" })).await;
+    assert_envelope(&r, 401, "UNAUTHORIZED");
+    assert_eq!(b.get("/users/@me").await.status, 200, "the provider's session lives on");
+
+    // A verified account is linked as it is: its password and sessions stay.
+    let alice = signup(&s, "alice@example.com").await;
+    who.lock().unwrap().email = "alice@example.com".into();
+    let b = browser(&s);
+    assert_eq!(sign_in(&b, &who, "acme").await.status, 302);
+    assert_eq!(b.get("/users/@me").await.json["email"], "alice@example.com");
+    assert_eq!(alice.get("/users/@me").await.status, 200);
+    let r = s.client().post("/auth/login", json!({ "email": "alice@example.com", "password": "password123" })).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn the_discovery_document_must_name_the_configured_issuer_and_both_documents_are_cached() {
+    let who = who();
+    let stub = provider(who.clone()).await;
+    let s = server(&who, &stub, |_| {}).await;
+    // A document that names another issuer does not speak for this provider.
+    who.lock().unwrap().issuer = "https://elsewhere.example".into();
+    let r = browser(&s).get("/auth/oauth/acme").await;
+    assert_envelope(&r, 400, "OAUTH_FAILED");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("issuer"), "{}", r.json);
+
+    let s = server(&who, &stub, |_| {}).await;
+    let before = |path: &str| stub.requests().iter().filter(|r| r.path == path).count();
+    let (discovery, keys) = (before("/.well-known/openid-configuration"), before("/jwks"));
+    for _ in 0..3 {
+        let b = browser(&s);
+        assert_eq!(sign_in(&b, &who, "acme").await.status, 302);
+    }
+    let fetched = |path: &str, was: usize| stub.requests().iter().filter(|r| r.path == path).count() - was;
+    assert_eq!(fetched("/.well-known/openid-configuration", discovery), 1, "discovery fetched once for three sign-ins");
+    assert_eq!(fetched("/jwks", keys), 1, "the key set fetched once");
+}

@@ -104,7 +104,7 @@ async fn checkout_portal_and_invoices_go_through_the_provider() {
 
     // An ADMIN may not pay; another project's owner does not see this one.
     let admin = signup(&s, "admin@example.com").await;
-    owner.post(&format!("/projects/{}/members", p.id), json!({ "email": "admin@example.com", "role": "ADMIN" })).await;
+    join(&s, &p.id, "admin@example.com", "ADMIN").await;
     assert_envelope(&admin.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await, 403, "FORBIDDEN");
     let other = proj(&s, "other@example.com").await;
     assert_envelope(&other.session.get(&format!("{base}/billing-invoices")).await, 404, "PROJECT_NOT_FOUND");

@@ -173,11 +173,7 @@ async fn a_reset_wipes_the_projects_data_and_keeps_the_project_its_keys_domains_
     assert_eq!(r.json["error"]["errors"][0]["field"], "confirm");
     assert_envelope(&p.session.post(&reset, json!({})).await, 422, "VALIDATION_ERROR");
     let member = signup(&s, "m@example.com").await;
-    let r = p
-        .session
-        .post(&format!("/projects/{}/members", p.id), json!({ "email": "m@example.com", "role": "ADMIN" }))
-        .await;
-    assert_eq!(r.status, 201, "{}", r.json);
+    join(&s, &p.id, "m@example.com", "ADMIN").await;
     assert_envelope(&member.post(&reset, json!({ "confirm": "P" })).await, 403, "FORBIDDEN");
     assert_envelope(&q.session.post(&reset, json!({ "confirm": "P" })).await, 404, "PROJECT_NOT_FOUND");
     let r = p.session.post(&reset, json!({ "confirm": "P" })).await;

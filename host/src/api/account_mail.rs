@@ -11,7 +11,7 @@ use super::body::{Fields, Reply, json_object_max};
 use super::state;
 use crate::error::ApiError;
 use crate::infra::security::PASSWORD_CHARS;
-use crate::services::account_mail;
+use crate::services::{account_mail, invitations};
 
 /// Longest token accepted (a real one is 43 characters).
 const TOKEN_CHARS: usize = 200;
@@ -28,6 +28,15 @@ pub struct EmailBody {
 pub struct TokenBody {
     /// the token of the link
     token: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct VerifyBody {
+    /// the token of the link
+    token: String,
+    /// the account's password: the one chosen at sign-up
+    password: String,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -80,25 +89,33 @@ pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Resul
             (None, Some(e)) => e,
             (None, None) => return Err(ApiError::Internal("validated email missing".into())),
         };
-        account_mail::throttle(&st, &email, &client_ip(req))?;
-        account_mail::request_verification(&st, &email).await?;
+        if account_mail::throttle(&st, &email, &client_ip(req))? {
+            account_mail::request_verification(&st, &email).await?;
+        }
         Reply::ok(&OkOut::yes())
     });
     fut.await
 }
 
-/// Verifies the email of the account a verification link was sent to. 400 `INVALID_TOKEN` when the
-/// link was used, replaced by a newer one or expired (24 hours).
-#[endpoint(tags("auth"), request_body = TokenBody, responses((status_code = 200, body = UserOut)))]
-pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+/// Follows a sign-up or verification link, with the account's password: a sign-up link creates the
+/// account (its address verified), a verification link marks the address verified; either logs the
+/// user in (sets the session cookie). 400 `INVALID_TOKEN` when the link was used, replaced by a newer
+/// one or expired (24 hours); 401 for a password that is not the account's (the link keeps working);
+/// 409 when the address got an account since the sign-up.
+#[endpoint(tags("auth"), request_body = VerifyBody, responses((status_code = 200, body = UserOut)))]
+pub async fn verify_email(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
         let token = token_of(&mut f);
+        let password = f.string("password", true, 1, PASSWORD_CHARS.1);
         f.finish()?;
-        let token = token.ok_or_else(|| ApiError::Internal("validated token missing".into()))?;
-        let user = account_mail::verify_email(&st, &token).await?;
+        let (Some(token), Some(password)) = (token, password) else {
+            return Err(ApiError::Internal("validated fields missing".into()));
+        };
+        let user = account_mail::verify_email(&st, &token, &password).await?;
+        res.add_cookie(session_cookie(&st, &user));
         Reply::ok(&UserOut::from(&user))
     });
     fut.await
@@ -115,8 +132,9 @@ pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Res
         let email = f.email("email", true);
         f.finish()?;
         let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-        account_mail::throttle(&st, &email, &client_ip(req))?;
-        account_mail::request_password_reset(&st, &email).await?;
+        if account_mail::throttle(&st, &email, &client_ip(req))? {
+            account_mail::request_password_reset(&st, &email).await?;
+        }
         Reply::ok(&OkOut::yes())
     });
     fut.await
@@ -155,7 +173,7 @@ pub async fn accept_invitation(req: &mut Request, depot: &mut Depot) -> Result<R
         let token = token_of(&mut f);
         f.finish()?;
         let token = token.ok_or_else(|| ApiError::Internal("validated token missing".into()))?;
-        let (project_id, role) = account_mail::accept_invitation(&st, &user, &token).await?;
+        let (project_id, role) = invitations::accept(&st, &user, &token).await?;
         Reply::ok(&JoinedOut { project_id, role: role.as_str().to_string() })
     });
     fut.await

@@ -13,7 +13,7 @@ use super::state;
 use crate::error::ApiError;
 use crate::infra::clock::rfc3339;
 use crate::infra::security;
-use crate::services::{account_mail, accounts};
+use crate::services::{accounts, invitations};
 use crate::store::accounts::{Member, Project, Role};
 
 /// A project. `public` and `secret` appear only when a project is created and when its keys are
@@ -80,7 +80,7 @@ impl From<&Member> for MemberOut {
     }
 }
 
-/// An invitation by email to an address without a Herald account.
+/// An invitation by email to join a project.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
@@ -94,8 +94,8 @@ pub struct InvitationOut {
     pub expires_at: String,
 }
 
-impl From<&account_mail::Invitation> for InvitationOut {
-    fn from(i: &account_mail::Invitation) -> Self {
+impl From<&invitations::Invitation> for InvitationOut {
+    fn from(i: &invitations::Invitation) -> Self {
         InvitationOut {
             invited: true,
             email: i.email.clone(),
@@ -337,9 +337,12 @@ fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
     f.one_of("role", required, &["OWNER", "ADMIN", "MEMBER"]).and_then(|r| Role::parse(&r))
 }
 
-/// Adds a member by email (OWNER or ADMIN; only an OWNER grants OWNER): an existing Herald user joins
-/// at once (201); another address gets an invitation by mail (202) that works for 7 days.
-#[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 201, body = MemberOut)))]
+/// Invites an address to the project (OWNER or ADMIN; only an OWNER grants OWNER; the inviter's own
+/// address must be verified): 202 with the invitation, mailed to the address and working for 7 days,
+/// whether or not a Herald account has the address. The user with that address joins by following the
+/// link while logged in. 409 when the address belongs to a member already; 429 past the invitation
+/// throttles.
+#[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 202, body = InvitationOut)))]
 pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
@@ -354,10 +357,8 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
         f.finish()?;
         let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-        match accounts::add_member(&st, &id, role, &u, &email, new_role).await? {
-            accounts::Added::Member(m) => Reply::created(&MemberOut::from(&m)),
-            accounts::Added::Invited(i) => Reply::with(StatusCode::ACCEPTED, &InvitationOut::from(&i)),
-        }
+        let invited = accounts::add_member(&st, &id, role, &u, &email, new_role).await?;
+        Reply::with(StatusCode::ACCEPTED, &InvitationOut::from(&invited))
     });
     fut.await
 }
@@ -370,7 +371,7 @@ pub async fn list_invitations(id: PathParam<String>, depot: &mut Depot) -> Resul
         let u = user(depot)?;
         let id = id.into_inner();
         role_in(&st, &id, &u).await?;
-        let list = account_mail::invitations(&st, &id).await?;
+        let list = invitations::list(&st, &id).await?;
         Reply::ok(&list.iter().map(InvitationOut::from).collect::<Vec<_>>())
     });
     fut.await
@@ -388,7 +389,7 @@ pub async fn withdraw_invitation(
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
-        account_mail::withdraw(&st, &id, role, &email.into_inner().trim().to_lowercase()).await?;
+        invitations::withdraw(&st, &id, role, &email.into_inner().trim().to_ascii_lowercase()).await?;
         Reply::ok(&DeletedOut { success: true })
     });
     fut.await

@@ -101,9 +101,12 @@ pub fn session_cookie(st: &AppState, user: &User) -> Cookie<'static> {
         .build()
 }
 
-/// Create a user account (and log it in). Refused with 403 when the deployment disabled sign-ups.
-#[endpoint(tags("auth"), request_body = SignupBody, responses((status_code = 201, body = UserOut)))]
-pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
+/// Sign up: answers 202 for every valid address, whether or not an account has it, and mails the
+/// address either a link that creates the account (followed with this password:
+/// `POST /auth/verify-email`) or a note that it has one already. No session is set. 403 when the
+/// deployment disabled sign-ups; 429 for a client that asked too often.
+#[endpoint(tags("auth"), request_body = SignupBody, responses((status_code = 202, body = OkOut)))]
+pub async fn signup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         if st.config.disable_signups {
@@ -113,18 +116,14 @@ pub async fn signup(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
         let password = f.string("password", true, PASSWORD_CHARS.0, PASSWORD_CHARS.1);
-        let name = f.string("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+        let name = f.line("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
         f.finish()?;
         let (Some(email), Some(password)) = (email, password) else {
             return Err(ApiError::Internal("validated fields missing".into()));
         };
-        let user = accounts::create_user(&st, &email, &password, name.as_deref()).await?;
-        // The account exists either way; a verification mail that cannot be queued can be asked for again.
-        if let Err(e) = crate::services::account_mail::send_verification(&st, &user).await {
-            tracing::warn!(user = %user.id, error = %e, "cannot queue the verification mail");
-        }
-        res.add_cookie(session_cookie(&st, &user));
-        Reply::created(&UserOut::from(&user))
+        let send = crate::services::account_mail::throttle(&st, &email, &client_ip(req))?;
+        crate::services::account_mail::sign_up(&st, &email, &password, name.as_deref(), send).await?;
+        Reply::with(StatusCode::ACCEPTED, &OkOut::yes())
     });
     fut.await
 }
@@ -150,7 +149,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         let user = accounts::user_by_email(&st, &email).await?;
         // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
         let hash = user.as_ref().map(|u| u.password_hash.clone()).unwrap_or_else(|| DUMMY_HASH.clone());
-        let ok = security::verify_password_bounded(password, hash).await;
+        let ok = st.passwords.verify(password, hash).await;
         match user {
             Some(u) if ok => {
                 st.login_failures.succeeded(&account);
@@ -237,9 +236,7 @@ pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<
     if d.allowed { Ok(()) } else { Err(ApiError::RateLimited { limit: d.limit, retry_after_secs: d.retry_after_secs }) }
 }
 
-/// Failed logins of one account (or one address) within [`LOGIN_WINDOW_MS`] after which more attempts wait.
-pub const LOGIN_FAILURES: u32 = 10;
-pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
+pub use crate::services::accounts::LOGIN_FAILURES;
 /// Largest body `/auth` reads: an email, a password and a name.
 pub(crate) const AUTH_MAX_BODY: usize = 16 * 1024;
 

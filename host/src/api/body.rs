@@ -119,14 +119,16 @@ impl<'a> Fields<'a> {
     }
 
     /// An email address: trimmed and lowercased (docs/behaviour.md#contacts-and-data).
+    /// Checked before it is folded: folding can turn a character no address may hold into one that
+    /// spells another address (the Kelvin sign folds to `k`), so only ASCII addresses pass.
     pub fn email(&mut self, name: &str, required: bool) -> Option<String> {
         let s = self.string(name, required, 0, 320)?;
-        let e = s.trim().to_lowercase();
-        if !is_email(&e) {
+        let e = s.trim();
+        if !is_email(e) {
             self.error(name, "invalid_string", format!("{name} must be a valid email address"));
             return None;
         }
-        Some(e)
+        Some(e.to_ascii_lowercase())
     }
 
     pub fn boolean(&mut self, name: &str) -> Option<bool> {

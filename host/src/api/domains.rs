@@ -258,7 +258,7 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply,
         let email = f.string("email", true, 1, 320);
         f.finish()?;
         let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
-        if !super::body::is_email(&email.trim().to_lowercase()) {
+        if !super::body::is_email(&crate::domain::contacts::normalize_email(&email)) {
             return Err(ApiError::field(
                 "email",
                 "invalid_string",

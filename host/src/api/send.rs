@@ -141,7 +141,7 @@ fn address(f: &mut Vec<FieldError>, path: &str, v: &Value) -> Option<(String, Op
             return None;
         }
     };
-    let e = email.trim().to_lowercase();
+    let e = crate::domain::contacts::normalize_email(&email);
     if !is_email(&e) {
         let p = if v.is_object() { format!("{path}.email") } else { path.to_string() };
         f.push(FieldError::new(p, "invalid_string", "must be a valid email address", Value::String(email)));

@@ -320,7 +320,7 @@ fn parse_filter(v: &Value, at: &str, plugin: &dyn Fn(&str) -> bool) -> Result<Fi
             (_, Value::Null) => return err(missing_value()),
             (Field::Subscribed, Value::Bool(_)) => Operand::Scalar(value.clone()),
             (Field::Subscribed, _) => return err(format!("value must be a boolean, got {value}")),
-            (Field::Email, Value::String(s)) => Operand::Scalar(Value::String(s.trim().to_lowercase())),
+            (Field::Email, Value::String(s)) => Operand::Scalar(Value::String(super::contacts::normalize_email(s))),
             (Field::Email, _) => return err(format!("value must be a string, got {value}")),
             (Field::CreatedAt | Field::UpdatedAt, v) => match date_value(v) {
                 Some(ms) => Operand::Date(ms),

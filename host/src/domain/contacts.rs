@@ -143,9 +143,11 @@ pub fn subscription(
     }
 }
 
-/// Emails are trimmed and lowercased (docs/behaviour.md#contacts-and-data).
+/// Emails are trimmed and lowercased (docs/behaviour.md#contacts-and-data). Only ASCII letters are
+/// folded: Unicode folding turns some characters no address may hold into ASCII ones (the Kelvin sign
+/// into `k`), which would make one address spell another.
 pub fn normalize_email(s: &str) -> String {
-    s.trim().to_lowercase()
+    s.trim().to_ascii_lowercase()
 }
 
 /// The segment slug of event names (docs/behaviour.md#events): lowercase, spaces to `-`, other specials

@@ -83,20 +83,39 @@ pub fn hash_password(password: &str) -> Result<String, String> {
     Argon2::default().hash_password(password.as_bytes(), &salt).map(|h| h.to_string()).map_err(|e| e.to_string())
 }
 
-/// Password hashes computed at once: argon2 takes about 19 MiB and tens of milliseconds of a core each,
-/// so a burst of logins waits its turn instead of taking memory without bound.
-static PASSWORD_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-
-/// [`hash_password`] on the blocking pool, at most two at a time.
-pub async fn hash_password_bounded(password: String) -> Result<String, String> {
-    let _slot = PASSWORD_SLOTS.acquire().await.map_err(|e| e.to_string())?;
-    tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())?
+/// Where the server computes password hashes: on the blocking pool, at most two at once (argon2 takes
+/// about 19 MiB and tens of milliseconds of a core each, so a burst of logins waits its turn instead of
+/// taking memory without bound), counting the hashes it computed and checked.
+pub struct Passwords {
+    slots: tokio::sync::Semaphore,
+    computed: std::sync::atomic::AtomicU64,
 }
 
-/// [`verify_password`] on the blocking pool, at most two at a time.
-pub async fn verify_password_bounded(password: String, hash: String) -> bool {
-    let Ok(_slot) = PASSWORD_SLOTS.acquire().await else { return false };
-    tokio::task::spawn_blocking(move || verify_password(&password, &hash)).await.unwrap_or(false)
+impl Default for Passwords {
+    fn default() -> Self {
+        Passwords { slots: tokio::sync::Semaphore::new(2), computed: Default::default() }
+    }
+}
+
+impl Passwords {
+    /// [`hash_password`], bounded.
+    pub async fn hash(&self, password: String) -> Result<String, String> {
+        let _slot = self.slots.acquire().await.map_err(|e| e.to_string())?;
+        self.computed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || hash_password(&password)).await.map_err(|e| e.to_string())?
+    }
+
+    /// [`verify_password`], bounded.
+    pub async fn verify(&self, password: String, hash: String) -> bool {
+        let Ok(_slot) = self.slots.acquire().await else { return false };
+        self.computed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || verify_password(&password, &hash)).await.unwrap_or(false)
+    }
+
+    /// Hashes computed or checked so far.
+    pub fn computed(&self) -> u64 {
+        self.computed.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 pub fn verify_password(password: &str, hash: &str) -> bool {

@@ -19,6 +19,11 @@ fn member_not_found(user: &str) -> ApiError {
     ApiError::not_found("MEMBER_NOT_FOUND", format!("User {user} is not a member of this project"))
 }
 
+/// Failed password checks of one account (or from one address) within [`LOGIN_WINDOW_MS`] after which
+/// more attempts wait (docs/security.md#sessions).
+pub const LOGIN_FAILURES: u32 = 10;
+pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
+
 /// Refuses an action below its role: `min` is the least role that may do `what`.
 pub fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
     if role >= min {
@@ -33,7 +38,7 @@ pub fn need(role: Role, min: Role, what: &str) -> Result<(), ApiError> {
 
 /// Creates a user with a password (hashed off the async threads); 409 when the email is taken.
 pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, ApiError> {
-    let hash = security::hash_password_bounded(password.to_string()).await.map_err(ApiError::Internal)?;
+    let hash = st.passwords.hash(password.to_string()).await.map_err(ApiError::Internal)?;
     let id = uuid::Uuid::now_v7().to_string();
     match st.store.create_user(&id, email, name, &hash, st.clock.now_ms()).await {
         Ok(u) => Ok(u),
@@ -124,16 +129,21 @@ pub async fn create_project_for(
     password: Option<&str>,
 ) -> Result<(Project, security::KeyPair), ApiError> {
     let name = name.trim();
-    if name.is_empty() || name.chars().count() > 100 {
-        return Err(ApiError::BadRequest("The project name must be 1 to 100 characters".into()));
+    if name.is_empty() || name.chars().count() > 100 || name.chars().any(char::is_control) {
+        return Err(ApiError::BadRequest(
+            "The project name must be 1 to 100 characters on one line, without control characters".into(),
+        ));
     }
     let owner_id = match owner {
         None => None,
         Some(email) => {
-            let email = email.trim().to_lowercase();
-            if !crate::domain::contacts::is_email(&email) {
+            // Checked before case folding: folding can turn a character no address may hold into one
+            // that looks like another user's (the Kelvin sign folds to `k`).
+            let email = email.trim();
+            if !crate::domain::contacts::is_email(email) {
                 return Err(ApiError::BadRequest(format!("{email} is not a valid email address")));
             }
+            let email = email.to_ascii_lowercase();
             match user_by_email(st, &email).await? {
                 Some(u) => Some(u.id),
                 None => {
@@ -230,16 +240,10 @@ pub async fn members(st: &AppState, id: &str) -> Result<Vec<Member>, ApiError> {
     Ok(st.store.members(id).await?)
 }
 
-/// What adding a member did.
-pub enum Added {
-    /// The address belongs to a Herald user, now a member.
-    Member(Member),
-    /// No user has the address: an invitation went to it.
-    Invited(crate::services::account_mail::Invitation),
-}
-
-/// Adds a member by email (OWNER or ADMIN; only an OWNER grants OWNER): an existing Herald user joins at
-/// once (409 when they are a member already); any other address is invited by mail.
+/// Adds a member by email (OWNER or ADMIN; only an OWNER grants OWNER): always by a mailed invitation,
+/// whether or not a Herald account has the address (the answer is the same either way), so nobody
+/// inherits a role by having signed up with an address first. 409 when the address belongs to a member
+/// already (the inviter can list the members anyway).
 pub async fn add_member(
     st: &AppState,
     id: &str,
@@ -247,29 +251,17 @@ pub async fn add_member(
     inviter: &User,
     email: &str,
     new_role: Role,
-) -> Result<Added, ApiError> {
+) -> Result<crate::services::invitations::Invitation, ApiError> {
     need(role, Role::Admin, "add members")?;
     if new_role == Role::Owner {
         need(role, Role::Owner, "make someone OWNER")?;
     }
-    let Some(invitee) = user_by_email(st, email).await? else {
-        return crate::services::account_mail::invite(st, id, inviter, email, new_role).await.map(Added::Invited);
-    };
-    let now = st.clock.now_ms();
-    match st.store.add_member(id, &invitee.id, new_role, now).await {
-        Ok(()) => {}
-        Err(StoreError::Conflict(_)) => {
-            return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
-        }
-        Err(e) => return Err(e.into()),
+    if let Some(user) = user_by_email(st, email).await?
+        && st.store.membership(id, &user.id).await?.is_some()
+    {
+        return Err(ApiError::Conflict(format!("{email} is already a member of this project")));
     }
-    Ok(Added::Member(Member {
-        user: invitee.id,
-        role: new_role,
-        created_at: now,
-        email: Some(invitee.email),
-        name: invitee.name,
-    }))
+    crate::services::invitations::invite(st, id, inviter, email, new_role).await
 }
 
 /// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last

@@ -19,6 +19,7 @@ pub mod delivery;
 pub mod events;
 pub mod idempotency;
 pub mod ingest;
+pub mod invitations;
 pub mod notifications;
 pub mod oauth;
 pub mod payments;

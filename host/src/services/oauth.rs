@@ -104,10 +104,45 @@ struct Endpoints {
     token: String,
     userinfo: Option<String>,
     jwks: Option<String>,
+    /// What an ID token's `iss` must be: the configured issuer (OIDC only).
     issuer: Option<String>,
 }
 
-async fn endpoints(p: &OAuthProvider) -> Result<Endpoints, ApiError> {
+/// How long a discovery document or a key set is used before it is fetched again.
+pub const DOCUMENT_TTL_MS: i64 = 3_600_000;
+/// A key set is fetched again early for a key id it lacks (a provider rotated its keys), at most this
+/// often, so ID tokens naming made-up keys cannot make Herald fetch it on every callback.
+pub const JWKS_REFRESH_MS: i64 = 60_000;
+
+/// Discovery documents and key sets by URL, with when they were fetched (per process).
+#[derive(Default)]
+pub struct Documents(std::sync::Mutex<std::collections::HashMap<String, (i64, Value)>>);
+
+impl Documents {
+    /// The JSON at `url`, from the cache when it was fetched less than `max_age_ms` ago.
+    async fn get(&self, st: &AppState, url: &str, max_age_ms: i64) -> Result<Value, ApiError> {
+        let now = st.clock.now_ms();
+        let cached = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(url).cloned();
+        if let Some((at, doc)) = cached
+            && (0..max_age_ms).contains(&(now - at))
+        {
+            return Ok(doc);
+        }
+        let res = http()?.get(url).send().await.map_err(|e| failed(format!("{url} did not answer: {e}")))?;
+        if !res.status().is_success() {
+            return Err(failed(format!("{url} answered {}", res.status())));
+        }
+        let doc: Value = res.json().await.map_err(|e| failed(format!("{url} is not JSON: {e}")))?;
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 64 {
+            map.clear();
+        }
+        map.insert(url.to_string(), (now, doc.clone()));
+        Ok(doc)
+    }
+}
+
+async fn endpoints(st: &AppState, p: &OAuthProvider) -> Result<Endpoints, ApiError> {
     if p.kind == "github" {
         return Ok(Endpoints {
             authorize: p.authorize_url.clone().unwrap_or_else(|| "https://github.com/login/oauth/authorize".into()),
@@ -117,13 +152,23 @@ async fn endpoints(p: &OAuthProvider) -> Result<Endpoints, ApiError> {
             issuer: None,
         });
     }
-    let issuer = p.issuer.as_ref().map(|i| i.trim_end_matches('/').to_string());
-    let discovered: Value = match (&issuer, &p.authorize_url, &p.token_url, &p.jwks_url) {
-        (_, Some(_), Some(_), Some(_)) | (None, _, _, _) => Value::Null,
-        (Some(i), _, _, _) => {
-            let url = format!("{i}/.well-known/openid-configuration");
-            let res = http()?.get(&url).send().await.map_err(|e| failed(format!("{url} did not answer: {e}")))?;
-            res.json().await.map_err(|e| failed(format!("{url} is not a discovery document: {e}")))?
+    // The configuration requires an issuer for OpenID Connect.
+    let issuer = p.issuer.as_deref().unwrap_or_default().trim_end_matches('/').to_string();
+    let discovered: Value = match (&p.authorize_url, &p.token_url, &p.jwks_url) {
+        (Some(_), Some(_), Some(_)) => Value::Null,
+        _ => {
+            let url = format!("{issuer}/.well-known/openid-configuration");
+            let doc = st.oauth_documents.get(st, &url, DOCUMENT_TTL_MS).await?;
+            // OpenID Connect Discovery: the document's issuer is the one it was fetched for, exactly, so a
+            // document served elsewhere cannot speak for this provider.
+            let named = doc.get("issuer").and_then(Value::as_str).map(|i| i.trim_end_matches('/'));
+            if named != Some(issuer.as_str()) {
+                return Err(failed(format!(
+                    "{url} names the issuer {}, not {issuer}",
+                    named.map_or_else(|| "(none)".to_string(), |i| format!("{i:?}"))
+                )));
+            }
+            doc
         }
     };
     let pick = |set: &Option<String>, key: &str| {
@@ -135,7 +180,7 @@ async fn endpoints(p: &OAuthProvider) -> Result<Endpoints, ApiError> {
         token: pick(&p.token_url, "token_endpoint").ok_or_else(|| failed("the provider has no token endpoint"))?,
         userinfo: pick(&p.userinfo_url, "userinfo_endpoint"),
         jwks: pick(&p.jwks_url, "jwks_uri"),
-        issuer: discovered.get("issuer").and_then(Value::as_str).map(str::to_string).or(issuer),
+        issuer: Some(issuer),
     })
 }
 
@@ -173,7 +218,7 @@ fn flow_key(st: &AppState) -> [u8; 32] {
 /// Where to send the browser to sign in with `key`, and the flow cookie to set.
 pub async fn start(st: &AppState, key: &str) -> Result<(String, String), ApiError> {
     let p = provider(st, key)?;
-    let e = endpoints(p).await?;
+    let e = endpoints(st, p).await?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
     let nonce = security::generate_token();
     let c = client(st, key, p, &e)?;
@@ -218,7 +263,7 @@ pub async fn finish(st: &AppState, key: &str, code: &str, state: &str, cookie: O
     if flow.p != key || flow.s != state || flow.exp < st.clock.now_ms() {
         return Err(mismatch());
     }
-    let e = endpoints(p).await?;
+    let e = endpoints(st, p).await?;
     let token = client(st, key, p, &e)?
         .exchange_code(AuthorizationCode::new(code.to_string()))
         .set_pkce_verifier(PkceCodeVerifier::new(flow.v.clone()))
@@ -228,7 +273,7 @@ pub async fn finish(st: &AppState, key: &str, code: &str, state: &str, cookie: O
     let access = token.access_token().secret().clone();
     let who = match p.kind.as_str() {
         "github" => github_identity(p, &access).await?,
-        _ => oidc_identity(p, &e, token.extra_fields().id_token.as_deref(), &access, &flow.n).await?,
+        _ => oidc_identity(st, p, &e, token.extra_fields().id_token.as_deref(), &access, &flow.n).await?,
     };
     sign_in(st, who).await
 }
@@ -260,8 +305,8 @@ async fn github_identity(p: &OAuthProvider, access: &str) -> Result<Identity, Ap
         .and_then(|m| m["email"].as_str())
         .ok_or_else(unverified)?;
     let user = get_json(&format!("{api}/user"), access).await.unwrap_or(Value::Null);
-    let name = user["name"].as_str().or(user["login"].as_str()).map(str::to_string);
-    Ok(Identity { email: email.to_lowercase(), name })
+    let name = user["name"].as_str().or(user["login"].as_str());
+    identity(email, name)
 }
 
 fn unverified() -> ApiError {
@@ -288,6 +333,7 @@ struct Claims {
 /// OpenID Connect: the ID token, signed by one of the provider's keys, for this client, from this
 /// issuer, unexpired, with this flow's nonce; its email when verified (else the userinfo endpoint's).
 async fn oidc_identity(
+    st: &AppState,
     p: &OAuthProvider,
     e: &Endpoints,
     id_token: Option<&str>,
@@ -297,19 +343,24 @@ async fn oidc_identity(
     let token = id_token.ok_or_else(|| failed("the provider sent no ID token"))?;
     let header = decode_header(token).map_err(|x| failed(format!("the ID token is malformed: {x}")))?;
     let jwks_url = e.jwks.as_deref().ok_or_else(|| failed("the provider publishes no keys (jwks_uri)"))?;
-    let res = http()?.get(jwks_url).send().await.map_err(|x| failed(format!("{jwks_url} did not answer: {x}")))?;
-    let keys: JwkSet = res.json().await.map_err(|x| failed(format!("{jwks_url} is not a key set: {x}")))?;
-    let jwk = match &header.kid {
-        Some(kid) => keys.find(kid),
-        None => keys.keys.first(),
+    let key_set = |doc: Value| -> Result<JwkSet, ApiError> {
+        serde_json::from_value(doc).map_err(|x| failed(format!("{jwks_url} is not a key set: {x}")))
+    };
+    let find = |keys: &JwkSet| match &header.kid {
+        Some(kid) => keys.find(kid).cloned(),
+        None => keys.keys.first().cloned(),
+    };
+    let mut jwk = find(&key_set(st.oauth_documents.get(st, jwks_url, DOCUMENT_TTL_MS).await?)?);
+    if jwk.is_none() {
+        // Perhaps the provider rotated its keys since the set was fetched.
+        jwk = find(&key_set(st.oauth_documents.get(st, jwks_url, JWKS_REFRESH_MS).await?)?);
     }
-    .ok_or_else(|| failed("the ID token names a key the provider does not publish"))?;
-    let key = DecodingKey::from_jwk(jwk).map_err(|x| failed(format!("the provider's key is unusable: {x}")))?;
+    let jwk = jwk.ok_or_else(|| failed("the ID token names a key the provider does not publish"))?;
+    let key = DecodingKey::from_jwk(&jwk).map_err(|x| failed(format!("the provider's key is unusable: {x}")))?;
     let mut v = Validation::new(header.alg);
     v.set_audience(&[p.client_id.as_str()]);
-    if let Some(i) = &e.issuer {
-        v.set_issuer(&[i.as_str()]);
-    }
+    v.set_issuer(&[e.issuer.as_deref().unwrap_or_default()]);
+    v.set_required_spec_claims(&["exp", "aud", "iss"]);
     let claims =
         decode::<Claims>(token, &key, &v).map_err(|x| failed(format!("the ID token does not check out: {x}")))?.claims;
     if claims.nonce.as_deref() != Some(nonce) {
@@ -330,18 +381,34 @@ async fn oidc_identity(
     if !ok {
         return Err(unverified());
     }
-    Ok(Identity { email: email.to_lowercase(), name })
+    identity(&email, name.as_deref())
+}
+
+/// Who the provider vouches for: the address checked before case folding (folding can turn characters
+/// no address holds into ones that spell another user's), the name on one line and cut to 100.
+fn identity(email: &str, name: Option<&str>) -> Result<Identity, ApiError> {
+    let email = email.trim();
+    if !crate::domain::contacts::is_email(email) {
+        return Err(unverified());
+    }
+    let name = name.map(|n| n.chars().filter(|c| !c.is_control()).take(100).collect::<String>());
+    Ok(Identity { email: email.to_ascii_lowercase(), name: name.filter(|n| !n.trim().is_empty()) })
 }
 
 /// The account with this verified email, created (with an unusable random password; a password reset
-/// sets one) unless sign-ups are disabled; its email counts as verified either way.
+/// sets one) unless sign-ups are disabled. An existing account whose address was verified is signed in;
+/// one whose address nobody ever verified is taken over by the provider's identity: its password is
+/// replaced and every earlier session ends, so whoever registered the address first (and knows that
+/// password, or holds those sessions) is out (docs/security.md#sessions).
 async fn sign_in(st: &AppState, who: Identity) -> Result<User, ApiError> {
-    if !crate::domain::contacts::is_email(&who.email) {
-        return Err(unverified());
-    }
     let now = st.clock.now_ms();
     let user = match st.store.user_by_email(&who.email).await? {
-        Some(u) => u,
+        Some(u) if u.email_verified_at.is_some() => u,
+        Some(u) => {
+            let hash = st.passwords.hash(security::generate_secret()).await.map_err(ApiError::Internal)?;
+            st.store.take_over_unverified(&u.id, &hash, now).await?;
+            u
+        }
         None if st.config.disable_signups => {
             return Err(ApiError::Forbidden(format!(
                 "No Herald account has the email {} and sign-ups are disabled on this server",
@@ -349,8 +416,7 @@ async fn sign_in(st: &AppState, who: Identity) -> Result<User, ApiError> {
             )));
         }
         None => {
-            let name = who.name.as_deref().map(|n| n.chars().take(100).collect::<String>());
-            crate::services::accounts::create_user(st, &who.email, &security::generate_secret(), name.as_deref())
+            crate::services::accounts::create_user(st, &who.email, &security::generate_secret(), who.name.as_deref())
                 .await?
         }
     };

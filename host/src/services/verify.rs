@@ -49,7 +49,7 @@ pub struct Verification {
 }
 
 pub async fn verify(dns: &Dns, input: &str) -> Verification {
-    let email = input.trim().to_lowercase();
+    let email = crate::domain::contacts::normalize_email(input);
     let mut v = Verification {
         email: email.clone(),
         valid: false,

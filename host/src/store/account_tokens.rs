@@ -1,6 +1,6 @@
-//! Single-use tokens sent by email: email verification, password reset and project invitations. The
-//! record id is the token's SHA-256 (the token itself is only in the mail); taking a token deletes it in
-//! the transaction that applies it, so it works once.
+//! Single-use tokens sent by email: a sign-up waiting for its address, email verification, password
+//! reset and project invitations. The record id is the token's SHA-256 (the token itself is only in the
+//! mail); taking a token deletes it in the transaction that applies it, so it works once.
 
 use serde::Deserialize;
 
@@ -10,6 +10,8 @@ use crate::vars;
 /// What a token is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
+    /// A sign-up: the account is created when its link is followed (docs/security.md#sessions).
+    Signup,
     Verify,
     Reset,
     Invite,
@@ -18,6 +20,7 @@ pub enum Purpose {
 impl Purpose {
     pub fn as_str(self) -> &'static str {
         match self {
+            Purpose::Signup => "signup",
             Purpose::Verify => "verify",
             Purpose::Reset => "reset",
             Purpose::Invite => "invite",
@@ -38,6 +41,11 @@ pub struct AccountToken {
     pub role: Option<String>,
     #[serde(default)]
     pub invited_by: Option<String>,
+    /// A sign-up's password hash and name.
+    #[serde(default)]
+    pub password_hash: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
     pub created_at: i64,
     pub expires_at: i64,
 }
@@ -51,13 +59,17 @@ pub struct NewToken<'a> {
     pub project: Option<&'a str>,
     pub role: Option<&'a str>,
     pub invited_by: Option<&'a str>,
+    /// A sign-up's password hash and name.
+    pub password_hash: Option<&'a str>,
+    pub name: Option<&'a str>,
     pub expires_at: i64,
 }
 
 /// What taking a token found: the token as it was (it is gone now), or nothing.
 pub type Taken = Option<AccountToken>;
 
-const TOKEN_FIELDS: &str = "purpose, user, email, project, role, invited_by, created_at, expires_at";
+const TOKEN_FIELDS: &str =
+    "purpose, user, email, project, role, invited_by, password_hash, name, created_at, expires_at";
 
 impl Store {
     /// Stores a token and deletes the older ones it supersedes (the same purpose for the same address,
@@ -65,7 +77,8 @@ impl Store {
     pub async fn issue_token(&self, t: &NewToken<'_>, now: i64) -> Result<(), StoreError> {
         let doc = super::jobs::strip_nulls(vars! {
             "purpose": t.purpose.as_str(), "user": t.user, "email": t.email, "project": t.project,
-            "role": t.role, "invited_by": t.invited_by, "created_at": now, "expires_at": t.expires_at,
+            "role": t.role, "invited_by": t.invited_by, "password_hash": t.password_hash, "name": t.name,
+            "created_at": now, "expires_at": t.expires_at,
         });
         let supersede = match t.project {
             Some(_) => "DELETE account_token WHERE purpose = $purpose AND email = $email AND project = $project",
@@ -111,6 +124,24 @@ impl Store {
                     WHERE email = $t.email AND email_verified_at = NONE RETURN NONE;
              };",
             vars! { "now": now },
+        )
+        .await
+    }
+
+    /// Takes a sign-up token: deletes it and, when it has not expired, creates the user `id` it asked for
+    /// with its address counted as verified. An address that has an account by now is a conflict (the
+    /// unique index on the address), and the token stays.
+    pub async fn take_signup_token(&self, digest: &str, id: &str, now: i64) -> Result<Taken, StoreError> {
+        self.take(
+            digest,
+            Purpose::Signup,
+            "IF $t.expires_at > $now {
+                CREATE type::record('user', $uid) CONTENT {
+                    email: $t.email, name: $t.name, password_hash: $t.password_hash, email_verified_at: $now,
+                    created_at: $now, updated_at: $now,
+                } RETURN NONE;
+             };",
+            vars! { "now": now, "uid": id },
         )
         .await
     }

@@ -206,6 +206,23 @@ impl Store {
         .map(|_| ())
     }
 
+    /// Gives an account whose address was never verified to whoever just proved the address (an OAuth
+    /// provider vouched for it): the address counts as verified, the password nobody proved is replaced
+    /// by `password_hash` (an unusable one) and every earlier session ends. Nothing for a verified user.
+    pub async fn take_over_unverified(&self, id: &str, password_hash: &str, now: i64) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query(
+                "UPDATE type::record('user', $id) SET email_verified_at = $now, password_hash = $hash,
+                    session_epoch = (session_epoch ?? 0) + 1, updated_at = $now
+                 WHERE email_verified_at = NONE RETURN NONE",
+                vars! { "id": id, "hash": password_hash, "now": now },
+            )
+            .await
+        })
+        .await
+        .map(|_| ())
+    }
+
     pub async fn user_by_email(&self, email: &str) -> Result<Option<User>, StoreError> {
         self.query(&format!("SELECT {USER_FIELDS} FROM user WHERE email = $email LIMIT 1"), vars! { "email": email })
             .await?

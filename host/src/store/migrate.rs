@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0031_payments.surql", include_str!("../../../migrations/0031_payments.surql")),
     ("0032_step_runs_in_execution.surql", include_str!("../../../migrations/0032_step_runs_in_execution.surql")),
     ("0033_awaited_events.surql", include_str!("../../../migrations/0033_awaited_events.surql")),
+    ("0034_pending_signups.surql", include_str!("../../../migrations/0034_pending_signups.surql")),
 ];
 
 #[derive(serde::Deserialize)]

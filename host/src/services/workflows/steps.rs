@@ -69,7 +69,7 @@ impl Engine {
             }
             vars["email"] = json!(contact.email);
             match self.composer.templates.render(src, &vars, Mode::Text, 1024) {
-                Ok(a) if crate::domain::contacts::is_email(a.trim()) => a.trim().to_lowercase(),
+                Ok(a) if crate::domain::contacts::is_email(a.trim()) => crate::domain::contacts::normalize_email(&a),
                 Ok(a) => {
                     return failed(format!("the custom recipient rendered to {a:?}, which is not an email address"));
                 }
