@@ -76,6 +76,7 @@ fn email(id: &str) -> EmailRow {
         sent_at: None,
         created_at: NOW,
         updated_at: NOW,
+        depth: None,
     }
 }
 

@@ -109,6 +109,14 @@ pub struct Settings {
     /// Campaign emails per delivery job [default: 100]
     #[arg(long, env = "HERALD_CAMPAIGN_DELIVERY_CHUNK")]
     pub campaign_delivery_chunk: Option<usize>,
+    /// Workflow executions events may start per contact per UTC hour; past it a start is written EXITED
+    /// with the reason; 0 turns the budget off [default: 100]
+    #[arg(long, env = "HERALD_WORKFLOW_STARTS_PER_CONTACT_HOUR")]
+    pub workflow_starts_per_contact_hour: Option<u32>,
+    /// Emails SEND_EMAIL steps may write per contact per UTC hour; past it the step is SKIPPED with the
+    /// reason; 0 turns the budget off [default: 20]
+    #[arg(long, env = "HERALD_WORKFLOW_EMAILS_PER_CONTACT_HOUR")]
+    pub workflow_emails_per_contact_hour: Option<u32>,
     /// DNS servers for domain checks and /v1/verify, comma-separated host:port [default: the system's]
     #[arg(long, env = "HERALD_DNS_SERVERS")]
     pub dns_servers: Option<String>,
@@ -264,6 +272,9 @@ pub struct Config {
     pub campaign_progress_ms: i64,
     pub campaign_batch_size: usize,
     pub campaign_delivery_chunk: usize,
+    /// Per-contact hourly budgets of workflows (docs/security.md#workflows); 0: none.
+    pub workflow_starts_per_contact_hour: u32,
+    pub workflow_emails_per_contact_hour: u32,
     pub plugins_dir: PathBuf,
     pub plugin_cache_dir: PathBuf,
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
@@ -404,6 +415,12 @@ impl Settings {
             campaign_progress_ms: self.campaign_progress_ms.or(other.campaign_progress_ms),
             campaign_batch_size: self.campaign_batch_size.or(other.campaign_batch_size),
             campaign_delivery_chunk: self.campaign_delivery_chunk.or(other.campaign_delivery_chunk),
+            workflow_starts_per_contact_hour: self
+                .workflow_starts_per_contact_hour
+                .or(other.workflow_starts_per_contact_hour),
+            workflow_emails_per_contact_hour: self
+                .workflow_emails_per_contact_hour
+                .or(other.workflow_emails_per_contact_hour),
             plugins_dir: self.plugins_dir.or(other.plugins_dir),
             plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
             transport: self.transport.or(other.transport),
@@ -576,6 +593,8 @@ impl Settings {
             campaign_progress_ms: s.campaign_progress_ms.unwrap_or(2000).max(10) as i64,
             campaign_batch_size: s.campaign_batch_size.unwrap_or(100).clamp(1, 5000),
             campaign_delivery_chunk: s.campaign_delivery_chunk.unwrap_or(100).clamp(1, 1000),
+            workflow_starts_per_contact_hour: s.workflow_starts_per_contact_hour.unwrap_or(100),
+            workflow_emails_per_contact_hour: s.workflow_emails_per_contact_hour.unwrap_or(20),
         })
     }
 }

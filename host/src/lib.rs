@@ -208,6 +208,7 @@ impl App {
             composer: composer.clone(),
             wake: Default::default(),
             listening: Default::default(),
+            budgets: workflows::limits::Budgets::of(&config),
         });
         workflows.register(&mut registry);
         services::contact_jobs::register(&mut registry);

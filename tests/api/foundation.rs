@@ -318,6 +318,7 @@ async fn emails_are_found_by_message_id_and_provider_id_without_their_indexes() 
             id: id.into(),
             contact: format!("c-{id}"),
             campaign: None,
+            depth: None,
         })
     };
     assert_eq!(store.email_by_provider_message_id("prov-9").await.unwrap(), key("e2"));

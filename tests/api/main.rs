@@ -37,6 +37,7 @@ mod uploads;
 mod workflow_batches;
 mod workflow_durability;
 mod workflow_kit;
+mod workflow_loops;
 mod workflow_runs;
 mod workflow_steps;
 mod workflow_triggers;

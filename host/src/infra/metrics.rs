@@ -31,6 +31,8 @@ struct Registry {
     group_commit: BTreeMap<&'static str, GroupCommit>,
     /// Workflow executions written, by the status they were written in.
     executions: BTreeMap<&'static str, u64>,
+    /// Workflow starts and emails held back by the loop limits, by limit.
+    workflow_limits: BTreeMap<&'static str, u64>,
 }
 
 /// One group-commit counter: its name, its help text and how to read it.
@@ -108,6 +110,12 @@ pub fn executions_written(statuses: impl IntoIterator<Item = &'static str>) {
     });
 }
 
+/// Counts `n` workflow starts or emails held back by the loop limit `limit` (`depth`, `starts`,
+/// `emails`).
+pub fn workflow_limited(limit: &'static str, n: u64) {
+    with(|r| *r.workflow_limits.entry(limit).or_default() += n);
+}
+
 /// How many workflow executions this process has written in `status` (see [`executions_written`]).
 pub fn executions_written_in(status: &str) -> u64 {
     with(|r| r.executions.get(status).copied().unwrap_or(0))
@@ -166,6 +174,13 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         out.push_str("# TYPE herald_workflow_executions_written_total counter\n");
         for (status, n) in &r.executions {
             let _ = writeln!(out, "herald_workflow_executions_written_total{{status=\"{status}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP herald_workflow_limited_total Workflow starts (depth, starts) and emails (emails) held back by the loop limits.\n",
+        );
+        out.push_str("# TYPE herald_workflow_limited_total counter\n");
+        for (limit, n) in &r.workflow_limits {
+            let _ = writeln!(out, "herald_workflow_limited_total{{limit=\"{limit}\"}} {n}");
         }
         let series: [Series; 4] = [
             ("batches", "Group-commit batches written, by engine (ingest: /v1/track, accept: /v1/send).", |g| {

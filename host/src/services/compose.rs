@@ -218,6 +218,7 @@ impl Composer {
             sent_at: None,
             created_at: now,
             updated_at: now,
+            depth: None,
         })
     }
 }

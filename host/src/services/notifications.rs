@@ -38,7 +38,7 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
         _ => None,
     };
     let Some(key) = found else { return Ok(None) };
-    let (project, id, contact) = (key.project, key.id, key.contact);
+    let (project, id, contact, depth) = (key.project, key.id, key.contact, key.depth);
     let now = clock.now_ms();
     let (status, event, unsubscribe) = match n.kind {
         NotificationKind::Delivery => (Some(EmailStatus::Delivered), "email.delivery", false),
@@ -61,7 +61,11 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
         data.insert("permanent".into(), n.permanent.into());
     }
     store
-        .write_contact(&project, &ContactWrite::None, &[Event::new(&project, &contact, event, data, "system", now)])
+        .write_contact(
+            &project,
+            &ContactWrite::None,
+            &[Event::new(&project, &contact, event, data, "system", now).at_depth(depth)],
+        )
         .await?;
     if unsubscribe {
         set_subscribed(store, clock, &project, &contact, false).await?;

@@ -42,7 +42,7 @@ pub async fn record_engagement(
         data.insert("url".into(), u.into());
     }
     let name = if click { "email.click" } else { "email.open" };
-    let ev = Event::new(project, &found.contact, name, data, "system", now);
+    let ev = Event::new(project, &found.contact, name, data, "system", now).at_depth(found.depth);
     store.write_contact(project, &ContactWrite::None, &[ev]).await?;
     Ok(())
 }

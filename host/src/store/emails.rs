@@ -40,6 +40,10 @@ pub struct EmailRow {
     pub sent_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// A workflow email's: the depth of the execution that wrote it, carried into the events its
+    /// delivery, opens, clicks and notifications cause (docs/security.md#workflows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i64>,
 }
 
 /// The recorded outcome of one delivery.
@@ -63,7 +67,7 @@ pub const SEND_JOB_CHUNK: usize = 32;
 pub const CANCELLED_REASON: &str = "the campaign was cancelled before this email was handed over";
 
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
-     subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at";
+     subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at, depth";
 
 /// An email's message, kept in `email_body` under the email's id (written once, never updated).
 #[derive(Serialize, Deserialize)]
@@ -459,7 +463,7 @@ impl Store {
                     &format!(
                         "UPDATE type::record('email', $id) SET {count} = ({count} ?? 0) + 1, {first} = {first} ?? $now,
                             status = IF status IN $below THEN $status ELSE status END, updated_at = $now
-                         WHERE project = $p RETURN contact, campaign, $before.{first} = NONE AS first"
+                         WHERE project = $p RETURN contact, campaign, depth, $before.{first} = NONE AS first"
                     ),
                     vars! { "id": id, "p": project, "below": below, "status": status, "now": now },
                 )
@@ -473,6 +477,7 @@ impl Store {
                 contact,
                 campaign: r.get("campaign").and_then(Value::as_str).map(str::to_string),
                 first: r.get("first").and_then(Value::as_bool).unwrap_or(false),
+                depth: r.get("depth").and_then(Value::as_i64),
             })
         }))
     }
@@ -487,7 +492,7 @@ impl Store {
         }
         let rows: Vec<Value> = self
             .query(
-                "SELECT project, record::id(id) AS id, contact, campaign FROM type::record('email', $id)
+                "SELECT project, record::id(id) AS id, contact, campaign, depth FROM type::record('email', $id)
                  WHERE message_id = $m",
                 vars! { "id": id, "m": message_id },
             )
@@ -500,7 +505,7 @@ impl Store {
     pub async fn email_by_provider_message_id(&self, provider_id: &str) -> Result<Option<EmailKey>, StoreError> {
         let rows: Vec<Value> = self
             .query(
-                "SELECT project, record::id(id) AS id, contact, campaign FROM array::map(
+                "SELECT project, record::id(id) AS id, contact, campaign, depth FROM array::map(
                     (SELECT VALUE record::id(id) FROM provider_message WHERE pid = $p LIMIT 1),
                     |$i| type::record('email', $i))",
                 vars! { "p": provider_id },
@@ -617,6 +622,7 @@ fn email_key(r: &Value) -> Option<EmailKey> {
         id: r.get("id")?.as_str()?.to_string(),
         contact: r.get("contact")?.as_str()?.to_string(),
         campaign: r.get("campaign").and_then(Value::as_str).map(str::to_string),
+        depth: r.get("depth").and_then(Value::as_i64),
     })
 }
 
@@ -627,6 +633,8 @@ pub struct Engagement {
     pub contact: String,
     pub campaign: Option<String>,
     pub first: bool,
+    /// The depth of the workflow execution that wrote the email, if one did.
+    pub depth: Option<i64>,
 }
 
 /// Where an email belongs: what a delivery notification needs to record its event.
@@ -637,4 +645,6 @@ pub struct EmailKey {
     pub contact: String,
     /// The campaign it was sent for, if any.
     pub campaign: Option<String>,
+    /// The depth of the workflow execution that wrote it, if one did.
+    pub depth: Option<i64>,
 }

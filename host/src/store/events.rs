@@ -22,6 +22,10 @@ pub struct Event {
     pub data: Map<String, Value>,
     pub source: String,
     pub created_at: i64,
+    /// For an event a workflow step caused: the depth of the execution that caused it (an execution
+    /// it starts is one deeper; docs/security.md#workflows). Outside `data`, which callers control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<i64>,
 }
 
 impl Event {
@@ -34,24 +38,37 @@ impl Event {
             data,
             source: source.to_string(),
             created_at: now,
+            depth: None,
         }
+    }
+
+    /// The event as caused by a workflow step at `depth` (None: not caused by one).
+    pub fn at_depth(mut self, depth: Option<i64>) -> Event {
+        self.depth = depth;
+        self
     }
 
     /// The event as a row for `INSERT INTO event` (one statement for many events).
     pub fn row(&self) -> Value {
-        vars! {
+        let mut v = vars! {
             "id": self.id, "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
             "source": self.source, "created_at": self.created_at,
+        };
+        if let Some(d) = self.depth {
+            v["depth"] = d.into();
         }
+        v
     }
 
     pub(crate) fn doc(&self) -> Value {
-        vars! {
-            "id": self.id, "doc": {
-                "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
-                "source": self.source, "created_at": self.created_at,
-            }
+        let mut doc = vars! {
+            "project": self.project, "contact": self.contact, "name": self.name, "data": self.data,
+            "source": self.source, "created_at": self.created_at,
+        };
+        if let Some(d) = self.depth {
+            doc["depth"] = d.into();
         }
+        vars! { "id": self.id, "doc": doc }
     }
 }
 
@@ -87,7 +104,7 @@ pub struct EventQuery {
     pub limit: usize,
 }
 
-const EVENT_FIELDS: &str = "record::id(id) AS id, project, contact, name, data, source, created_at";
+const EVENT_FIELDS: &str = "record::id(id) AS id, project, contact, name, data, source, created_at, depth";
 
 /// Outbox rows read per dispatch batch at most.
 const OUTBOX_ROWS: usize = 100;

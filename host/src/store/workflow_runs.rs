@@ -62,7 +62,7 @@ const LIST_FIELDS: &str = exec_fields!();
 const EXEC_FIELDS: &str = concat!(exec_fields!(), ", runs");
 
 /// The row of an execution as it is written: its runs as read, with `more` added or replaced by id.
-fn exec_doc(project: &str, e: &ExecutionRow, more: &[StepRunRow]) -> Value {
+pub(super) fn exec_doc(project: &str, e: &ExecutionRow, more: &[StepRunRow]) -> Value {
     let mut runs = e.runs.clone();
     for r in more {
         match runs.iter_mut().find(|x| x.id == r.id) {
@@ -376,6 +376,15 @@ impl Store {
         let pairs: Vec<(&ExecutionRow, &Effects)> =
             starts.iter().zip(&start_fx).map(|(s, f)| (s.e, f)).chain(moves.iter().map(|m| (m.to, m.fx))).collect();
         effects(project, &pairs, now, &mut sql, &mut v);
+        // What the write uses of the contacts' hourly budgets: the starts events made, the emails.
+        let mut uses: std::collections::HashMap<&str, super::workflow_budgets::Used> = Default::default();
+        for s in starts.iter().filter(|s| s.e.trigger_event.is_some()) {
+            uses.entry(s.e.contact.as_str()).or_default().starts += 1;
+        }
+        for m in pairs.iter().flat_map(|(_, fx)| fx.emails.iter()) {
+            uses.entry(m.row.contact.as_str()).or_default().emails += 1;
+        }
+        super::workflow_budgets::add_use(project, &uses, now, &mut sql, &mut v);
         sql.push_str("COMMIT TRANSACTION;");
         let writes: Vec<super::contacts::ContactWrite> = pairs
             .iter()

@@ -534,7 +534,7 @@ fn event(e: &EmailRow, name: &str, reason: Option<&str>, now: i64) -> Event {
     if let Some(r) = reason {
         data.insert("reason".into(), r.into());
     }
-    Event::new(&e.project, &e.contact, name, data, "system", now)
+    Event::new(&e.project, &e.contact, name, data, "system", now).at_depth(e.depth)
 }
 
 impl Delivery {

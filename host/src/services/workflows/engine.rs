@@ -63,6 +63,8 @@ pub struct Engine {
     /// Per project, the event names its workflows listen for, and when they were read (on the engine's
     /// clock; see [`LISTEN_FRESH_MS`]).
     pub listening: Mutex<HashMap<String, Listening>>,
+    /// The per-contact hourly budgets that bound loops depth cannot follow (`limits.rs`).
+    pub budgets: super::limits::Budgets,
 }
 
 /// The event names a project's workflows listen for, and when they were read.
@@ -91,8 +93,9 @@ pub(super) enum Outcome {
     Failed { error: String },
 }
 
-/// Most rounds of workflows that trigger each other through their `workflow.*` events.
-pub const MAX_DEPTH: i64 = 8;
+/// Most rounds of workflows that trigger each other through the events their steps cause.
+pub use super::limits::MAX_DEPTH;
+use super::limits::cause_depth;
 
 fn event(project: &str, e: &ExecutionRow, name: &str, extra: Map<String, Value>, now: i64) -> Event {
     let mut data = Map::new();
@@ -100,7 +103,7 @@ fn event(project: &str, e: &ExecutionRow, name: &str, extra: Map<String, Value>,
     data.insert("executionId".into(), json!(e.id));
     data.insert("depth".into(), json!(e.depth.unwrap_or(0)));
     data.extend(extra);
-    Event::new(project, &e.contact, name, data, "system", now)
+    Event::new(project, &e.contact, name, data, "system", now).at_depth(Some(e.depth.unwrap_or(0)))
 }
 
 pub(super) fn job(kind: &str, payload: Value, run_at: i64) -> Value {
@@ -124,6 +127,8 @@ pub fn derived_id(key: &str) -> String {
 pub(super) struct Seen<'a> {
     pub contact: Option<&'a crate::store::contacts::Contact>,
     pub templates: &'a Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
+    /// The emails the batch's contacts have used of their hourly budget.
+    pub emails: &'a super::limits::EmailUse,
 }
 
 /// Workflows read once per batch, by id (`None`: gone).
@@ -151,15 +156,6 @@ pub(super) struct Planned {
     pub e: ExecutionRow,
     pub fx: Effects,
     pub allow_reentry: bool,
-}
-
-/// The depth of an execution an event starts: one more than the event's for `workflow.*` events, else 0.
-fn cause_depth(ev: &Event) -> i64 {
-    if ev.name.starts_with("workflow.") {
-        ev.data.get("depth").and_then(Value::as_i64).unwrap_or(0).saturating_add(1)
-    } else {
-        0
-    }
 }
 
 /// What starting `w` for a contact writes: the TRIGGER step completed, `workflow.started`, and a job
@@ -404,12 +400,11 @@ impl Engine {
         let now = self.clock.now_ms();
         let mut flows: HashMap<&str, Vec<Arc<WorkflowRow>>> = HashMap::new();
         let mut plans = Vec::new();
+        let mut stopped = Vec::new();
         for ev in evs {
             let from_workflow =
                 ev.name.starts_with("workflow.").then(|| ev.data.get("workflowId").and_then(Value::as_str)).flatten();
-            if cause_depth(ev) > MAX_DEPTH {
-                continue;
-            }
+            let depth = cause_depth(ev);
             if !flows.contains_key(ev.name.as_str()) {
                 let found = self.store.event_workflows(project, &ev.name).await.map_err(s)?;
                 flows.insert(ev.name.as_str(), found.into_iter().map(Arc::new).collect());
@@ -420,11 +415,17 @@ impl Engine {
                 }
                 let id = derived_id(&format!("{}:{}", w.id, ev.id));
                 let context = Value::Object(ev.data.clone());
-                let p = plan_start(project, w, &ev.contact, context, id, Some(ev.id.clone()), cause_depth(ev), now)
-                    .map_err(s)?;
-                plans.push((p, w.clone()));
+                let p = plan_start(project, w, &ev.contact, context, id, Some(ev.id.clone()), depth, now).map_err(s)?;
+                if depth > MAX_DEPTH {
+                    stopped.push((p, super::limits::Stop::Depth));
+                } else {
+                    plans.push((p, w.clone()));
+                }
             }
         }
+        let (plans, over) = self.admit(project, plans, now).await.map_err(s)?;
+        stopped.extend(over);
+        self.stop(project, stopped, now).await.map_err(s)?;
         self.start_many(project, plans).await
     }
 
@@ -597,6 +598,14 @@ pub(super) fn apply(
             fx.runs.push(run(StepRunStatus::Failed, None, Some(error.clone()), true));
             failed(project, &mut to, &mut fx, &error, now);
         }
+    }
+    // Whatever the step caused carries the execution's depth (docs/security.md#workflows).
+    let depth = Some(e.depth.unwrap_or(0));
+    for ev in fx.events.iter_mut().filter(|ev| ev.depth.is_none()) {
+        ev.depth = depth;
+    }
+    for m in &mut fx.emails {
+        m.row.depth = depth;
     }
     (to, fx)
 }

@@ -248,8 +248,9 @@ impl Engine {
     /// writes them. Per run, in order: its job and how it went (an error: try again later).
     pub(super) async fn advance(&self, mut runs: Vec<Run>) -> Vec<(Option<usize>, Result<(), String>)> {
         let templates = Mutex::default();
+        let emails = super::limits::EmailUse::default();
         for _ in 0..=wf::MAX_STEPS {
-            if !self.round(&mut runs, &templates).await {
+            if !self.round(&mut runs, &templates, &emails).await {
                 break;
             }
         }
@@ -261,9 +262,11 @@ impl Engine {
         &self,
         runs: &mut [Run],
         templates: &Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
+        emails: &super::limits::EmailUse,
     ) -> bool {
         let mut going = Vec::new();
         let mut unread: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut sending: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, r) in runs.iter_mut().enumerate() {
             if r.e.status != ExecutionStatus::Running || r.retry.is_some() || r.pause {
                 continue;
@@ -275,6 +278,9 @@ impl Engine {
                 }
                 if reads_contact(&step.kind) && r.contact.is_none() {
                     unread.entry(r.project.clone()).or_default().push(i);
+                }
+                if step.kind == wf::SEND_EMAIL && self.budgets.emails > 0 {
+                    sending.entry(r.project.clone()).or_default().push(i);
                 }
             }
             going.push(i);
@@ -315,15 +321,25 @@ impl Engine {
                 }
             }
         }
-        going.retain(|i| runs[*i].retry.is_none());
         let now = self.clock.now_ms();
+        // What the contacts of the round's SEND_EMAIL steps used of their email budget, one read per
+        // project (contacts read before in this batch are counted in memory).
+        for (project, idx) in sending {
+            let contacts: Vec<&str> = idx.iter().map(|i| runs[*i].e.contact.as_str()).collect();
+            if let Err(e) = emails.load(&self.store, &project, &contacts, now).await {
+                for i in idx {
+                    runs[i].retry = Some(e.to_string());
+                }
+            }
+        }
+        going.retain(|i| runs[*i].retry.is_none());
         let decided: Vec<(usize, Result<Option<Outcome>, StepError>)> = {
             let runs: &[Run] = runs;
             futures_util::stream::iter(going)
                 .map(|i| async move {
                     let r = &runs[i];
                     let Some(step) = r.e.step.as_deref().and_then(|s| r.w.graph.step(s)) else { return (i, Ok(None)) };
-                    let seen = Seen { contact: r.contact.as_ref().and_then(Option::as_ref), templates };
+                    let seen = Seen { contact: r.contact.as_ref().and_then(Option::as_ref), templates, emails };
                     (i, self.execute(&r.project, &r.w, &r.e, step, now, r.attempt, &seen).await.map(Some))
                 })
                 .buffered(DECIDING)

@@ -81,6 +81,10 @@ impl Engine {
         if t.kind == "MARKETING" && !custom && !contact.subscribed {
             return Ok(Outcome::Skipped { reason: "the contact is unsubscribed and the template is MARKETING".into() });
         }
+        // The per-contact hourly budget of workflow emails (docs/security.md#workflows).
+        if !seen.emails.take(project, &contact.id, self.budgets.emails) {
+            return Ok(Outcome::Skipped { reason: super::limits::emails_reason(self.budgets.emails) });
+        }
         // The monthly workflows limit: the step is skipped with the reason, nothing is sent.
         let workflows = crate::domain::billing::Category::Workflows;
         if let (0, Some(limit)) =
