@@ -1,5 +1,6 @@
 //! Outbound HTTP for plugins (`herald:plugin/http.fetch`): only to hosts the plugin was granted, never to
-//! private, loopback or link-local addresses unless the operator allowed those, every redirect re-checked,
+//! private, loopback or link-local addresses unless the operator allowed those, every redirect re-checked
+//! (and one to another origin stripped of credentials, cookies and custom headers),
 //! a deadline on the whole exchange and a cap on the response size. The client's resolver filters
 //! addresses too, so a name that re-resolves to a private address between check and connect is refused.
 
@@ -191,10 +192,12 @@ impl Outbound {
         let mut method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| FetchError::Other(format!("invalid method {:?}", req.method)))?;
         let mut body = req.body;
+        let mut headers = req.headers;
+        let origin = url.origin();
         for _ in 0..=MAX_REDIRECTS {
             self.check(&url).await?;
             let mut b = self.client.request(method.clone(), url.clone());
-            for (k, v) in &req.headers {
+            for (k, v) in &headers {
                 b = b.header(k.as_str(), v.as_str());
             }
             if let Some(body) = &body {
@@ -220,6 +223,12 @@ impl Outbound {
                 {
                     method = reqwest::Method::GET;
                     body = None;
+                    headers.retain(|(k, _)| !is_body_header(k));
+                }
+                // Another origin gets none of what the request carried for the first one: credentials,
+                // cookies and custom headers stay behind (for every later hop too).
+                if url.origin() != origin {
+                    headers.retain(|(k, _)| is_plain_header(k));
                 }
                 continue;
             }
@@ -239,6 +248,21 @@ impl Outbound {
         }
         Err(FetchError::Other(format!("more than {MAX_REDIRECTS} redirects")))
     }
+}
+
+/// Headers that say nothing but how to read the exchange: the only ones a redirect to another origin
+/// keeps.
+fn is_plain_header(name: &str) -> bool {
+    ["accept", "accept-language", "accept-encoding", "content-type", "content-language", "user-agent"]
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// Headers that describe a body (dropped with it when a redirect turns the request into a GET).
+fn is_body_header(name: &str) -> bool {
+    ["content-type", "content-length", "content-encoding", "content-language"]
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(name))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -84,6 +84,69 @@ async fn loopback_is_denied_unless_allowed() {
     }
 }
 
+/// A one-request-at-a-time HTTP server on `ip`: `/go` redirects (302) to `to`, anything else answers
+/// 200; every request's head is recorded.
+async fn http_server(ip: &str, to: Option<String>) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 16 * 1024];
+            let n = sock.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).to_string();
+            let answer = match (&to, head.starts_with("GET /go") || head.starts_with("POST /go")) {
+                (Some(to), true) => {
+                    format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                }
+                _ => "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok".to_string(),
+            };
+            log.lock().unwrap().push(head.to_ascii_lowercase());
+            let _ = sock.write_all(answer.as_bytes()).await;
+        }
+    });
+    (base, seen)
+}
+
+#[tokio::test]
+async fn a_redirect_to_another_origin_carries_no_credentials_cookies_or_custom_headers() {
+    let o = Outbound::new(vec!["*".into()], true, Duration::from_secs(5)).unwrap();
+    let headers = vec![
+        ("Authorization".to_string(), "Bearer secret-token".to_string()),
+        ("Cookie".to_string(), "session=abc".to_string()),
+        ("X-Api-Key".to_string(), "k-123".to_string()),
+        ("Accept".to_string(), "application/json".to_string()),
+    ];
+    // Another host (127.0.0.2 is loopback too, but another origin).
+    let (elsewhere, theirs) = http_server("127.0.0.2", None).await;
+    let (here, ours) = http_server("127.0.0.1", Some(format!("{elsewhere}/landing"))).await;
+    let get = FetchRequest {
+        method: "GET".into(),
+        url: format!("{here}/go"),
+        headers: headers.clone(),
+        body: None,
+        timeout_ms: None,
+    };
+    assert_eq!(o.fetch(get).await.unwrap().status, 200);
+    let first = ours.lock().unwrap()[0].clone();
+    assert!(first.contains("authorization: bearer secret-token") && first.contains("x-api-key"), "{first}");
+    let second = theirs.lock().unwrap()[0].clone();
+    assert!(second.starts_with("get /landing"), "{second}");
+    for gone in ["authorization", "cookie", "x-api-key"] {
+        assert!(!second.contains(&format!("{gone}:")), "{gone} reached the other origin: {second}");
+    }
+    assert!(second.contains("accept: application/json"), "{second}");
+
+    // A redirect within the origin (a relative Location) keeps them.
+    let (same, log) = http_server("127.0.0.1", Some("/landing".into())).await;
+    let get = FetchRequest { method: "GET".into(), url: format!("{same}/go"), headers, body: None, timeout_ms: None };
+    assert_eq!(o.fetch(get).await.unwrap().status, 200);
+    let log = log.lock().unwrap().clone();
+    assert!(log[1].starts_with("get /landing") && log[1].contains("authorization: bearer secret-token"), "{log:?}");
+}
+
 // ---- manifest
 
 #[test]
