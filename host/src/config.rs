@@ -117,6 +117,21 @@ pub struct Settings {
     /// reason; 0 turns the budget off [default: 20]
     #[arg(long, env = "HERALD_WORKFLOW_EMAILS_PER_CONTACT_HOUR")]
     pub workflow_emails_per_contact_hour: Option<u32>,
+    /// Projects one user may own (create); 0: no ceiling [default: 10]
+    #[arg(long, env = "HERALD_MAX_PROJECTS_PER_USER")]
+    pub max_projects_per_user: Option<u64>,
+    /// Contacts per project; past it requests that would add one are refused; 0: none [default: 1000000]
+    #[arg(long, env = "HERALD_MAX_CONTACTS")]
+    pub max_contacts: Option<u64>,
+    /// Workflows per project; 0: no ceiling [default: 100]
+    #[arg(long, env = "HERALD_MAX_WORKFLOWS")]
+    pub max_workflows: Option<u64>,
+    /// Segments per project; 0: no ceiling [default: 100]
+    #[arg(long, env = "HERALD_MAX_SEGMENTS")]
+    pub max_segments: Option<u64>,
+    /// Contacts one tick of a SCHEDULE workflow may enroll; 0: no ceiling [default: 100000]
+    #[arg(long, env = "HERALD_MAX_SCHEDULE_AUDIENCE")]
+    pub max_schedule_audience: Option<u64>,
     /// DNS servers for domain checks and /v1/verify, comma-separated host:port [default: the system's]
     #[arg(long, env = "HERALD_DNS_SERVERS")]
     pub dns_servers: Option<String>,
@@ -275,6 +290,8 @@ pub struct Config {
     /// Per-contact hourly budgets of workflows (docs/security.md#workflows); 0: none.
     pub workflow_starts_per_contact_hour: u32,
     pub workflow_emails_per_contact_hour: u32,
+    /// Ceilings per project and user (docs/security.md#quotas).
+    pub quotas: Quotas,
     pub plugins_dir: PathBuf,
     pub plugin_cache_dir: PathBuf,
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
@@ -314,6 +331,16 @@ pub struct OAuthProvider {
     pub api_base: Option<String>,
     #[serde(default)]
     pub scopes: Option<Vec<String>>,
+}
+
+/// Ceilings per project and per user (0: none), from `HERALD_MAX_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    pub projects_per_user: u64,
+    pub contacts: u64,
+    pub workflows: u64,
+    pub segments: u64,
+    pub schedule_audience: u64,
 }
 
 /// The payment provider's settings.
@@ -421,6 +448,11 @@ impl Settings {
             workflow_emails_per_contact_hour: self
                 .workflow_emails_per_contact_hour
                 .or(other.workflow_emails_per_contact_hour),
+            max_projects_per_user: self.max_projects_per_user.or(other.max_projects_per_user),
+            max_contacts: self.max_contacts.or(other.max_contacts),
+            max_workflows: self.max_workflows.or(other.max_workflows),
+            max_segments: self.max_segments.or(other.max_segments),
+            max_schedule_audience: self.max_schedule_audience.or(other.max_schedule_audience),
             plugins_dir: self.plugins_dir.or(other.plugins_dir),
             plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
             transport: self.transport.or(other.transport),
@@ -595,6 +627,13 @@ impl Settings {
             campaign_delivery_chunk: s.campaign_delivery_chunk.unwrap_or(100).clamp(1, 1000),
             workflow_starts_per_contact_hour: s.workflow_starts_per_contact_hour.unwrap_or(100),
             workflow_emails_per_contact_hour: s.workflow_emails_per_contact_hour.unwrap_or(20),
+            quotas: Quotas {
+                projects_per_user: s.max_projects_per_user.unwrap_or(10),
+                contacts: s.max_contacts.unwrap_or(1_000_000),
+                workflows: s.max_workflows.unwrap_or(100),
+                segments: s.max_segments.unwrap_or(100),
+                schedule_audience: s.max_schedule_audience.unwrap_or(100_000),
+            },
         })
     }
 }

@@ -75,6 +75,10 @@ pub enum ApiError {
     /// An error with a status and code of its own (`INVALID_TOKEN`, `EMAIL_NOT_VERIFIED`, ...).
     #[error("{message}")]
     Coded { status: u16, code: &'static str, message: String },
+    /// A per-project (or per-user) ceiling the operator sets is reached (docs/security.md#quotas): 403
+    /// `QUOTA_EXCEEDED`, its name, limit and setting in `details`.
+    #[error("{message}")]
+    QuotaExceeded { quota: &'static str, limit: u64, setting: &'static str, message: String },
     /// The sender check: 403 with code INTERNAL_SERVER_ERROR, as the interface names it
     /// (docs/behaviour.md#errors).
     #[error("{message}")]
@@ -117,6 +121,11 @@ impl ApiError {
             ProjectDisabled => (403, "PROJECT_DISABLED", None),
             NotFound { code, .. } => (404, code, None),
             Coded { status, code, .. } => (*status, code, None),
+            QuotaExceeded { .. } => (
+                403,
+                "QUOTA_EXCEEDED",
+                Some("Delete what the project no longer needs, or ask the operator to raise the limit"),
+            ),
             RouteNotFound { .. } => (404, "NOT_FOUND", Some("See /docs for the list of endpoints")),
             Conflict(_) => (409, "CONFLICT", None),
             IdempotencyKeyReused { .. } => (
@@ -167,6 +176,9 @@ impl ApiError {
         }
         if let ApiError::SenderDomain { reason, domain, .. } = self {
             error["details"] = json!({ "reason": reason, "domain": domain });
+        }
+        if let ApiError::QuotaExceeded { quota, limit, setting, .. } = self {
+            error["details"] = json!({ "quota": quota, "limit": limit, "setting": setting });
         }
         if let ApiError::RateLimited { limit, retry_after_secs } = self {
             error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });

@@ -209,11 +209,12 @@ impl App {
             wake: Default::default(),
             listening: Default::default(),
             budgets: workflows::limits::Budgets::of(&config),
+            schedule_audience: config.quotas.schedule_audience,
         });
         workflows.register(&mut registry);
         services::contact_jobs::register(&mut registry);
         services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
-        services::contact_import::register(&mut registry);
+        services::contact_import::register(&mut registry, config.quotas.contacts);
         bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
@@ -243,6 +244,7 @@ impl App {
             ),
             account_mail: services::account_mail::Throttles::new(clock.clone()),
             passwords: Default::default(),
+            quotas: services::quotas::Ceilings::new(config.quotas),
             oauth_documents: Default::default(),
             system_mail,
             stripe: match &config.stripe {

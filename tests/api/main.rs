@@ -27,6 +27,7 @@ mod oauth;
 mod payments;
 mod plugins;
 mod project_state;
+mod quotas;
 mod segments;
 mod send;
 mod smtp_sink;

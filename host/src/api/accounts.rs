@@ -205,6 +205,7 @@ pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Repl
         f.finish()?;
         let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
         accounts::may_create_projects(&st, &u)?;
+        crate::services::quotas::room_for_project(&st.store, &st.quotas, &u.id).await?;
         let (project, keys) = accounts::create_project(&st, &name, Some(&u.id)).await?;
         Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
     });

@@ -238,6 +238,15 @@ pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let patch = data_patch(&mut f, &body, false);
         f.finish()?;
         let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        let now = st.clock.now_ms();
+        crate::services::quotas::room_for_contacts(
+            &st.store,
+            &st.quotas,
+            &ctx.project_id,
+            std::slice::from_ref(&email),
+            now,
+        )
+        .await?;
         let up = upsert(
             &st.store,
             &st.clock,

@@ -205,6 +205,15 @@ async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, Ap
         // contact's state and never changes an existing contact's (docs/security.md).
         let (subscribed, default_subscribed) =
             if ctx.secret { (subscribed, true) } else { (None, subscribed.unwrap_or(true)) };
+        let now = st.clock.now_ms();
+        crate::services::quotas::room_for_contacts(
+            &st.store,
+            &st.quotas,
+            &ctx.project_id,
+            std::slice::from_ref(&email),
+            now,
+        )
+        .await?;
         let up = st
             .ingest
             .submit(

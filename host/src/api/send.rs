@@ -447,6 +447,8 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             }
 
             let now = st.clock.now_ms();
+            let emails: Vec<String> = recipients.iter().map(|(e, _)| e.clone()).collect();
+            crate::services::quotas::room_for_contacts(&st.store, &st.quotas, &ctx.project_id, &emails, now).await?;
             // A suspended project sends nothing (403 with the reason).
             crate::services::suspension::ensure_active(&st.store, &ctx.project_id).await?;
             // The monthly transactional limit: 402 before anything is written.

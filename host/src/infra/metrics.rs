@@ -176,7 +176,7 @@ pub fn render(job_states: &[(String, i64)]) -> String {
             let _ = writeln!(out, "herald_workflow_executions_written_total{{status=\"{status}\"}} {n}");
         }
         out.push_str(
-            "# HELP herald_workflow_limited_total Workflow starts (depth, starts) and emails (emails) held back by the loop limits.\n",
+            "# HELP herald_workflow_limited_total Workflow starts (depth, starts), emails (emails) and SCHEDULE ticks (audience) held back by their limits.\n",
         );
         out.push_str("# TYPE herald_workflow_limited_total counter\n");
         for (limit, n) in &r.workflow_limits {

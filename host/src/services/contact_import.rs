@@ -82,15 +82,20 @@ pub async fn get(st: &AppState, project: &str, id: &str) -> Result<ContactJobRow
     }
 }
 
-/// Registers the job that runs imports.
-pub fn register(registry: &mut Registry) {
-    super::contact_jobs::register_job(registry, IMPORT_JOB, ATTEMPTS, |store, id, now| async move {
-        run(&store, &id, now).await
+/// Registers the job that runs imports; `max_contacts` is the project's contacts ceiling (0: none).
+pub fn register(registry: &mut Registry, max_contacts: u64) {
+    super::contact_jobs::register_job(registry, IMPORT_JOB, ATTEMPTS, move |store, id, now| async move {
+        run(&store, &id, now, max_contacts).await
     });
 }
 
+/// Why a row that would add a contact was not imported.
+fn past_ceiling(limit: u64) -> String {
+    format!("the project has reached its ceiling of {limit} contacts (HERALD_MAX_CONTACTS)")
+}
+
 /// Runs an import from where it stands.
-async fn run(store: &Store, id: &str, now: i64) -> Result<(), StoreError> {
+async fn run(store: &Store, id: &str, now: i64, max_contacts: u64) -> Result<(), StoreError> {
     let Some((row, _)) = store.contact_job_input(id).await? else { return Ok(()) };
     if row.kind != IMPORT_KIND || matches!(row.state, ContactJobState::Completed | ContactJobState::Failed) {
         return Ok(());
@@ -110,6 +115,12 @@ async fn run(store: &Store, id: &str, now: i64) -> Result<(), StoreError> {
         store.set_contact_job_state(id, ContactJobState::Active, None, now).await?;
     }
     let done = usize::try_from(row.done).unwrap_or(0);
+    // The contacts the project may still add (docs/security.md#quotas), counted once per run.
+    let mut left = match max_contacts {
+        0 => None,
+        limit => Some(limit.saturating_sub(store.count_contacts(&row.project, None, None).await?.max(0) as u64)),
+    };
+    let ceiling = (max_contacts > 0).then_some(max_contacts);
     let mut rows = import::rows(&text, &header, done);
     let mut from = done;
     loop {
@@ -118,14 +129,16 @@ async fn run(store: &Store, id: &str, now: i64) -> Result<(), StoreError> {
             break;
         }
         let to = from + chunk.len();
-        write_chunk(store, id, &row.project, (from, to), &chunk, opts, now).await?;
+        write_chunk(store, id, &row.project, (from, to), &chunk, opts, (ceiling, &mut left), now).await?;
         from = to;
     }
     store.set_contact_job_state(id, ContactJobState::Completed, None, now).await
 }
 
 /// Upserts one chunk's contacts and moves the job past it, in one transaction; reads and plans again
-/// when a contact changed meanwhile.
+/// when a contact changed meanwhile. A row that would add a contact once the project has none `left`
+/// of its ceiling fails with the reason.
+#[allow(clippy::too_many_arguments)]
 async fn write_chunk(
     store: &Store,
     job: &str,
@@ -133,6 +146,7 @@ async fn write_chunk(
     (from, to): (usize, usize),
     chunk: &[Row],
     opts: ImportOptions,
+    (ceiling, left): (Option<u64>, &mut Option<u64>),
     now: i64,
 ) -> Result<(), StoreError> {
     let mut emails: Vec<String> = chunk
@@ -151,17 +165,30 @@ async fn write_chunk(
         let (mut created, mut updated, mut skipped, mut failed) = (0i64, 0i64, 0i64, 0i64);
         let mut events = Vec::new();
         let mut errors = Vec::new();
+        let mut room = *left;
         for r in chunk {
             match r {
                 Row::Bad { line, email, reason } => {
                     failed += 1;
                     errors.push(json!({ "line": line, "email": email, "reason": reason }));
                 }
-                Row::Contact { email, subscribed, data, .. } => {
+                Row::Contact { line, email, subscribed, data } => {
                     let existing = current.get(email);
                     if existing.is_some() && !opts.update_existing {
                         skipped += 1;
                         continue;
+                    }
+                    if existing.is_none() {
+                        match room.as_mut() {
+                            Some(0) => {
+                                failed += 1;
+                                let reason = past_ceiling(ceiling.unwrap_or_default());
+                                errors.push(json!({ "line": line, "email": email, "reason": reason }));
+                                continue;
+                            }
+                            Some(n) => *n -= 1,
+                            None => {}
+                        }
                     }
                     let u = Upsert {
                         email: email.clone(),
@@ -192,7 +219,10 @@ async fn write_chunk(
             now,
         };
         match store.write_import_chunk(project, &new, &changes, &unchanged, &events, &progress).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                *left = room;
+                return Ok(());
+            }
             // A contact changed or was created meanwhile: the batch forgot its contacts; read again.
             Err(StoreError::Busy(_) | StoreError::Conflict(_)) => continue,
             Err(e) => return Err(e),

@@ -24,6 +24,7 @@ pub mod notifications;
 pub mod oauth;
 pub mod payments;
 pub mod projects;
+pub mod quotas;
 pub mod segments;
 pub mod sending_domains;
 pub mod suspension;

@@ -27,6 +27,7 @@ pub mod ingest;
 pub mod jobs;
 pub mod migrate;
 pub mod project_state;
+pub mod quotas;
 pub mod segments;
 pub mod suspensions;
 pub mod templates;

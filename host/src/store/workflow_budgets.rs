@@ -124,7 +124,8 @@ mod tests {
     #[tokio::test]
     async fn uses_add_up_within_an_hour_and_start_again_in_the_next() {
         let s = store().await;
-        let h = 1_800_000_000_000 - 1_800_000_000_000 % 3_600_000;
+        // 2027-01-15 08:00 UTC, the start of an hour.
+        let h = 1_800_000_000_000;
         add(&s, &[("a", 1, 0), ("b", 0, 2)], h + 10).await;
         add(&s, &[("a", 2, 1)], h + 20).await;
         let used = s.workflow_budgets("p", &["a", "b", "c"], h + 30).await.unwrap();

@@ -64,6 +64,7 @@ pub struct NewSegment {
 /// Creates a segment and counts its members. A DYNAMIC segment's condition is checked first (400 naming
 /// the filter).
 pub async fn create(st: &AppState, project: &str, new: NewSegment) -> Result<Segment, ApiError> {
+    crate::services::quotas::room_for_segment(&st.store, &st.quotas, project).await?;
     let condition = match (new.kind.as_str(), new.condition) {
         ("DYNAMIC", Some(v)) => {
             let tree = st.segments.check(project, &v, None).await?;
@@ -216,6 +217,11 @@ pub async fn add_members(
     static_only(s)?;
     let normalized: Vec<String> = emails.iter().map(|(_, n)| n.clone()).collect();
     let found = st.store.contacts_by_emails(project, &normalized).await?;
+    if create_missing {
+        let missing: Vec<String> =
+            normalized.iter().filter(|n| !found.iter().any(|c| &c.email == *n)).cloned().collect();
+        crate::services::quotas::room_for_contacts(&st.store, &st.quotas, project, &missing, st.clock.now_ms()).await?;
+    }
     let mut ids = Vec::new();
     let (mut not_found, mut created) = (Vec::new(), Vec::new());
     for (orig, norm) in emails {

@@ -65,6 +65,8 @@ pub struct Engine {
     pub listening: Mutex<HashMap<String, Listening>>,
     /// The per-contact hourly budgets that bound loops depth cannot follow (`limits.rs`).
     pub budgets: super::limits::Budgets,
+    /// Contacts one SCHEDULE tick enrolls at most (0: no ceiling; docs/security.md#quotas).
+    pub schedule_audience: u64,
 }
 
 /// The event names a project's workflows listen for, and when they were read.

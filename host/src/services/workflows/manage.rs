@@ -64,6 +64,7 @@ pub struct NewWorkflow {
 
 /// Creates a workflow, disabled, with an EVENT trigger and its TRIGGER step.
 pub async fn create(st: &AppState, project: &str, new: NewWorkflow) -> Result<WorkflowRow, ApiError> {
+    crate::services::quotas::room_for_workflow(&st.store, &st.quotas, project).await?;
     let now = st.clock.now_ms();
     let trigger = Step {
         id: uuid::Uuid::now_v7().to_string(),

@@ -103,6 +103,16 @@ impl Engine {
         let tree = self.segments.parse(&tree).map_err(s)?;
         let compiled = self.segments.compile(project, &tree, now).await.map_err(s)?;
         let ids = self.segments.matching_ids(project, &compiled).await.map_err(s)?;
+        // An audience past the ceiling enrolls nobody (a part of it, picked by id, would be arbitrary):
+        // the tick is logged and counted (docs/security.md#quotas).
+        if self.schedule_audience > 0 && ids.len() as u64 > self.schedule_audience {
+            tracing::warn!(
+                project, workflow = %id, tick, audience = ids.len(), ceiling = self.schedule_audience,
+                "a SCHEDULE tick's audience is past HERALD_MAX_SCHEDULE_AUDIENCE: nobody was enrolled"
+            );
+            crate::infra::metrics::workflow_limited("audience", 1);
+            return Ok(());
+        }
         for (i, chunk) in ids.chunks(ENROLL_BATCH).enumerate() {
             let payload = json!({ "project": project, "workflow": id, "tick": tick, "contacts": chunk });
             let mut job = NewJob::new(ENROLL_BATCH_JOB, payload, now);
