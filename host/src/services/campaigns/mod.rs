@@ -50,6 +50,9 @@ const JOB_PRIORITY: i64 = 5;
 const JOB_ATTEMPTS: i64 = 20;
 /// Priority of test sends: they are transactional.
 const TEST_PRIORITY: i64 = 100;
+/// How often a batch is re-marked against the campaigns limit when its write finds that another writer
+/// counted first, before the job is tried again.
+const BILLING_ROUNDS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CampaignError {
@@ -428,28 +431,43 @@ impl Campaigns {
         })
         .await
         .map_err(|e| CampaignError::Store(StoreError::Db(e)))?;
-        let rows = self.within_billing_limit(&c.project, rows, now).await?;
         let batch_id = format!("{}-{}-{}", c.id, c.run, p.index);
-        self.store
-            .write_campaign_batch(
-                &c.project,
-                &c.id,
-                c.run,
-                &batch_id,
-                &rows,
-                DELIVER_CAMPAIGN_JOB,
-                EMAIL_PRIORITY,
-                DELIVER_ATTEMPTS,
-                self.delivery_chunk,
-                now,
-            )
-            .await?;
-        self.wake(DELIVER_CAMPAIGN_JOB);
-        Ok(())
+        let mut rows = rows;
+        // The limit is checked again where the batch is written: when another writer counted first, the
+        // room is read again and the emails past it recorded as not sent (a few rounds at most, then
+        // the job is tried again).
+        for _ in 0..BILLING_ROUNDS {
+            rows = self.within_billing_limit(&c.project, rows, now).await?;
+            let written = self
+                .store
+                .write_campaign_batch(
+                    &c.project,
+                    &c.id,
+                    c.run,
+                    &batch_id,
+                    &rows,
+                    DELIVER_CAMPAIGN_JOB,
+                    EMAIL_PRIORITY,
+                    DELIVER_ATTEMPTS,
+                    self.delivery_chunk,
+                    now,
+                )
+                .await;
+            match written {
+                Err(e) if crate::store::billing::limit_reached(&e).is_some() => continue,
+                written => {
+                    written?;
+                    self.wake(DELIVER_CAMPAIGN_JOB);
+                    return Ok(());
+                }
+            }
+        }
+        Err(CampaignError::Store(StoreError::Busy("the campaigns limit kept moving; the batch is tried again".into())))
     }
 
     /// The emails of a batch with those beyond the project's monthly campaigns limit recorded as
-    /// CANCELLED with the reason (`BILLING_LIMIT_EXCEEDED: ...`) instead of going to delivery.
+    /// CANCELLED with the reason (`BILLING_LIMIT_EXCEEDED: ...`) instead of going to delivery. Run again
+    /// over its own answer with a fresh read, it cancels more (the month's count only grows).
     async fn within_billing_limit(
         &self,
         project: &str,

@@ -124,6 +124,8 @@ pub fn derived_id(key: &str) -> String {
 pub(super) struct Seen<'a> {
     pub contact: Option<&'a crate::store::contacts::Contact>,
     pub templates: &'a Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
+    /// What the batch's SEND_EMAIL steps may still send under the workflows limit.
+    pub allowance: &'a crate::services::billing::Allowance,
 }
 
 /// Workflows read once per batch, by id (`None`: gone).

@@ -248,8 +248,9 @@ impl Engine {
     /// writes them. Per run, in order: its job and how it went (an error: try again later).
     pub(super) async fn advance(&self, mut runs: Vec<Run>) -> Vec<(Option<usize>, Result<(), String>)> {
         let templates = Mutex::default();
+        let allowance = crate::services::billing::Allowance::default();
         for _ in 0..=wf::MAX_STEPS {
-            if !self.round(&mut runs, &templates).await {
+            if !self.round(&mut runs, &templates, &allowance).await {
                 break;
             }
         }
@@ -261,6 +262,7 @@ impl Engine {
         &self,
         runs: &mut [Run],
         templates: &Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
+        allowance: &crate::services::billing::Allowance,
     ) -> bool {
         let mut going = Vec::new();
         let mut unread: HashMap<String, Vec<usize>> = HashMap::new();
@@ -323,7 +325,7 @@ impl Engine {
                 .map(|i| async move {
                     let r = &runs[i];
                     let Some(step) = r.e.step.as_deref().and_then(|s| r.w.graph.step(s)) else { return (i, Ok(None)) };
-                    let seen = Seen { contact: r.contact.as_ref().and_then(Option::as_ref), templates };
+                    let seen = Seen { contact: r.contact.as_ref().and_then(Option::as_ref), templates, allowance };
                     (i, self.execute(&r.project, &r.w, &r.e, step, now, r.attempt, &seen).await.map(Some))
                 })
                 .buffered(DECIDING)
