@@ -322,3 +322,57 @@ async fn workflow_emails_of_one_round_do_not_pass_the_limit() {
     let runs = p.secret.get(&format!("/workflows/{wf}/executions?pageSize=100")).await.json;
     assert_eq!(runs["total"], 10, "every contact's execution ran: {runs}");
 }
+
+/// Marks a user's address as verified (as its verification link would).
+async fn verified(s: &Server, email: &str) {
+    let st = &s.state;
+    let u = st.store.user_by_email(email).await.unwrap().unwrap();
+    st.store.set_email_verified(&u.id, st.clock.now_ms()).await.unwrap();
+}
+
+#[tokio::test]
+async fn campaign_test_sends_count_obey_the_limit_and_go_only_to_members_who_proved_their_address() {
+    let (s, sink, p) = env().await;
+    let api = &p.secret;
+    let cid = api.post("/campaigns", crate::campaigns::campaign("Preview")).await.json["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let test = format!("/campaigns/{cid}/test");
+
+    // An account someone signed up with an address (never verified) is no way to mail that address,
+    // nor is an address only invited.
+    signup(&s, "victim@example.org").await;
+    let r = p
+        .session
+        .post(&format!("/projects/{}/members", p.id), json!({ "email": "victim@example.org", "role": "MEMBER" }))
+        .await;
+    assert!(r.status == 201 || r.status == 202, "{}", r.json);
+    let r = p
+        .session
+        .post(&format!("/projects/{}/members", p.id), json!({ "email": "invited@example.org", "role": "MEMBER" }))
+        .await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    for to in ["victim@example.org", "invited@example.org", "stranger@example.org", "owner@example.com"] {
+        let r = api.post(&test, json!({ "email": to })).await;
+        assert_envelope(&r, 422, "VALIDATION_ERROR");
+        assert_eq!(r.json["error"]["errors"][0]["field"], "email", "{to}");
+    }
+
+    // Once the owner's address is verified the test goes out, and counts in the campaigns category.
+    verified(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    assert_eq!(p.session.put(&limits, json!({ "campaigns": 2 })).await.status, 200);
+    for _ in 0..2 {
+        let r = api.post(&test, json!({ "email": "owner@example.com" })).await;
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    let c = p.session.get(&format!("/users/@me/projects/{}/billing-consumption", p.id)).await.json;
+    assert_eq!(c["usage"]["campaigns"]["used"], 2, "{c}");
+    // The limit holds for test sends too.
+    let r = api.post(&test, json!({ "email": "owner@example.com" })).await;
+    assert_envelope(&r, 402, "BILLING_LIMIT_EXCEEDED");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("campaigns"), "{}", r.json);
+    sink.wait_for(2).await;
+    assert_eq!(emails_of(&s, &p.id).await, 2);
+}

@@ -64,6 +64,9 @@ pub enum CampaignError {
     /// Bad input (a 422 naming the field).
     #[error("{1}")]
     Field(&'static str, String),
+    /// The project's monthly campaigns limit is reached (a test send's 402).
+    #[error("{0}")]
+    Billing(crate::error::ApiError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -521,15 +524,31 @@ impl Campaigns {
         Ok(done)
     }
 
-    /// A test send (docs/behaviour.md#campaigns) to a member of the project: `[TEST] ` subject,
-    /// `X-Herald-Test: true`, no tracking, not counted. Answers the email record's id.
+    /// A test send (docs/behaviour.md#campaigns) to a member of the project whose address is verified:
+    /// `[TEST] ` subject, `X-Herald-Test: true`, no tracking, not in the campaign's counters, counted
+    /// in billing as a campaign email (402 past the limit). Answers the email record's id.
     pub async fn test_send(&self, project: &str, id: &str, to: &str) -> Result<String, CampaignError> {
+        use crate::domain::billing::Category;
         let c = self.load(project, id).await?;
         let members = self.store.members(project).await?;
-        if !members.iter().any(|m| m.email.as_deref().is_some_and(|e| e.eq_ignore_ascii_case(to))) {
-            return Err(CampaignError::Field("email", "test sends go only to members of the project".into()));
+        let member = members.iter().find(|m| m.email.as_deref().is_some_and(|e| e.eq_ignore_ascii_case(to)));
+        // An address someone only signed up with (or was only invited at) is no way to mail it: the
+        // member must have proved the address is theirs (verification link, accepted invitation, OAuth,
+        // the operator's `project create`).
+        let proved = match member {
+            Some(m) => self.store.user(&m.user).await?.is_some_and(|u| u.email_verified_at.is_some()),
+            None => false,
+        };
+        if !proved {
+            return Err(CampaignError::Field(
+                "email",
+                "test sends go only to members of the project whose address is verified".into(),
+            ));
         }
         let now = self.clock.now_ms();
+        crate::services::billing::check(&self.store, project, Category::Campaigns, 1, now)
+            .await
+            .map_err(CampaignError::Billing)?;
         let data = match self.store.contact_by_email(project, to).await? {
             Some(k) => k.data,
             None => Map::new(),
@@ -538,8 +557,8 @@ impl Campaigns {
         let project_name = self.store.project(project).await?.map(|p| p.name);
         let from_name = c.from_name.clone().or(project_name);
         let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];
-        // A test send is not counted (no campaign, and not in billing: it goes to the project's own
-        // members), not tracked, and marked as a test.
+        // A test send is not in the campaign's counters (no campaign), not tracked, and marked as a
+        // test; billing counts it as a campaign email.
         let message = Message {
             campaign: None,
             headers: &headers,
@@ -553,7 +572,15 @@ impl Campaigns {
             .composer
             .compose(&message, &r, &email, now)
             .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))?;
-        self.store.create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS, None).await?;
+        let written = self
+            .store
+            .create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS, Some(Category::Campaigns))
+            .await;
+        if let Err(e) = written {
+            return Err(
+                crate::services::billing::refused(Category::Campaigns, &e).map_or(e.into(), CampaignError::Billing)
+            );
+        }
         self.wake(DELIVER_JOB);
         Ok(email)
     }
