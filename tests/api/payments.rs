@@ -169,7 +169,8 @@ async fn the_webhook_applies_subscriptions_and_refuses_forged_stale_and_replayed
         400,
         "INVALID_SIGNATURE",
     );
-    assert_eq!(p.session.get(&limits).await.json["transactional"], Value::Null);
+    // (A project starts with the free plan's limits.)
+    assert_eq!(p.session.get(&limits).await.json["transactional"], 100);
 
     // A subscription to the pro plan gives the project its limits.
     let r = deliver_raw(&s, raw.clone(), Some(sig.clone())).await;
@@ -199,7 +200,54 @@ async fn the_webhook_applies_subscriptions_and_refuses_forged_stale_and_replayed
         deliver(&s, &json!({ "id": "evt_y", "type": "invoice.paid", "data": { "object": {} } }), None).await.status,
         200
     );
-    // The other project never changed.
+    // The other project never changed: it keeps the free plan's limits it started with.
     let ql = q.session.get(&format!("/users/@me/projects/{}/billing-limits", q.id)).await.json;
-    assert_eq!(ql, json!({ "transactional": null, "campaigns": null, "workflows": null, "inbound": null }));
+    assert_eq!(ql, free);
+}
+
+/// `event` with its `created` time (seconds).
+fn created(mut event: Value, at: i64) -> Value {
+    event["created"] = json!(at);
+    event
+}
+
+#[tokio::test]
+async fn the_plan_is_the_ceiling_of_a_projects_limits() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+
+    // A new project has the free plan's limits from the start.
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    assert_eq!(p.session.get(&limits).await.json, free);
+    // An OWNER may lower them, not raise them past the plan, nor lift them.
+    let r = p.session.put(&limits, json!({ "transactional": 40, "inbound": 5 })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json, json!({ "transactional": 40, "campaigns": 100, "workflows": 100, "inbound": 5 }));
+    for body in [json!({ "transactional": 101 }), json!({ "campaigns": null })] {
+        let field = body.as_object().unwrap().keys().next().unwrap().clone();
+        let r = p.session.put(&limits, body).await;
+        assert_envelope(&r, 422, "VALIDATION_ERROR");
+        assert_eq!(r.json["error"]["errors"][0]["field"], field.as_str());
+        let m = r.json["error"]["errors"][0]["message"].as_str().unwrap();
+        assert!(m.contains("free") && m.contains("100"), "{m}");
+    }
+    // The project's sending is held to what the OWNER set.
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 2 })).await.status, 200);
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let body = json!({ "to": ["a@example.org", "b@example.org", "c@example.org"], "from": "hi@shop.test",
+        "subject": "Hi", "body": "<p>Hi</p>" });
+    assert_envelope(&p.secret.post("/v1/send", body).await, 402, "BILLING_LIMIT_EXCEEDED");
+    // Back up to the plan's limit is allowed.
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 100 })).await.status, 200);
+
+    // A paid plan raises the ceiling to its own limits.
+    let active = created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), now_secs());
+    assert_eq!(deliver(&s, &active, None).await.status, 200);
+    assert_eq!(p.session.put(&limits, json!({ "workflows": 7 })).await.status, 200);
+    let r = p.session.put(&limits, json!({ "transactional": 50_001 })).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert!(r.json["error"]["errors"][0]["message"].as_str().unwrap().contains("pro"), "{}", r.json);
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 50_000 })).await.status, 200);
 }

@@ -8,6 +8,7 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+use crate::config::Config;
 use crate::domain::billing::{CATEGORIES, Category, Limits, allowance, percent, period};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -125,7 +126,22 @@ pub async fn limits(st: &AppState, project: &str, role: Role) -> Result<Limits, 
     Ok(st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default())
 }
 
-/// Changes limits (OWNER only): each category given is set (None: unlimited), the others stay.
+/// When payments are configured, the limits a project may not go above, with the name of the plan
+/// that gives them: its plan's, or the `free` plan's without a live subscription (or when its plan is
+/// no longer configured). None without payments, or without such a plan: the limits are the OWNER's.
+pub fn ceiling<'a>(config: &'a Config, plan: Option<&'a str>) -> Option<(&'a str, Limits)> {
+    config.stripe.as_ref()?;
+    [plan, Some("free")].into_iter().flatten().find_map(|name| Some((name, config.plans.get(name)?.limits())))
+}
+
+/// The limits a new project starts with: the `free` plan's when payments are configured (None: none).
+pub fn starting_limits(config: &Config) -> Option<Limits> {
+    ceiling(config, None).map(|(_, l)| l)
+}
+
+/// Changes limits (OWNER only): each category given is set (None: unlimited), the others stay. Under a
+/// plan's ceiling ([`ceiling`]) a limit may be lowered, never raised above the plan's or removed: 422
+/// naming the category.
 pub async fn set_limits(
     st: &AppState,
     project: &str,
@@ -133,6 +149,25 @@ pub async fn set_limits(
     changes: &[(Category, Option<i64>)],
 ) -> Result<Limits, ApiError> {
     crate::services::accounts::need(role, Role::Owner, "change billing limits")?;
+    let plan = st.store.payment_account(project).await?.and_then(|a| a.plan);
+    if let Some((name, max)) = ceiling(&st.config, plan.as_deref()) {
+        for (c, v) in changes {
+            if let Some(m) = max.get(*c)
+                && v.is_none_or(|v| v > m)
+            {
+                let c = c.as_str();
+                return Err(ApiError::field(
+                    c,
+                    "too_big",
+                    &format!(
+                        "The {name} plan allows at most {m} {c} emails a month: {c} may be lowered below that, \
+                         not raised above it or removed"
+                    ),
+                    (*v).into(),
+                ));
+            }
+        }
+    }
     let mut l = st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default();
     for (c, v) in changes {
         l.set(*c, *v);

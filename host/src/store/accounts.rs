@@ -214,7 +214,9 @@ impl Store {
 
     // ---- projects ----
 
-    /// Creates a project and, when `owner` is given, its OWNER membership, in one transaction.
+    /// Creates a project with the billing limits it starts with and, when `owner` is given, its OWNER
+    /// membership, in one transaction.
+    #[allow(clippy::too_many_arguments)] // the fields of one new row
     pub async fn create_project(
         &self,
         id: &str,
@@ -222,12 +224,17 @@ impl Store {
         public_key_hash: &str,
         secret_key_hash: &str,
         owner: Option<&str>,
+        limits: Option<&crate::domain::billing::Limits>,
         now: i64,
     ) -> Result<Project, StoreError> {
-        let doc = vars! {
+        let mut doc = vars! {
             "name": name, "public_key_hash": public_key_hash, "secret_key_hash": secret_key_hash,
             "disabled": false, "created_at": now, "updated_at": now,
         };
+        if let Some(l) = limits {
+            doc["billing_limits"] =
+                super::jobs::strip_nulls(serde_json::to_value(l).map_err(|e| StoreError::Decode(e.to_string()))?);
+        }
         self.write(|| async {
             self.query(
                 "BEGIN TRANSACTION;

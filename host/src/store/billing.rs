@@ -248,7 +248,7 @@ mod tests {
     #[tokio::test]
     async fn a_limited_write_checks_and_reserves_its_allowance_in_its_transaction() {
         let store = Store::connect(&Config::for_tests()).await.unwrap();
-        store.create_project("p1", "One", "ph", "sh", None, 1).await.unwrap();
+        store.create_project("p1", "One", "ph", "sh", None, None, 1).await.unwrap();
         let now = 1_800_000_000_000;
         let write = |n: usize| {
             let store = store.clone();
