@@ -75,6 +75,9 @@ pub enum ApiError {
     /// An error with a status and code of its own (`INVALID_TOKEN`, `EMAIL_NOT_VERIFIED`, ...).
     #[error("{message}")]
     Coded { status: u16, code: &'static str, message: String },
+    /// A [`ApiError::Coded`] with `details` for the client (`SUBSCRIPTION_ACTIVE` and its portal link).
+    #[error("{message}")]
+    Detailed { status: u16, code: &'static str, message: String, details: Value },
     /// The sender check: 403 with code INTERNAL_SERVER_ERROR, as the interface names it
     /// (docs/behaviour.md#errors).
     #[error("{message}")]
@@ -116,7 +119,7 @@ impl ApiError {
             Forbidden(_) => (403, "FORBIDDEN", None),
             ProjectDisabled => (403, "PROJECT_DISABLED", None),
             NotFound { code, .. } => (404, code, None),
-            Coded { status, code, .. } => (*status, code, None),
+            Coded { status, code, .. } | Detailed { status, code, .. } => (*status, code, None),
             RouteNotFound { .. } => (404, "NOT_FOUND", Some("See /docs for the list of endpoints")),
             Conflict(_) => (409, "CONFLICT", None),
             IdempotencyKeyReused { .. } => (
@@ -167,6 +170,9 @@ impl ApiError {
         }
         if let ApiError::SenderDomain { reason, domain, .. } = self {
             error["details"] = json!({ "reason": reason, "domain": domain });
+        }
+        if let ApiError::Detailed { details, .. } = self {
+            error["details"] = details.clone();
         }
         if let ApiError::RateLimited { limit, retry_after_secs } = self {
             error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });

@@ -212,6 +212,97 @@ fn created(mut event: Value, at: i64) -> Value {
 }
 
 #[tokio::test]
+async fn a_replay_is_known_by_its_event_id_whatever_the_signature_looks_like() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    let started =
+        created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), now_secs());
+    let raw = serde_json::to_vec(&started).unwrap();
+    let sig = herald_host::infra::stripe::sign(WHSEC, now_secs(), &raw);
+    assert_eq!(deliver_raw(&s, raw.clone(), Some(sig.clone())).await.status, 200);
+
+    // The same signature in capitals is the same signature.
+    let (t, v1) = sig.split_once(",v1=").unwrap();
+    let shouting = format!("{t},v1={}", v1.to_uppercase());
+    assert_envelope(&deliver_raw(&s, raw.clone(), Some(shouting)).await, 400, "INVALID_SIGNATURE");
+    // The same event signed again (a fresh timestamp, so a new signature) is a replay too.
+    let again = herald_host::infra::stripe::sign(WHSEC, now_secs() + 1, &raw);
+    assert_envelope(&deliver_raw(&s, raw, Some(again)).await, 400, "INVALID_SIGNATURE");
+
+    // Meanwhile the subscription ended: a replay of its start must not bring the paid plan back.
+    let ended = created(subscription("customer.subscription.deleted", None, "canceled", "price_pro"), now_secs() + 5);
+    assert_eq!(deliver(&s, &ended, None).await.status, 200);
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    assert_eq!(p.session.get(&limits).await.json, free);
+}
+
+#[tokio::test]
+async fn an_event_older_than_the_last_applied_to_its_subscription_is_ignored() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    let t = now_secs();
+    let pro = json!({ "transactional": 50_000, "campaigns": 100_000, "workflows": null, "inbound": null });
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    let active = created(subscription("customer.subscription.updated", Some(&p.id), "active", "price_pro"), t - 60);
+    assert_eq!(deliver(&s, &active, None).await.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, pro);
+    let deleted = created(subscription("customer.subscription.deleted", Some(&p.id), "canceled", "price_pro"), t - 10);
+    assert_eq!(deliver(&s, &deleted, None).await.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, free);
+
+    // An `active` created before the deletion (another event id, delivered late or replayed) changes
+    // nothing, and is acknowledged so the provider stops sending it.
+    let late = created(subscription("customer.subscription.updated", Some(&p.id), "active", "price_pro"), t - 30);
+    let r = deliver(&s, &late, None).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(p.session.get(&limits).await.json, free);
+    // A newer one applies.
+    let renewed = created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), t);
+    assert_eq!(deliver(&s, &renewed, None).await.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, pro);
+
+    // What is remembered of the subscription goes with its project.
+    let kept = || async {
+        let q = "SELECT count() AS n FROM payment_subscription WHERE project = $p GROUP ALL";
+        let v = s.state.store.query(q, json!({ "p": p.id })).await.unwrap().value(0).unwrap();
+        v[0]["n"].as_i64().unwrap_or(0)
+    };
+    assert_eq!(kept().await, 1);
+    assert_eq!(p.session.delete(&format!("/users/@me/projects/{}", p.id)).await.status, 200);
+    for _ in 0..200 {
+        if kept().await == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the deleted project's subscription records stayed");
+}
+
+#[tokio::test]
+async fn checkout_while_a_subscription_is_active_is_409_with_the_portal_link() {
+    let (s, stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let base = format!("/users/@me/projects/{}", p.id);
+    assert_eq!(p.session.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await.status, 200);
+    let active = created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), now_secs());
+    assert_eq!(deliver(&s, &active, None).await.status, 200);
+    let sessions = |stub: &HttpSink| stub.requests().iter().filter(|r| r.path == "/v1/checkout/sessions").count();
+    assert_eq!(sessions(&stub), 1);
+
+    let r = p.session.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await;
+    assert_envelope(&r, 409, "SUBSCRIPTION_ACTIVE");
+    assert_eq!(r.json["error"]["details"]["portalUrl"], "https://billing.stripe.test/p/bps_1", "{}", r.json);
+    assert_eq!(sessions(&stub), 1, "no second subscription was started");
+
+    // Once it ended, a new checkout is possible.
+    let ended = created(subscription("customer.subscription.deleted", None, "canceled", "price_pro"), now_secs() + 1);
+    assert_eq!(deliver(&s, &ended, None).await.status, 200);
+    assert_eq!(p.session.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await.status, 200);
+}
+
+#[tokio::test]
 async fn the_plan_is_the_ceiling_of_a_projects_limits() {
     let (s, _stub) = env().await;
     let p = proj(&s, "owner@example.com").await;

@@ -97,6 +97,7 @@ async fn purge_all(ctx: &JobContext) -> Result<(), String> {
     // month's limits).
     if ctx.kind == PURGE_PROJECT_JOB {
         ctx.store.delete_usage(project).await.map_err(|e| e.to_string())?;
+        ctx.store.delete_payment_records(project).await.map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -158,15 +158,44 @@ impl Store {
         Ok(v.get(0).and_then(Value::as_str).map(str::to_string))
     }
 
+    /// Remembers a payment event's id until `expires_at` (with the notifications seen); false when it
+    /// was remembered already (a replay).
+    pub async fn remember_payment_event(&self, id: &str, expires_at: i64, now: i64) -> Result<bool, StoreError> {
+        self.remember_notification(&format!("{PAYMENT_EVENT}{id}"), expires_at, now).await
+    }
+
+    /// Forgets a payment event's id (it could not be applied: the provider's retry must get through).
+    pub async fn forget_payment_event(&self, id: &str) -> Result<(), StoreError> {
+        let key = format!("{PAYMENT_EVENT}{id}");
+        self.write(|| async {
+            self.query("DELETE notification_seen WHERE signature = $s RETURN NONE", vars! { "s": key.clone() }).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Deletes a (deleted) project's payment records kept apart from its row (the last event applied to
+    /// each of its subscriptions).
+    pub async fn delete_payment_records(&self, project: &str) -> Result<(), StoreError> {
+        self.write(|| async {
+            self.query("DELETE payment_subscription WHERE project = $p RETURN NONE", vars! { "p": project }).await
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Applies a subscription as the provider reported it: its id, status and plan, and (when given)
-    /// the limits that go with the plan, in one write.
+    /// the limits that go with the plan, in one write. With `order`, only when that event was not
+    /// created before the last one applied to its subscription, which it then becomes, in the same
+    /// transaction; false when it is older and nothing was written.
     pub async fn apply_subscription(
         &self,
         project: &str,
         s: &PaymentAccount,
         limits: Option<&Limits>,
+        order: Option<&EventOrder>,
         now: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         // Each field set, or cleared (NONE) when the subscription has none; the customer is kept.
         let mut sets = vec!["updated_at = $now".to_string()];
         let mut v = vars! { "p": project, "now": now };
@@ -190,11 +219,41 @@ impl Store {
             v["limits"] =
                 super::jobs::strip_nulls(serde_json::to_value(l).map_err(|e| StoreError::Decode(e.to_string()))?);
         }
-        let sql = format!("UPDATE type::record('project', $p) SET {} RETURN NONE", sets.join(", "));
-        self.write(|| async { self.query(&sql, v.clone()).await }).await?;
+        let mut sql = String::from("BEGIN TRANSACTION;\n");
+        if let Some(o) = order {
+            sql.push_str(
+                "LET $last = (SELECT event_at, event_id FROM ONLY type::record('payment_subscription', $sub));
+                 IF $last != NONE AND $last.event_at > $at { THROW 'PAYMENT_EVENT_OLDER'; };
+                 UPSERT type::record('payment_subscription', $sub) SET project = $p, event_at = $at, event_id = $evt
+                    RETURN NONE;\n",
+            );
+            v["sub"] = o.subscription.clone().into();
+            v["at"] = o.created.into();
+            v["evt"] = o.event.clone().into();
+        }
+        sql.push_str(&format!("UPDATE type::record('project', $p) SET {} RETURN NONE;\n", sets.join(", ")));
+        sql.push_str("COMMIT TRANSACTION;");
+        match self.write(|| async { self.query(&sql, v.clone()).await }).await {
+            Ok(_) => {}
+            Err(e) if e.thrown("PAYMENT_EVENT_OLDER") => return Ok(false),
+            Err(e) => return Err(e),
+        }
         self.forget_project(project);
-        Ok(())
+        Ok(true)
     }
+}
+
+/// How `notification_seen` names a payment event's id.
+const PAYMENT_EVENT: &str = "stripe-event:";
+
+/// Where a payment event stands among its subscription's events: the subscription's id, the event's
+/// creation time (seconds) and its id. Events of one second are applied as they arrive: Stripe's ids
+/// say nothing of their order, and the same event twice is a replay, refused before.
+#[derive(Debug, Clone)]
+pub struct EventOrder {
+    pub subscription: String,
+    pub created: i64,
+    pub event: String,
 }
 
 /// A project's records at the payment provider.

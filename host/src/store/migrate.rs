@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0031_payments.surql", include_str!("../../../migrations/0031_payments.surql")),
     ("0032_step_runs_in_execution.surql", include_str!("../../../migrations/0032_step_runs_in_execution.surql")),
     ("0033_awaited_events.surql", include_str!("../../../migrations/0033_awaited_events.surql")),
+    ("0035_billing_hardening.surql", include_str!("../../../migrations/0035_billing_hardening.surql")),
 ];
 
 #[derive(serde::Deserialize)]
