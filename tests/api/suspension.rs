@@ -47,6 +47,8 @@ async fn bounces_past_the_threshold_suspend_the_project_and_lifting_it_sends_wha
     config.run_jobs = false;
     config.send_rate_per_second = 0;
     config.suspend_min_sent = 4;
+    // The OWNER may lift a suspension an hour after it began (by default only the operator can).
+    config.self_unsuspend_after_hours = Some(1);
     let s = Server::start_with(config, Some(ManualClock::new(T0))).await;
     let (p, q) = (proj(&s, "owner@example.com").await, proj(&s, "q@example.com").await);
     let st = Arc::clone(&s.state);
@@ -104,7 +106,8 @@ async fn bounces_past_the_threshold_suspend_the_project_and_lifting_it_sends_wha
         .unwrap();
     assert!(held[0]["n"].as_i64().unwrap() >= 1, "{held}");
 
-    // Only the project's OWNER lifts it; then the held emails go out, each once.
+    // Only the project's OWNER lifts it (more than the hour's cool-down later); then the held emails
+    // go out, each once.
     let unsuspend = format!("/users/@me/projects/{}/unsuspend", p.id);
     assert_envelope(&q.session.post(&unsuspend, json!({})).await, 404, "PROJECT_NOT_FOUND");
     let r = p.session.post(&unsuspend, json!({})).await;
@@ -135,4 +138,80 @@ async fn bounces_past_the_threshold_suspend_the_project_and_lifting_it_sends_wha
     let feed = p.secret.get("/activity?type=project.unsuspended").await.json;
     assert_eq!(feed["data"].as_array().unwrap().len(), 1, "{feed}");
     assert_eq!(security(&q).await["status"], "ACTIVE", "the other project was never touched");
+}
+
+async fn stepped(sink: &SmtpSink) -> Server {
+    stepped_with(sink, None).await
+}
+
+async fn stepped_with(sink: &SmtpSink, self_unsuspend_after_hours: Option<u64>) -> Server {
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    config.send_rate_per_second = 0;
+    config.self_unsuspend_after_hours = self_unsuspend_after_hours;
+    Server::start_with(config, Some(ManualClock::new(T0))).await
+}
+
+#[tokio::test]
+async fn an_owner_cannot_lift_an_automatic_suspension_the_operator_can() {
+    let sink = SmtpSink::start(0).await;
+    let s = stepped(&sink).await;
+    let p = proj(&s, "owner@example.com").await;
+    let st = Arc::clone(&s.state);
+    assert!(st.store.suspend_project(&p.id, "the bounce rate of the last 7 days is too high", T0).await.unwrap());
+
+    // Lifting is the operator's: the OWNER is told so, and the project stays suspended.
+    let unsuspend = format!("/users/@me/projects/{}/unsuspend", p.id);
+    let r = p.session.post(&unsuspend, json!({})).await;
+    assert_envelope(&r, 403, "UNSUSPEND_NOT_ALLOWED");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("herald project unsuspend"), "{}", r.json);
+    s.clock().advance(6 * 24 * 3_600_000);
+    assert_envelope(&p.session.post(&unsuspend, json!({})).await, 403, "UNSUSPEND_NOT_ALLOWED");
+    assert_eq!(security(&p).await["status"], "SUSPENDED");
+
+    // `herald project unsuspend` lifts it.
+    let released = herald_host::services::suspension::operator_unsuspend(&st, &p.id).await.unwrap();
+    assert_eq!(released, 0);
+    let sec = security(&p).await;
+    assert_eq!(sec["status"], "ACTIVE", "{sec}");
+    assert_eq!(sec["suspensions"][0]["liftedBy"], "operator");
+}
+
+#[tokio::test]
+async fn where_the_operator_allows_it_an_owner_lifts_a_suspension_after_the_cool_down() {
+    let sink = SmtpSink::start(0).await;
+    let s = stepped_with(&sink, Some(24)).await;
+    let p = proj(&s, "owner@example.com").await;
+    let st = Arc::clone(&s.state);
+    assert!(st.store.suspend_project(&p.id, "the complaint rate is too high", T0).await.unwrap());
+    let unsuspend = format!("/users/@me/projects/{}/unsuspend", p.id);
+
+    // Before the cool-down the OWNER is told from when; an ADMIN never.
+    s.clock().advance(23 * 3_600_000);
+    let r = p.session.post(&unsuspend, json!({})).await;
+    assert_envelope(&r, 403, "UNSUSPEND_NOT_ALLOWED");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("2027-01-16T08:00:00.000Z"), "{}", r.json);
+    let admin = signup(&s, "admin@example.com").await;
+    let user = st.store.user_by_email("admin@example.com").await.unwrap().unwrap();
+    st.store.set_email_verified(&user.id, T0).await.unwrap();
+    let added = p
+        .session
+        .post(&format!("/projects/{}/members", p.id), json!({ "email": "admin@example.com", "role": "ADMIN" }))
+        .await;
+    assert_eq!(added.status, 201, "{}", added.json);
+    s.clock().advance(3_600_000);
+    assert_envelope(&admin.post(&unsuspend, json!({})).await, 403, "FORBIDDEN");
+
+    // After it, the OWNER may.
+    let r = p.session.post(&unsuspend, json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let sec = security(&p).await;
+    assert_eq!(sec["status"], "ACTIVE", "{sec}");
+    assert_eq!(sec["suspensions"][0]["liftedBy"], "owner@example.com");
+    assert_envelope(&p.session.post(&unsuspend, json!({})).await, 409, "CONFLICT");
+
+    // A new suspension starts its own cool-down.
+    assert!(st.store.suspend_project(&p.id, "the bounce rate is too high", T0 + 24 * 3_600_000).await.unwrap());
+    assert_envelope(&p.session.post(&unsuspend, json!({})).await, 403, "UNSUSPEND_NOT_ALLOWED");
 }
