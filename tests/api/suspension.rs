@@ -179,6 +179,59 @@ async fn an_owner_cannot_lift_an_automatic_suspension_the_operator_can() {
 }
 
 #[tokio::test]
+async fn a_reset_keeps_the_figures_the_suspension_check_reads() {
+    let sink = SmtpSink::start(0).await;
+    let s = stepped(&sink).await;
+    let p = proj(&s, "owner@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, T0).await.unwrap();
+    drain(&s).await;
+    let to: Vec<String> =
+        (1..=4).flat_map(|i| [format!("ok{i}@example.org"), format!("bounce{i}@example.org")]).collect();
+    assert_eq!(p.secret.post("/v1/send", send(&to, "hi@shop.test")).await.status, 200);
+    let before = step_until(&s, &p, |sec| sec["last7Days"]["bounced"] == 4).await;
+    assert_eq!(before["last7Days"]["sent"], 4, "{before}");
+
+    let r = p.session.post(&format!("/users/@me/projects/{}/reset", p.id), json!({ "confirm": "P" })).await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    drain(&s).await;
+    assert_eq!(p.secret.get("/contacts").await.json["data"], json!([]), "the data is gone");
+    // The figures are not: a reset does not wipe a sender's record.
+    let after = security(&p).await;
+    assert_eq!(after["last7Days"], before["last7Days"], "{after}");
+    assert_eq!(after["last30Days"], before["last30Days"], "{after}");
+}
+
+#[tokio::test]
+async fn deleting_a_project_purges_its_suspensions() {
+    let sink = SmtpSink::start(0).await;
+    let s = stepped(&sink).await;
+    let (p, q) = (proj(&s, "owner@example.com").await, proj(&s, "q@example.com").await);
+    let st = Arc::clone(&s.state);
+    for x in [&p, &q] {
+        assert!(st.store.suspend_project(&x.id, "too many bounces", T0).await.unwrap());
+    }
+    let r = p.session.delete(&format!("/users/@me/projects/{}", p.id)).await;
+    assert!(r.status == 200 || r.status == 204, "{}", r.json);
+    drain(&s).await;
+    let count = |id: String| {
+        let st = Arc::clone(&st);
+        async move {
+            let v = st
+                .store
+                .query("SELECT count() AS n FROM suspension WHERE project = $p GROUP ALL", json!({ "p": id }))
+                .await
+                .unwrap()
+                .value(0)
+                .unwrap();
+            v[0]["n"].as_i64().unwrap_or(0)
+        }
+    };
+    assert_eq!(count(p.id.clone()).await, 0);
+    assert_eq!(count(q.id.clone()).await, 1, "another project's are kept");
+}
+
+#[tokio::test]
 async fn where_the_operator_allows_it_an_owner_lifts_a_suspension_after_the_cool_down() {
     let sink = SmtpSink::start(0).await;
     let s = stepped_with(&sink, Some(24)).await;
