@@ -175,6 +175,10 @@ pub struct Settings {
     /// Emails sent over 7 days below which the rates are not held against a project [default: 500]
     #[arg(long, env = "HERALD_SUSPEND_MIN_SENT")]
     pub suspend_min_sent: Option<u64>,
+    /// Hours after an automatic suspension from which the project's OWNER may lift it; unset, only the
+    /// operator can (herald project unsuspend) [default: unset]
+    #[arg(long, env = "HERALD_SELF_UNSUSPEND_AFTER_HOURS")]
+    pub self_unsuspend_after_hours: Option<u64>,
     /// DKIM-sign outgoing mail from verified domains (turn off only when an MTA downstream signs) [default: true]
     #[arg(long, env = "HERALD_DKIM_SIGNING")]
     pub dkim_signing: Option<bool>,
@@ -282,6 +286,8 @@ pub struct Config {
     pub suspend_bounce_percent: f64,
     pub suspend_complaint_percent: f64,
     pub suspend_min_sent: u64,
+    /// Hours after a suspension from which its OWNER may lift it (None: only the operator).
+    pub self_unsuspend_after_hours: Option<u64>,
     pub idempotency_ttl_ms: i64,
     pub event_dispatch_ms: i64,
     pub campaign_progress_ms: i64,
@@ -438,6 +444,7 @@ impl Settings {
             suspend_bounce_percent: self.suspend_bounce_percent.or(other.suspend_bounce_percent),
             suspend_complaint_percent: self.suspend_complaint_percent.or(other.suspend_complaint_percent),
             suspend_min_sent: self.suspend_min_sent.or(other.suspend_min_sent),
+            self_unsuspend_after_hours: self.self_unsuspend_after_hours.or(other.self_unsuspend_after_hours),
             event_dispatch_ms: self.event_dispatch_ms.or(other.event_dispatch_ms),
             campaign_progress_ms: self.campaign_progress_ms.or(other.campaign_progress_ms),
             campaign_batch_size: self.campaign_batch_size.or(other.campaign_batch_size),
@@ -597,6 +604,7 @@ impl Settings {
             suspend_bounce_percent: percent(s.suspend_bounce_percent, 5.0),
             suspend_complaint_percent: percent(s.suspend_complaint_percent, 0.1),
             suspend_min_sent: s.suspend_min_sent.unwrap_or(500),
+            self_unsuspend_after_hours: s.self_unsuspend_after_hours,
             key_cache_check_ms: s.key_cache_check_ms.unwrap_or(1000).max(10),
             domain_check_ms: (s.domain_check_secs.unwrap_or(300).max(10) * 1000) as i64,
             listen,

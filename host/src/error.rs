@@ -79,6 +79,9 @@ pub enum ApiError {
     /// `QUOTA_EXCEEDED`, its name, limit and setting in `details`.
     #[error("{message}")]
     QuotaExceeded { quota: &'static str, limit: u64, setting: &'static str, message: String },
+    /// A [`ApiError::Coded`] with `details` for the client (`SUBSCRIPTION_ACTIVE` and its portal link).
+    #[error("{message}")]
+    Detailed { status: u16, code: &'static str, message: String, details: Value },
     /// The sender check: 403 with code INTERNAL_SERVER_ERROR, as the interface names it
     /// (docs/behaviour.md#errors).
     #[error("{message}")]
@@ -120,7 +123,7 @@ impl ApiError {
             Forbidden(_) => (403, "FORBIDDEN", None),
             ProjectDisabled => (403, "PROJECT_DISABLED", None),
             NotFound { code, .. } => (404, code, None),
-            Coded { status, code, .. } => (*status, code, None),
+            Coded { status, code, .. } | Detailed { status, code, .. } => (*status, code, None),
             QuotaExceeded { .. } => (
                 403,
                 "QUOTA_EXCEEDED",
@@ -179,6 +182,9 @@ impl ApiError {
         }
         if let ApiError::QuotaExceeded { quota, limit, setting, .. } = self {
             error["details"] = json!({ "quota": quota, "limit": limit, "setting": setting });
+        }
+        if let ApiError::Detailed { details, .. } = self {
+            error["details"] = details.clone();
         }
         if let ApiError::RateLimited { limit, retry_after_secs } = self {
             error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });

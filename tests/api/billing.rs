@@ -200,3 +200,167 @@ async fn roles_govern_billing_and_payments_need_a_provider() {
     let r = s.client().post("/webhooks/incoming/payments", json!({ "type": "checkout.session.completed" })).await;
     assert_envelope(&r, 400, "BILLING_DISABLED");
 }
+
+/// How many emails of the project are in the database.
+async fn emails_of(s: &Server, project: &str) -> i64 {
+    let v = s
+        .state
+        .store
+        .query("SELECT count() AS n FROM email WHERE project = $p GROUP ALL", json!({ "p": project }))
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    v[0]["n"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_limit_holds_against_concurrent_sends() {
+    let (s, _sink, p) = env().await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 10 })).await.status, 200);
+
+    // Forty sends at once, one recipient each, against a limit of ten: exactly ten are accepted.
+    let sends = (0..40).map(|i| {
+        let api = p.secret.clone();
+        async move { api.post("/v1/send", send(&[&format!("c{i}@example.org")])).await }
+    });
+    let out = futures_util::future::join_all(sends).await;
+    let accepted = out.iter().filter(|r| r.status == 200).count();
+    for r in out.iter().filter(|r| r.status != 200) {
+        assert_envelope(r, 402, "BILLING_LIMIT_EXCEEDED");
+    }
+    assert_eq!(accepted, 10, "{:?}", out.iter().map(|r| r.status).collect::<Vec<_>>());
+    let c = p.session.get(&format!("/users/@me/projects/{}/billing-consumption", p.id)).await.json;
+    assert_eq!(c["usage"]["transactional"]["used"], 10, "{c}");
+    assert_eq!(emails_of(&s, &p.id).await, 10);
+    // And nothing more fits afterwards.
+    assert_envelope(&p.secret.post("/v1/send", send(&["late@example.org"])).await, 402, "BILLING_LIMIT_EXCEEDED");
+}
+
+#[tokio::test]
+async fn campaign_batches_written_at_once_do_not_pass_the_limit() {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    config.campaign_batch_size = 1;
+    let s = Server::start_with(config, Some(herald_host::infra::clock::ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "owner@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    assert_eq!(p.session.put(&limits, json!({ "campaigns": 3 })).await.status, 200);
+    for i in 0..12 {
+        let r = p.secret.post("/contacts", json!({ "email": format!("k{i}@example.org"), "subscribed": true })).await;
+        assert!(r.status == 200 || r.status == 201, "{}", r.json);
+    }
+    let cid = p.secret.post("/campaigns", crate::campaigns::campaign("Capped")).await.json["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(p.secret.post(&format!("/campaigns/{cid}/send"), json!({})).await.status, 200);
+    // The worker claims the twelve batch jobs together and runs them at the same time.
+    crate::workflow_kit::drain(&s).await;
+    let counts = st
+        .store
+        .query("SELECT status, count() AS n FROM email WHERE campaign = $c GROUP BY status", json!({ "c": cid }))
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let of = |status: &str| {
+        counts.as_array().unwrap().iter().find(|r| r["status"] == status).map_or(0, |r| r["n"].as_i64().unwrap())
+    };
+    assert_eq!(of("CANCELLED"), 9, "{counts}");
+    assert_eq!(12 - of("CANCELLED"), 3, "{counts}");
+    let c = p.session.get(&format!("/users/@me/projects/{}/billing-consumption", p.id)).await.json;
+    assert_eq!(c["usage"]["campaigns"]["used"], 3, "{c}");
+}
+
+#[tokio::test]
+async fn workflow_emails_of_one_round_do_not_pass_the_limit() {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.run_jobs = false;
+    let s = Server::start_with(config, Some(herald_host::infra::clock::ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "owner@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    assert_eq!(p.session.put(&limits, json!({ "workflows": 3 })).await.status, 200);
+    let t = p
+        .secret
+        .post("/templates", json!({ "name": "W", "type": "TRANSACTIONAL", "subject": "W", "body": "<p>W</p>", "from": "news@shop.test" }))
+        .await;
+    let tid = t.json["id"].as_str().unwrap().to_string();
+    let wf = p.secret.post("/workflows", json!({ "name": "Welcome", "eventName": "joined" })).await.json["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = p
+        .secret
+        .post(&format!("/workflows/{wf}/steps"), json!({ "type": "SEND_EMAIL", "name": "hi", "templateId": tid }))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    assert_eq!(p.secret.patch(&format!("/workflows/{wf}"), json!({ "enabled": true })).await.status, 200);
+    crate::workflow_kit::drain(&s).await;
+    // Ten contacts join before the queue runs: their executions start, and send, in one round.
+    for i in 0..10 {
+        let r = p.secret.post("/v1/track", json!({ "email": format!("j{i}@example.org"), "event": "joined" })).await;
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    for _ in 0..6 {
+        s.clock().advance(1_000);
+        crate::workflow_kit::drain(&s).await;
+    }
+    let c = p.session.get(&format!("/users/@me/projects/{}/billing-consumption", p.id)).await.json;
+    assert_eq!(c["usage"]["workflows"]["used"], 3, "{c}");
+    assert_eq!(emails_of(&s, &p.id).await, 3);
+    let runs = p.secret.get(&format!("/workflows/{wf}/executions?pageSize=100")).await.json;
+    assert_eq!(runs["total"], 10, "every contact's execution ran: {runs}");
+}
+
+/// Marks a user's address as verified (as its verification link would).
+#[tokio::test]
+async fn campaign_test_sends_count_obey_the_limit_and_go_only_to_members_who_proved_their_address() {
+    let (s, sink, p) = env().await;
+    let api = &p.secret;
+    let cid = api.post("/campaigns", crate::campaigns::campaign("Preview")).await.json["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let test = format!("/campaigns/{cid}/test");
+
+    // A member whose address was never verified (accounts from before sign-ups waited for their
+    // address can be) is no way to mail that address, nor is an address only invited.
+    unverified_user(&s, "victim@example.org", None).await;
+    join(&s, &p.id, "victim@example.org", "MEMBER").await;
+    let r = p
+        .session
+        .post(&format!("/projects/{}/members", p.id), json!({ "email": "invited@example.org", "role": "MEMBER" }))
+        .await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    for to in ["victim@example.org", "invited@example.org", "stranger@example.org"] {
+        let r = api.post(&test, json!({ "email": to })).await;
+        assert_envelope(&r, 422, "VALIDATION_ERROR");
+        assert_eq!(r.json["error"]["errors"][0]["field"], "email", "{to}");
+    }
+
+    // To the owner, whose address is verified, the test goes out, and counts in the campaigns category.
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    assert_eq!(p.session.put(&limits, json!({ "campaigns": 2 })).await.status, 200);
+    for _ in 0..2 {
+        let r = api.post(&test, json!({ "email": "owner@example.com" })).await;
+        assert_eq!(r.status, 200, "{}", r.json);
+    }
+    let c = p.session.get(&format!("/users/@me/projects/{}/billing-consumption", p.id)).await.json;
+    assert_eq!(c["usage"]["campaigns"]["used"], 2, "{c}");
+    // The limit holds for test sends too.
+    let r = api.post(&test, json!({ "email": "owner@example.com" })).await;
+    assert_envelope(&r, 402, "BILLING_LIMIT_EXCEEDED");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("campaigns"), "{}", r.json);
+    sink.wait_for(2).await;
+    assert_eq!(emails_of(&s, &p.id).await, 2);
+}

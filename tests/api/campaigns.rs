@@ -512,6 +512,9 @@ async fn test_sends_go_only_to_members_marked_untracked_and_uncounted() {
     assert_envelope(&r, 422, "VALIDATION_ERROR");
     assert_eq!(r.json["error"]["errors"][0]["field"], "email");
     assert_envelope(&c.post(&format!("/campaigns/{id}/test"), json!({})).await, 422, "VALIDATION_ERROR");
+    // Test sends go to members whose address is verified (billing.rs tests the refusals).
+    let owner = e.s.state.store.user_by_email("owner@example.com").await.unwrap().unwrap();
+    e.s.state.store.set_email_verified(&owner.id, T0).await.unwrap();
     let r = c.post(&format!("/campaigns/{id}/test"), json!({"email": "Owner@Example.com"})).await;
     assert_eq!(r.status, 200, "{}", r.json);
     assert_eq!(r.json["success"], true);

@@ -169,7 +169,8 @@ async fn the_webhook_applies_subscriptions_and_refuses_forged_stale_and_replayed
         400,
         "INVALID_SIGNATURE",
     );
-    assert_eq!(p.session.get(&limits).await.json["transactional"], Value::Null);
+    // (A project starts with the free plan's limits.)
+    assert_eq!(p.session.get(&limits).await.json["transactional"], 100);
 
     // A subscription to the pro plan gives the project its limits.
     let r = deliver_raw(&s, raw.clone(), Some(sig.clone())).await;
@@ -199,7 +200,145 @@ async fn the_webhook_applies_subscriptions_and_refuses_forged_stale_and_replayed
         deliver(&s, &json!({ "id": "evt_y", "type": "invoice.paid", "data": { "object": {} } }), None).await.status,
         200
     );
-    // The other project never changed.
+    // The other project never changed: it keeps the free plan's limits it started with.
     let ql = q.session.get(&format!("/users/@me/projects/{}/billing-limits", q.id)).await.json;
-    assert_eq!(ql, json!({ "transactional": null, "campaigns": null, "workflows": null, "inbound": null }));
+    assert_eq!(ql, free);
+}
+
+/// `event` with its `created` time (seconds).
+fn created(mut event: Value, at: i64) -> Value {
+    event["created"] = json!(at);
+    event
+}
+
+#[tokio::test]
+async fn a_replay_is_known_by_its_event_id_whatever_the_signature_looks_like() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    let started =
+        created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), now_secs());
+    let raw = serde_json::to_vec(&started).unwrap();
+    let sig = herald_host::infra::stripe::sign(WHSEC, now_secs(), &raw);
+    assert_eq!(deliver_raw(&s, raw.clone(), Some(sig.clone())).await.status, 200);
+
+    // The same signature in capitals is the same signature.
+    let (t, v1) = sig.split_once(",v1=").unwrap();
+    let shouting = format!("{t},v1={}", v1.to_uppercase());
+    assert_envelope(&deliver_raw(&s, raw.clone(), Some(shouting)).await, 400, "INVALID_SIGNATURE");
+    // The same event signed again (a fresh timestamp, so a new signature) is a replay too.
+    let again = herald_host::infra::stripe::sign(WHSEC, now_secs() + 1, &raw);
+    assert_envelope(&deliver_raw(&s, raw, Some(again)).await, 400, "INVALID_SIGNATURE");
+
+    // Meanwhile the subscription ended: a replay of its start must not bring the paid plan back.
+    let ended = created(subscription("customer.subscription.deleted", None, "canceled", "price_pro"), now_secs() + 5);
+    assert_eq!(deliver(&s, &ended, None).await.status, 200);
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    assert_eq!(p.session.get(&limits).await.json, free);
+}
+
+#[tokio::test]
+async fn an_event_older_than_the_last_applied_to_its_subscription_is_ignored() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+    let t = now_secs();
+    let pro = json!({ "transactional": 50_000, "campaigns": 100_000, "workflows": null, "inbound": null });
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    let active = created(subscription("customer.subscription.updated", Some(&p.id), "active", "price_pro"), t - 60);
+    assert_eq!(deliver(&s, &active, None).await.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, pro);
+    let deleted = created(subscription("customer.subscription.deleted", Some(&p.id), "canceled", "price_pro"), t - 10);
+    assert_eq!(deliver(&s, &deleted, None).await.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, free);
+
+    // An `active` created before the deletion (another event id, delivered late or replayed) changes
+    // nothing, and is acknowledged so the provider stops sending it.
+    let late = created(subscription("customer.subscription.updated", Some(&p.id), "active", "price_pro"), t - 30);
+    let r = deliver(&s, &late, None).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(p.session.get(&limits).await.json, free);
+    // A newer one applies.
+    let renewed = created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), t);
+    assert_eq!(deliver(&s, &renewed, None).await.status, 200);
+    assert_eq!(p.session.get(&limits).await.json, pro);
+
+    // What is remembered of the subscription goes with its project.
+    let kept = || async {
+        let q = "SELECT count() AS n FROM payment_subscription WHERE project = $p GROUP ALL";
+        let v = s.state.store.query(q, json!({ "p": p.id })).await.unwrap().value(0).unwrap();
+        v[0]["n"].as_i64().unwrap_or(0)
+    };
+    assert_eq!(kept().await, 1);
+    assert_eq!(p.session.delete(&format!("/users/@me/projects/{}", p.id)).await.status, 200);
+    for _ in 0..200 {
+        if kept().await == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the deleted project's subscription records stayed");
+}
+
+#[tokio::test]
+async fn checkout_while_a_subscription_is_active_is_409_with_the_portal_link() {
+    let (s, stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let base = format!("/users/@me/projects/{}", p.id);
+    assert_eq!(p.session.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await.status, 200);
+    let active = created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), now_secs());
+    assert_eq!(deliver(&s, &active, None).await.status, 200);
+    let sessions = |stub: &HttpSink| stub.requests().iter().filter(|r| r.path == "/v1/checkout/sessions").count();
+    assert_eq!(sessions(&stub), 1);
+
+    let r = p.session.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await;
+    assert_envelope(&r, 409, "SUBSCRIPTION_ACTIVE");
+    assert_eq!(r.json["error"]["details"]["portalUrl"], "https://billing.stripe.test/p/bps_1", "{}", r.json);
+    assert_eq!(sessions(&stub), 1, "no second subscription was started");
+
+    // Once it ended, a new checkout is possible.
+    let ended = created(subscription("customer.subscription.deleted", None, "canceled", "price_pro"), now_secs() + 1);
+    assert_eq!(deliver(&s, &ended, None).await.status, 200);
+    assert_eq!(p.session.post(&format!("{base}/checkout"), json!({ "plan": "pro" })).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_plan_is_the_ceiling_of_a_projects_limits() {
+    let (s, _stub) = env().await;
+    let p = proj(&s, "owner@example.com").await;
+    let limits = format!("/users/@me/projects/{}/billing-limits", p.id);
+
+    // A new project has the free plan's limits from the start.
+    let free = json!({ "transactional": 100, "campaigns": 100, "workflows": 100, "inbound": null });
+    assert_eq!(p.session.get(&limits).await.json, free);
+    // An OWNER may lower them, not raise them past the plan, nor lift them.
+    let r = p.session.put(&limits, json!({ "transactional": 40, "inbound": 5 })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json, json!({ "transactional": 40, "campaigns": 100, "workflows": 100, "inbound": 5 }));
+    for body in [json!({ "transactional": 101 }), json!({ "campaigns": null })] {
+        let field = body.as_object().unwrap().keys().next().unwrap().clone();
+        let r = p.session.put(&limits, body).await;
+        assert_envelope(&r, 422, "VALIDATION_ERROR");
+        assert_eq!(r.json["error"]["errors"][0]["field"], field.as_str());
+        let m = r.json["error"]["errors"][0]["message"].as_str().unwrap();
+        assert!(m.contains("free") && m.contains("100"), "{m}");
+    }
+    // The project's sending is held to what the OWNER set.
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 2 })).await.status, 200);
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let body = json!({ "to": ["a@example.org", "b@example.org", "c@example.org"], "from": "hi@shop.test",
+        "subject": "Hi", "body": "<p>Hi</p>" });
+    assert_envelope(&p.secret.post("/v1/send", body).await, 402, "BILLING_LIMIT_EXCEEDED");
+    // Back up to the plan's limit is allowed.
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 100 })).await.status, 200);
+
+    // A paid plan raises the ceiling to its own limits.
+    let active = created(subscription("customer.subscription.created", Some(&p.id), "active", "price_pro"), now_secs());
+    assert_eq!(deliver(&s, &active, None).await.status, 200);
+    assert_eq!(p.session.put(&limits, json!({ "workflows": 7 })).await.status, 200);
+    let r = p.session.put(&limits, json!({ "transactional": 50_001 })).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert!(r.json["error"]["errors"][0]["message"].as_str().unwrap().contains("pro"), "{}", r.json);
+    assert_eq!(p.session.put(&limits, json!({ "transactional": 50_000 })).await.status, 200);
 }

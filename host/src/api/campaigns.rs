@@ -219,6 +219,7 @@ fn campaign_error(e: CampaignError) -> ApiError {
         CampaignError::State(m) => ApiError::Conflict(m),
         CampaignError::NotFound(id) => not_found(&id),
         CampaignError::Field(field, m) => ApiError::field(field, "invalid", &m, Value::Null),
+        CampaignError::Billing(refusal) => refusal,
         CampaignError::Store(s) => s.into(),
         CampaignError::Segment(s) => s.into(),
     }

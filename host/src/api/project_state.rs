@@ -160,8 +160,9 @@ async fn security_of(id: String, depot: &mut Depot) -> Result<Reply, ApiError> {
     })
 }
 
-/// Lifts the project's suspension (OWNER only; 409 when it is not suspended): sending works again and
-/// the held deliveries go out.
+/// Lifts the project's suspension (OWNER only, and only where the operator allows it, a cool-down
+/// after it began: 403 `UNSUSPEND_NOT_ALLOWED` otherwise; 409 when it is not suspended): sending works
+/// again and the held deliveries go out.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UnsuspendOut)))]
 pub async fn unsuspend(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: Fut<'_, Reply> = Box::pin(async move {

@@ -485,6 +485,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 .await
                 .map_err(|e| match e {
                     AcceptError::Render(issue) => ApiError::BadRequest(format!("cannot render the template: {issue}")),
+                    AcceptError::Billing(refusal) => refusal,
                     AcceptError::Store(e) => e.into(),
                 })?
                 .into_iter()

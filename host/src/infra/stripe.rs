@@ -105,7 +105,9 @@ fn url_of(v: &Value) -> Result<String, String> {
 }
 
 /// Checks a `Stripe-Signature` header against the payload: a `v1` signature made with `secret` over
-/// `"<t>.<payload>"`, `t` within [`TOLERANCE_SECS`] of `now_secs`. Answers the matching signature.
+/// `"<t>.<payload>"`, `t` within [`TOLERANCE_SECS`] of `now_secs`. Answers the matching signature in
+/// lower-case hex, whatever case it came in (a delivery is known by its event's id, not by this text:
+/// docs/behaviour.md#billing).
 pub fn verify_signature(secret: &str, header: &str, payload: &[u8], now_secs: i64) -> Result<String, String> {
     let mut t = None;
     let mut sigs = Vec::new();
@@ -127,7 +129,7 @@ pub fn verify_signature(secret: &str, header: &str, payload: &[u8], now_secs: i6
         mac.update(b".");
         mac.update(payload);
         if mac.verify_slice(&bytes).is_ok() {
-            return Ok(sig);
+            return Ok(hex::encode(bytes));
         }
     }
     Err("no v1 signature of the Stripe-Signature header matches the payload".into())

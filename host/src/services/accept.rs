@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::domain::billing::Category;
 use crate::domain::contacts::DataPatch;
 use crate::domain::templating::Prepared;
 use crate::infra::batching::{Batch, GroupCommit, Options};
@@ -103,8 +104,19 @@ pub enum AcceptError {
     /// The message cannot be rendered for a recipient (say, the output is too large).
     #[error("cannot render the template: {0}")]
     Render(String),
+    /// The request's recipients do not fit under the project's transactional limit (402).
+    #[error("{0}")]
+    Billing(crate::error::ApiError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A write refused by the transactional limit it checks (docs/behaviour.md#billing) as its 402.
+fn billing_or_store(e: StoreError) -> AcceptError {
+    match crate::services::billing::refused(Category::Transactional, &e) {
+        Some(refusal) => AcceptError::Billing(refusal),
+        None => AcceptError::Store(e),
+    }
 }
 
 /// Marketing mail never goes to an unsubscribed contact (docs/behaviour.md#sending): checked for every
@@ -183,10 +195,14 @@ pub async fn accept_one(
                 req.priority,
                 DELIVER_ATTEMPTS,
             )
-            .await?;
+            .await
+            .map_err(billing_or_store)?;
         if matches!(written, WriteResult::Done) {
             return Ok(out);
         }
+        // A contact changed, or another writer of a limited project committed first: again, a moment
+        // later, so writers that conflicted do not meet again in step.
+        tokio::time::sleep(Duration::from_millis(rand::random::<u64>() % 8)).await;
     }
     Err(StoreError::Busy("the contacts kept changing; gave up after 16 attempts".into()).into())
 }
@@ -255,6 +271,7 @@ async fn grouped(
     let read = deps.store.group_contacts(project, &emails).await?;
     let original: HashMap<String, Contact> = read.contacts.iter().map(|c| (c.email.clone(), c.clone())).collect();
     let now = deps.clock.now_ms();
+    let refusals = within_limit(deps, project, items, now).await?;
     let reqs: Vec<Arc<SendRequest>> = items.to_vec();
     let (composer, project_id, start) = (deps.composer.clone(), project.to_string(), original.clone());
     // Planning is cheap, rendering is not: the whole loop runs on the blocking pool.
@@ -263,7 +280,11 @@ async fn grouped(
         let mut events: Vec<Event> = Vec::new();
         let mut rows: Vec<(i64, EmailRow)> = Vec::new();
         let mut results = Vec::with_capacity(reqs.len());
-        for req in &reqs {
+        for (req, refusal) in reqs.iter().zip(refusals) {
+            if let Some(refusal) = refusal {
+                results.push(Err(AcceptError::Billing(refusal)));
+                continue;
+            }
             let message = req.message();
             // What this request changes, kept apart until all its emails are rendered.
             let mut touched: HashMap<String, Contact> = HashMap::new();
@@ -306,8 +327,36 @@ async fn grouped(
     .map_err(StoreError::Db)?;
     let (created, updated) = crate::services::ingest::batch_changes(&original, &current, now);
     let unchanged = read.unchanged_remembered(&updated);
+    // Refused by the limit in the transaction (another writer counted first): the engine falls back to
+    // one request at a time, each checked on its own.
     deps.store
         .write_send_batch(project, &created, &updated, &unchanged, &events, &rows, DELIVER_JOB, DELIVER_ATTEMPTS)
         .await?;
     Ok(results)
+}
+
+/// Under a transactional limit, which requests of a batch do not fit (in order, each taking its
+/// recipients from what is left), as their 402; all fit without a limit, and nothing is read then.
+async fn within_limit(
+    deps: &Sends,
+    project: &str,
+    items: &[Arc<SendRequest>],
+    now: i64,
+) -> Result<Vec<Option<crate::error::ApiError>>, StoreError> {
+    let category = Category::Transactional;
+    let (mut left, limit) =
+        crate::services::billing::room(&deps.store, project, category, i64::MAX as usize, now).await?;
+    Ok(items
+        .iter()
+        .map(|r| {
+            let limit = limit?;
+            let n = r.recipients.len();
+            if n <= left {
+                left -= n;
+                None
+            } else {
+                Some(crate::services::billing::exceeded(category, limit, left))
+            }
+        })
+        .collect())
 }

@@ -116,7 +116,10 @@ pub async fn create_project(
     let id = uuid::Uuid::now_v7().to_string();
     let public = security::key_digest(&keys.public);
     let secret = security::key_digest(&keys.secret);
-    let project = st.store.create_project(&id, name, &public, &secret, owner, st.clock.now_ms()).await?;
+    // With payments configured a project starts with the `free` plan's limits (docs/behaviour.md#billing).
+    let limits = crate::services::billing::starting_limits(&st.config);
+    let project =
+        st.store.create_project(&id, name, &public, &secret, owner, limits.as_ref(), st.clock.now_ms()).await?;
     Ok((project, keys))
 }
 

@@ -1,11 +1,14 @@
 //! Billing (docs/behaviour.md#billing): monthly limits per category, the consumption counted as emails
 //! are accepted (the writers of emails add to `usage_month` in their own transactions), and their
 //! enforcement: `/v1/send` beyond the transactional limit is 402 `BILLING_LIMIT_EXCEEDED`; campaign and
-//! workflow emails beyond theirs are recorded as not sent, with the reason. Payments are
-//! `services/payments.rs`.
+//! workflow emails beyond theirs are recorded as not sent, with the reason. What is read here before a
+//! write decides what to try; the transaction that writes the emails checks the limit again and
+//! reserves what it counts (`store/billing.rs`), so writers at the same moment cannot pass it together.
+//! Payments are `services/payments.rs`.
 //!
 //! Must not import: salvo, surrealdb.
 
+use crate::config::Config;
 use crate::domain::billing::{CATEGORIES, Category, Limits, allowance, percent, period};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -38,15 +41,62 @@ pub async fn room(
 pub async fn check(store: &Store, project: &str, category: Category, wanted: usize, now: i64) -> Result<(), ApiError> {
     let (fits, limit) = room(store, project, category, wanted, now).await?;
     match limit {
-        Some(l) if fits < wanted => Err(ApiError::coded(
-            402,
-            "BILLING_LIMIT_EXCEEDED",
-            format!(
-                "The project's monthly {} limit of {l} emails would be exceeded: {fits} more can be sent this month",
-                category.as_str()
-            ),
-        )),
+        Some(l) if fits < wanted => Err(exceeded(category, l, fits)),
         _ => Ok(()),
+    }
+}
+
+/// The 402 of a category whose `limit` leaves room for `fits` more emails this month.
+pub fn exceeded(category: Category, limit: i64, fits: usize) -> ApiError {
+    ApiError::coded(
+        402,
+        "BILLING_LIMIT_EXCEEDED",
+        format!(
+            "The project's monthly {} limit of {limit} emails would be exceeded: {fits} more can be sent this month",
+            category.as_str()
+        ),
+    )
+}
+
+/// The 402 when a write was refused by the limit it checks in its transaction (another writer counted
+/// first); None for any other error.
+pub fn refused(category: Category, e: &StoreError) -> Option<ApiError> {
+    crate::store::billing::limit_reached(e).map(|(limit, fits)| exceeded(category, limit, fits))
+}
+
+/// What the emails decided together (the executions of one workflow round) may still take of a
+/// project's limited categories: each project and category read once, then handed out in memory, so
+/// the emails decided at the same moment do not all see the same room. Only a hint: the transaction
+/// that writes them checks again.
+#[derive(Default)]
+pub struct Allowance(tokio::sync::Mutex<std::collections::HashMap<(String, Category), Room>>);
+
+/// How many more emails fit, and the limit (None: unlimited).
+type Room = (usize, Option<i64>);
+
+impl Allowance {
+    /// Takes one email of `category`: None when it fits, else the limit that is reached.
+    pub async fn take_one(
+        &self,
+        store: &Store,
+        project: &str,
+        category: Category,
+        now: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut left = self.0.lock().await;
+        let key = (project.to_string(), category);
+        let (room_left, limit) = match left.get_mut(&key) {
+            Some(x) => x,
+            None => left.entry(key).or_insert(room(store, project, category, i64::MAX as usize, now).await?),
+        };
+        match (limit, *room_left) {
+            (None, _) => Ok(None),
+            (Some(l), 0) => Ok(Some(*l)),
+            (Some(_), n) => {
+                *room_left = n - 1;
+                Ok(None)
+            }
+        }
     }
 }
 
@@ -76,7 +126,22 @@ pub async fn limits(st: &AppState, project: &str, role: Role) -> Result<Limits, 
     Ok(st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default())
 }
 
-/// Changes limits (OWNER only): each category given is set (None: unlimited), the others stay.
+/// When payments are configured, the limits a project may not go above, with the name of the plan
+/// that gives them: its plan's, or the `free` plan's without a live subscription (or when its plan is
+/// no longer configured). None without payments, or without such a plan: the limits are the OWNER's.
+pub fn ceiling<'a>(config: &'a Config, plan: Option<&'a str>) -> Option<(&'a str, Limits)> {
+    config.stripe.as_ref()?;
+    [plan, Some("free")].into_iter().flatten().find_map(|name| Some((name, config.plans.get(name)?.limits())))
+}
+
+/// The limits a new project starts with: the `free` plan's when payments are configured (None: none).
+pub fn starting_limits(config: &Config) -> Option<Limits> {
+    ceiling(config, None).map(|(_, l)| l)
+}
+
+/// Changes limits (OWNER only): each category given is set (None: unlimited), the others stay. Under a
+/// plan's ceiling ([`ceiling`]) a limit may be lowered, never raised above the plan's or removed: 422
+/// naming the category.
 pub async fn set_limits(
     st: &AppState,
     project: &str,
@@ -84,6 +149,25 @@ pub async fn set_limits(
     changes: &[(Category, Option<i64>)],
 ) -> Result<Limits, ApiError> {
     crate::services::accounts::need(role, Role::Owner, "change billing limits")?;
+    let plan = st.store.payment_account(project).await?.and_then(|a| a.plan);
+    if let Some((name, max)) = ceiling(&st.config, plan.as_deref()) {
+        for (c, v) in changes {
+            if let Some(m) = max.get(*c)
+                && v.is_none_or(|v| v > m)
+            {
+                let c = c.as_str();
+                return Err(ApiError::field(
+                    c,
+                    "too_big",
+                    &format!(
+                        "The {name} plan allows at most {m} {c} emails a month: {c} may be lowered below that, \
+                         not raised above it or removed"
+                    ),
+                    (*v).into(),
+                ));
+            }
+        }
+    }
     let mut l = st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default();
     for (c, v) in changes {
         l.set(*c, *v);

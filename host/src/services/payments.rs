@@ -9,10 +9,10 @@ use serde_json::Value;
 
 use crate::config::Plan;
 use crate::error::ApiError;
-use crate::infra::stripe::{Stripe, TOLERANCE_SECS, verify_signature};
+use crate::infra::stripe::{Stripe, verify_signature};
 use crate::state::AppState;
 use crate::store::accounts::{Role, User};
-use crate::store::billing::PaymentAccount;
+use crate::store::billing::{EventOrder, PaymentAccount};
 
 fn disabled() -> ApiError {
     ApiError::coded(
@@ -34,8 +34,13 @@ fn stripe(st: &AppState, role: Role) -> Result<&Stripe, ApiError> {
     st.stripe.as_deref().ok_or_else(disabled)
 }
 
+/// How long a payment event's id is remembered: Stripe retries a delivery for up to three days.
+const EVENT_IDS_KEPT_MS: i64 = 30 * 86_400_000;
+
 /// Subscribes the project to `plan` through a Stripe Checkout Session (creating the project's customer
-/// the first time); answers (session id, URL to send the OWNER to).
+/// the first time); answers (session id, URL to send the OWNER to). 409 `SUBSCRIPTION_ACTIVE` with the
+/// billing portal's link while the project has an active or trialing subscription: that is where a
+/// plan is changed, and a second checkout would start a second subscription.
 pub async fn checkout(
     st: &AppState,
     project: &str,
@@ -50,7 +55,23 @@ pub async fn checkout(
         let names = priced.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ");
         return Err(ApiError::field("plan", "invalid_value", &format!("plan must be one of: {names}"), plan.into()));
     };
-    let customer = match st.store.payment_account(project).await?.and_then(|a| a.customer) {
+    let account = st.store.payment_account(project).await?.unwrap_or_default();
+    let back = format!("{}/billing?project={project}", st.config.public_url);
+    if account.subscription.is_some() && matches!(account.status.as_deref(), Some("active" | "trialing")) {
+        let portal = match &account.customer {
+            Some(c) => stripe.portal_session(c, &back).await.map_err(|e| tracing::warn!(error = %e, "portal")).ok(),
+            None => None,
+        };
+        return Err(ApiError::Detailed {
+            status: 409,
+            code: "SUBSCRIPTION_ACTIVE",
+            message: "This project has an active subscription already: change or cancel it in the billing portal \
+                      (details.portalUrl, or POST .../billing-portal)"
+                .into(),
+            details: serde_json::json!({ "portalUrl": portal }),
+        });
+    }
+    let customer = match account.customer {
         Some(c) => c,
         None => {
             let c = stripe.create_customer(project, &owner.email).await.map_err(provider)?;
@@ -58,7 +79,6 @@ pub async fn checkout(
             c
         }
     };
-    let back = format!("{}/billing?project={project}", st.config.public_url);
     stripe
         .checkout_session(
             &customer,
@@ -100,19 +120,31 @@ pub enum Applied {
 }
 
 /// `POST /webhooks/incoming/payments`: checks the `Stripe-Signature` (400 `INVALID_SIGNATURE` when it
-/// is missing, forged or outside the 5-minute tolerance; the same signature twice is a replay, refused
-/// too) and applies the event.
+/// is missing, forged or outside the 5-minute tolerance), then the event's id: an event received before
+/// (within 30 days, however it is signed) is a replay, refused with the same 400. Then applies it; an
+/// id whose event could not be applied is forgotten, so the provider's retry gets through.
 pub async fn webhook(st: &AppState, signature: Option<&str>, body: &[u8]) -> Result<Applied, ApiError> {
     let config = st.config.stripe.as_ref().ok_or_else(disabled)?;
     let invalid = |m: String| ApiError::coded(400, "INVALID_SIGNATURE", m);
     let header = signature.ok_or_else(|| invalid("The Stripe-Signature header is missing".into()))?;
     let now = st.clock.now_ms();
-    let sig = verify_signature(&config.webhook_secret, header, body, now / 1000).map_err(invalid)?;
-    if !st.store.remember_notification(&format!("stripe:{sig}"), now + 2 * TOLERANCE_SECS * 1000, now).await? {
-        return Err(invalid("This delivery was received already (a replayed signature)".into()));
-    }
+    verify_signature(&config.webhook_secret, header, body, now / 1000).map_err(invalid)?;
     let event: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::MalformedBody(format!("The event is not JSON: {e}")))?;
+    let id = event.get("id").and_then(Value::as_str).filter(|id| !id.is_empty() && id.len() <= 255);
+    let id = id.ok_or_else(|| ApiError::BadRequest("The event has no id".into()))?;
+    if !st.store.remember_payment_event(id, now + EVENT_IDS_KEPT_MS, now).await? {
+        return Err(invalid(format!("Event {id} was received already (a replay)")));
+    }
+    let applied = apply(st, id, &event, now).await;
+    if applied.is_err() {
+        st.store.forget_payment_event(id).await?;
+    }
+    applied
+}
+
+/// Applies one event (already checked and remembered): see [`webhook`].
+async fn apply(st: &AppState, id: &str, event: &Value, now: i64) -> Result<Applied, ApiError> {
     let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
     let obj = event.pointer("/data/object").cloned().unwrap_or(Value::Null);
     let text = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_string);
@@ -146,13 +178,23 @@ pub async fn webhook(st: &AppState, signature: Option<&str>, body: &[u8]) -> Res
                 // Ended, unpaid or an unknown price: the free plan's limits (unlimited without one).
                 _ => (None, st.config.plans.get("free").map(Plan::limits).unwrap_or_default()),
             };
+            // Stripe does not deliver events in order: one created before the last applied to its
+            // subscription (a late retry, or a replay of an old `active` after `deleted`) is ignored.
+            let order = text("/id").map(|subscription| EventOrder {
+                subscription,
+                created: event.get("created").and_then(Value::as_i64).unwrap_or(0),
+                event: id.to_string(),
+            });
             let account = PaymentAccount {
                 customer,
                 subscription: if kind == "customer.subscription.deleted" { None } else { text("/id") },
                 plan: plan_name,
                 status,
             };
-            st.store.apply_subscription(&project, &account, Some(&limits), now).await?;
+            if !st.store.apply_subscription(&project, &account, Some(&limits), order.as_ref(), now).await? {
+                tracing::info!(event = id, kind, "payment event older than the last applied, ignored");
+                return Ok(Applied::Ignored);
+            }
             Ok(Applied::Project(project))
         }
         _ => Ok(Applied::Ignored),

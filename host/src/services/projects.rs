@@ -76,7 +76,8 @@ pub async fn reset(
 
 pub fn register(registry: &mut Registry) {
     registry.register(PURGE_PROJECT_JOB, |ctx: JobContext| async move { purge_all(&ctx).await });
-    // A reset deletes what a purge deletes; the project row, its members, keys and domains stay.
+    // A reset deletes what a purge deletes but the project's sending record (hourly counters,
+    // suspensions, billing counters); the project row, its members, keys and domains stay.
     registry.register(RESET_PROJECT_JOB, |ctx: JobContext| async move { purge_all(&ctx).await });
 }
 
@@ -86,17 +87,22 @@ async fn purge_all(ctx: &JobContext) -> Result<(), String> {
     let Some(project) = ctx.payload["project"].as_str() else {
         return Err("a project job without a project".into());
     };
+    let reset = ctx.kind == RESET_PROJECT_JOB;
     loop {
-        let n =
-            ctx.store.purge_project_batch(project, PURGE_BATCH, ctx.clock.now_ms()).await.map_err(|e| e.to_string())?;
+        let n = ctx
+            .store
+            .purge_project_batch(project, PURGE_BATCH, reset, ctx.clock.now_ms())
+            .await
+            .map_err(|e| e.to_string())?;
         if n == 0 {
             break;
         }
     }
     // A deleted project's billing counters go too; a reset keeps them (it must not reopen a used-up
-    // month's limits).
+    // month's limits), as it keeps the hourly counters and suspensions the suspension check reads.
     if ctx.kind == PURGE_PROJECT_JOB {
         ctx.store.delete_usage(project).await.map_err(|e| e.to_string())?;
+        ctx.store.delete_payment_records(project).await.map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! Automatic suspension (docs/behaviour.md#project-setup-and-security): a recurring check suspends a
 //! project whose bounce or complaint rate over the last 7 days passes its threshold over enough sent
 //! mail. A suspended project's sending endpoints answer 403 `PROJECT_DISABLED` with the reason, and its
-//! delivery jobs wait as `held` (`services/delivery`) until an OWNER or the operator lifts the
-//! suspension, which puts them back in the queue in the same transaction: nothing is lost.
+//! delivery jobs wait as `held` (`services/delivery`) until the operator lifts the suspension (or its
+//! OWNER, when the operator allows that after a cool-down), which puts them back in the queue in the
+//! same transaction: nothing is lost.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -104,32 +105,60 @@ pub async fn ensure_active(store: &Store, project: &str) -> Result<(), ApiError>
             403,
             "PROJECT_DISABLED",
             format!(
-                "This project is suspended: {}. Its deliveries are held; an OWNER can lift the suspension \
-                 (POST /users/@me/projects/{project}/unsuspend) once the cause is dealt with",
+                "This project is suspended: {}. Its deliveries are held until the suspension is lifted: by the \
+                 server's operator (herald project unsuspend), or where the operator allows it by an OWNER after \
+                 a cool-down (POST /users/@me/projects/{project}/unsuspend)",
                 s.reason
             ),
         )),
     }
 }
 
-/// Lifts a suspension (OWNER only); 409 when the project is not suspended. Answers how many held
-/// delivery jobs went back to the queue.
+/// Lifts a suspension for its OWNER, which the operator allows only after a cool-down
+/// (`HERALD_SELF_UNSUSPEND_AFTER_HOURS`; unset: never): before it, or without it, 403
+/// `UNSUSPEND_NOT_ALLOWED` saying who can lift it and from when. 409 when the project is not
+/// suspended. Answers how many held delivery jobs went back to the queue.
 pub async fn unsuspend(st: &AppState, project: &str, role: Role, user: &User) -> Result<u64, ApiError> {
     crate::services::accounts::need(role, Role::Owner, "lift a suspension")?;
-    lift(st, project, &user.email).await
+    let Some(s) = st.store.project(project).await?.and_then(|p| p.suspended) else {
+        return Err(not_suspended(project));
+    };
+    let refused = |m: String| ApiError::coded(403, "UNSUSPEND_NOT_ALLOWED", m);
+    let Some(hours) = st.config.self_unsuspend_after_hours else {
+        return Err(refused(format!(
+            "Only the server's operator can lift this suspension (herald project unsuspend {project}): ask them \
+             once its cause is dealt with"
+        )));
+    };
+    let cool_down = i64::try_from(hours).unwrap_or(i64::MAX / HOUR_MS).saturating_mul(HOUR_MS);
+    let now = st.clock.now_ms();
+    let from = s.at.saturating_add(cool_down);
+    if now < from {
+        return Err(refused(format!(
+            "An OWNER can lift this suspension from {} ({hours} hours after it began); until then only the \
+             server's operator can (herald project unsuspend {project})",
+            crate::infra::clock::rfc3339(from)
+        )));
+    }
+    // Only the suspension that began that long ago: one that began meanwhile stays.
+    lift(st, project, &user.email, Some(now.saturating_sub(cool_down))).await
 }
 
-/// Lifts a suspension for the operator (`herald project unsuspend`).
+/// Lifts a suspension for the operator (`herald project unsuspend`), at any time.
 pub async fn operator_unsuspend(st: &AppState, project: &str) -> Result<u64, ApiError> {
-    lift(st, project, "operator").await
+    lift(st, project, "operator", None).await
 }
 
-async fn lift(st: &AppState, project: &str, by: &str) -> Result<u64, ApiError> {
+fn not_suspended(project: &str) -> ApiError {
+    ApiError::Conflict(format!("Project {project} is not suspended"))
+}
+
+async fn lift(st: &AppState, project: &str, by: &str, began_by: Option<i64>) -> Result<u64, ApiError> {
     let released = st
         .store
-        .unsuspend_project(project, by, st.clock.now_ms())
+        .unsuspend_project(project, by, began_by, st.clock.now_ms())
         .await?
-        .ok_or_else(|| ApiError::Conflict(format!("Project {project} is not suspended")))?;
+        .ok_or_else(|| not_suspended(project))?;
     st.job_wake.any();
     Ok(released)
 }

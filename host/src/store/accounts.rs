@@ -231,7 +231,9 @@ impl Store {
 
     // ---- projects ----
 
-    /// Creates a project and, when `owner` is given, its OWNER membership, in one transaction.
+    /// Creates a project with the billing limits it starts with and, when `owner` is given, its OWNER
+    /// membership, in one transaction.
+    #[allow(clippy::too_many_arguments)] // the fields of one new row
     pub async fn create_project(
         &self,
         id: &str,
@@ -239,12 +241,17 @@ impl Store {
         public_key_hash: &str,
         secret_key_hash: &str,
         owner: Option<&str>,
+        limits: Option<&crate::domain::billing::Limits>,
         now: i64,
     ) -> Result<Project, StoreError> {
-        let doc = vars! {
+        let mut doc = vars! {
             "name": name, "public_key_hash": public_key_hash, "secret_key_hash": secret_key_hash,
             "disabled": false, "created_at": now, "updated_at": now,
         };
+        if let Some(l) = limits {
+            doc["billing_limits"] =
+                super::jobs::strip_nulls(serde_json::to_value(l).map_err(|e| StoreError::Decode(e.to_string()))?);
+        }
         self.write(|| async {
             self.query(
                 "BEGIN TRANSACTION;
@@ -371,9 +378,16 @@ impl Store {
     /// Deletes up to `batch` rows of a deleted project's data in one transaction, table by table (the
     /// emails with their bodies, segment memberships, events, campaign milestones, contact jobs, contacts,
     /// campaigns with their batch markers, workflows, segments, templates, idempotency keys, analytics
-    /// counters), and gives its queued jobs up. Returns how many
-    /// rows it deleted: 0 when nothing is left.
-    pub async fn purge_project_batch(&self, project: &str, batch: usize, now: i64) -> Result<usize, StoreError> {
+    /// counters, suspensions), and gives its queued jobs up. A `reset` keeps the hourly counters and
+    /// the suspensions, which the suspension check reads (docs/behaviour.md#project-setup-and-security).
+    /// Returns how many rows it deleted: 0 when nothing is left.
+    pub async fn purge_project_batch(
+        &self,
+        project: &str,
+        batch: usize,
+        reset: bool,
+        now: i64,
+    ) -> Result<usize, StoreError> {
         const STEPS: &[&str] = &[
             "LET $r = (SELECT VALUE record::id(id) FROM email WHERE project = $p LIMIT $n);
              DELETE array::map($r, |$i| type::record('email', $i)) RETURN NONE;
@@ -399,7 +413,6 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM idempotency WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM attachment_set WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             // The counters last: an event dispatched meanwhile is counted before its event is gone.
-            "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM stat_campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM stat_event_day WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM job WHERE status IN ['queued', 'held'] AND string::contains(payload, $needle)
@@ -407,8 +420,14 @@ impl Store {
              UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,
                 updated_at = $now RETURN NONE;",
         ];
+        // What the suspension check reads: kept by a reset, so it does not wipe a sender's record.
+        const RECORD: &[&str] = &[
+            "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM suspension WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+        ];
         let needle = format!("\"project\":{}", Value::String(project.to_string()));
-        for step in STEPS {
+        let record: &[&str] = if reset { &[] } else { RECORD };
+        for step in STEPS.iter().chain(record) {
             let n = self
                 .write(|| async {
                     self.query(

@@ -343,14 +343,8 @@ impl Store {
         chunk: usize,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let docs = super::emails::email_docs(
-            emails,
-            job_kind,
-            priority,
-            max_attempts,
-            chunk,
-            Some(crate::domain::billing::Category::Campaigns),
-        );
+        let counted = self.counted(project, crate::domain::billing::Category::Campaigns).await?;
+        let docs = super::emails::email_docs(emails, job_kind, priority, max_attempts, chunk, Some(counted));
         // The campaign row is only read here: concurrent batches of one campaign write disjoint rows and
         // never conflict with each other (a cancel, which writes the campaign row, conflicts with them).
         let mut sql = String::from(
@@ -367,7 +361,7 @@ impl Store {
         sql.push_str("COMMIT TRANSACTION;");
         let v = vars! {
             "p": project, "c": campaign, "run": run, "batch": batch_id, "emails": docs.rows, "bodies": docs.bodies, "sets": docs.sets,
-            "jobs": docs.jobs, "usage": docs.usage, "now": now,
+            "jobs": docs.jobs, "usage": docs.usage, "cap": docs.cap, "now": now,
         };
         match self.write(|| async { self.query(&sql, v.clone()).await }).await {
             Ok(_) => Ok(true),

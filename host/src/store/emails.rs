@@ -92,9 +92,14 @@ impl Store {
         max_attempts: i64,
         category: Option<crate::domain::billing::Category>,
     ) -> Result<(), StoreError> {
-        let docs = email_docs(emails, job_kind, priority, max_attempts, 1, category);
+        let counted = match (category, emails.first()) {
+            (Some(c), Some(e)) => Some(self.counted(&e.project, c).await?),
+            _ => None,
+        };
+        let docs = email_docs(emails, job_kind, priority, max_attempts, 1, counted);
         let v = vars! {
             "emails": docs.rows, "bodies": docs.bodies, "jobs": docs.jobs, "sets": docs.sets, "usage": docs.usage,
+            "cap": docs.cap,
         };
         self.write(|| async {
             self.query(&format!("BEGIN TRANSACTION;\n{}COMMIT TRANSACTION;", EmailDocs::INSERTS), v.clone()).await
@@ -110,6 +115,15 @@ macro_rules! email_records_sql {
         "INSERT INTO email $emails RETURN NONE;
          INSERT INTO email_body $bodies RETURN NONE;
          INSERT IGNORE INTO attachment_set $sets RETURN NONE;
+         IF $cap != NONE AND $cap != NULL {
+            FOR $u IN $usage {
+                LET $used = math::sum((SELECT VALUE n FROM usage_month
+                    WHERE project = $u.project AND month = $u.month AND category = $u.category));
+                IF $used + $u.n > $cap {
+                    THROW 'BILLING_LIMIT_EXCEEDED: ' + <string> $cap + '/' + <string> math::max([0, $cap - $used]);
+                };
+            };
+         };
          FOR $u IN $usage {
             UPSERT type::record('usage_month', [$u.project, $u.month, $u.category, $u.shard])
                 SET project = $u.project, month = $u.month, category = $u.category, n += $u.n RETURN NONE;
@@ -127,12 +141,15 @@ pub(crate) struct EmailDocs {
     pub sets: Vec<Value>,
     /// Billing usage to add (see [`super::billing::usage_docs`]).
     pub usage: Vec<Value>,
+    /// The limit the usage is held to in the writing transaction (`$cap`; None: unlimited).
+    pub cap: Option<i64>,
 }
 
 impl EmailDocs {
     /// The statements that insert `$emails`, `$bodies` and `$sets` and add `$usage` to the billing
-    /// counters (inside the caller's transaction). A set already stored (the same list sent before) is
-    /// kept as it is.
+    /// counters (inside the caller's transaction), first checking it against the limit `$cap` when
+    /// there is one (see `store/billing.rs`). A set already stored (the same list sent before) is kept as
+    /// it is.
     pub const RECORDS: &str = email_records_sql!();
     /// [`EmailDocs::RECORDS`] and the delivery jobs `$jobs`.
     pub const INSERTS: &str = concat!(email_records_sql!(), "INSERT INTO job $jobs RETURN NONE;\n");
@@ -143,6 +160,7 @@ impl EmailDocs {
         self.jobs.extend(other.jobs);
         self.sets.extend(other.sets);
         self.usage.extend(other.usage);
+        self.cap = self.cap.or(other.cap);
     }
 }
 
@@ -186,7 +204,7 @@ pub(crate) fn email_docs(
     priority: i64,
     max_attempts: i64,
     chunk: usize,
-    category: Option<crate::domain::billing::Category>,
+    counted: Option<super::billing::Counted>,
 ) -> EmailDocs {
     let mut rows = Vec::with_capacity(emails.len());
     let mut bodies = Vec::with_capacity(emails.len());
@@ -226,11 +244,11 @@ pub(crate) fn email_docs(
             })
         })
         .collect();
-    let usage = match category.map(|c| super::billing::usage_docs(emails, c)) {
+    let usage = match counted.map(|c| super::billing::usage_docs(emails, c)) {
         Some(Value::Array(a)) => a,
         _ => vec![],
     };
-    EmailDocs { rows, bodies, jobs, sets, usage }
+    EmailDocs { rows, bodies, jobs, sets, usage, cap: counted.and_then(|c| c.limit) }
 }
 
 impl Store {

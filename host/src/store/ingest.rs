@@ -278,15 +278,17 @@ impl Store {
         }
         sql.push_str(super::emails::EmailDocs::INSERTS);
         sql.push_str("COMMIT TRANSACTION;");
+        let counted = self.counted(project, crate::domain::billing::Category::Transactional).await?;
         let docs = super::emails::email_docs(
             emails,
             job_kind,
             priority,
             max_attempts,
             super::emails::SEND_JOB_CHUNK,
-            Some(crate::domain::billing::Category::Transactional),
+            Some(counted),
         );
         v["usage"] = Value::Array(docs.usage);
+        v["cap"] = docs.cap.into();
         v["events"] = Value::Array(events.iter().map(Event::doc).collect());
         v["emails"] = Value::Array(docs.rows);
         v["bodies"] = Value::Array(docs.bodies);
@@ -320,6 +322,7 @@ impl Store {
             by_priority.entry(*priority).or_default().push(row.clone());
         }
         let mut docs = super::emails::EmailDocs::default();
+        let counted = self.counted(project, crate::domain::billing::Category::Transactional).await?;
         for (priority, group) in by_priority {
             docs.extend(super::emails::email_docs(
                 &group,
@@ -327,7 +330,7 @@ impl Store {
                 priority,
                 max_attempts,
                 super::emails::SEND_JOB_CHUNK,
-                Some(crate::domain::billing::Category::Transactional),
+                Some(counted),
             ));
         }
         self.write_batch(project, created, updated, unchanged, events, docs, None).await
@@ -411,7 +414,7 @@ impl Store {
         let mut v = vars! {
             "p": project, "created": created_rows, "updated": updated_rows, "unchanged": unchanged_rows,
             "events": events, "outbox": outbox, "emails": emails.rows, "bodies": emails.bodies, "jobs": emails.jobs, "sets": emails.sets,
-            "usage": emails.usage,
+            "usage": emails.usage, "cap": emails.cap,
         };
         if let Some(p) = progress {
             p.bind(&mut v);

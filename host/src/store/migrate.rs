@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0032_step_runs_in_execution.surql", include_str!("../../../migrations/0032_step_runs_in_execution.surql")),
     ("0033_awaited_events.surql", include_str!("../../../migrations/0033_awaited_events.surql")),
     ("0034_pending_signups.surql", include_str!("../../../migrations/0034_pending_signups.surql")),
+    ("0035_billing_hardening.surql", include_str!("../../../migrations/0035_billing_hardening.surql")),
     ("0036_workflow_loops.surql", include_str!("../../../migrations/0036_workflow_loops.surql")),
 ];
 

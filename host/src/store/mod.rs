@@ -490,7 +490,7 @@ mod tests {
         assert!(!thrown.thrown("CAMPAIGN"), "a code is matched whole: {thrown:?}");
         assert!(!thrown.thrown("batch written"), "{thrown:?}");
 
-        store.create_project("p1", "One", "ph", "sh", None, 1).await.unwrap();
+        store.create_project("p1", "One", "ph", "sh", None, None, 1).await.unwrap();
         let q = "CREATE contact SET project = 'p1', email = 'a@example.com', subscribed = true, data = {},
             version = 1, created_at = 1, updated_at = 1";
         store.query(q, crate::vars! {}).await.unwrap();
@@ -512,7 +512,7 @@ mod tests {
     #[tokio::test]
     async fn read_cache_is_dropped_by_writes_through_the_store() {
         let store = Store::connect(&Config::for_tests()).await.unwrap();
-        store.create_project("p1", "One", "ph", "sh", None, 1).await.unwrap();
+        store.create_project("p1", "One", "ph", "sh", None, None, 1).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None);
         store.query("UPDATE type::record('project', 'p1') SET tracking = 'DISABLED'", crate::vars! {}).await.unwrap();
         assert_eq!(store.project_cached("p1").await.unwrap().unwrap().tracking, None, "served from the cache");

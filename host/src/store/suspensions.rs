@@ -66,16 +66,23 @@ impl Store {
         Ok(out.as_bool().unwrap_or(false))
     }
 
-    /// Lifts a project's suspension: clears the mark, closes its `suspension` row, writes a
-    /// `project.unsuspended` milestone and puts its held delivery jobs back in the queue, in one
-    /// transaction. None when it was not suspended; else how many jobs went back.
-    pub async fn unsuspend_project(&self, project: &str, by: &str, now: i64) -> Result<Option<u64>, StoreError> {
+    /// Lifts a project's suspension (with `began_by`, only one that began then or before): clears the
+    /// mark, closes its `suspension` row, writes a `project.unsuspended` milestone and puts its held
+    /// delivery jobs back in the queue, in one transaction. None when it was not suspended (or later);
+    /// else how many jobs went back.
+    pub async fn unsuspend_project(
+        &self,
+        project: &str,
+        by: &str,
+        began_by: Option<i64>,
+        now: i64,
+    ) -> Result<Option<u64>, StoreError> {
         let mut data = Map::new();
         data.insert("by".into(), by.into());
         let sql = format!(
             "BEGIN TRANSACTION;
              LET $row = (SELECT suspended FROM ONLY type::record('project', $p));
-             LET $out = IF $row != NONE AND $row.suspended != NONE {{
+             LET $out = IF $row != NONE AND $row.suspended != NONE AND $row.suspended.at <= $before {{
                 UPDATE type::record('project', $p) SET suspended = NONE, updated_at = $now RETURN NONE;
                 UPDATE suspension SET lifted_at = $now, lifted_by = $by WHERE project = $p AND lifted_at = NONE
                     RETURN NONE;
@@ -87,7 +94,7 @@ impl Store {
              COMMIT TRANSACTION;"
         );
         let v = vars! {
-            "p": project, "by": by, "now": now,
+            "p": project, "by": by, "now": now, "before": began_by.unwrap_or(i64::MAX),
             "milestone": project_milestone(project, "project.unsuspended", data, now),
         };
         let out = self.write(|| async { self.query(&sql, v.clone()).await?.value_last() }).await?;

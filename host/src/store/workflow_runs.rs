@@ -183,6 +183,10 @@ pub enum BatchRefused {
     Moved,
     /// A contact changed since a plugin step's patch was planned from it.
     StaleContact,
+    /// The batch's emails would take the month past the project's workflows limit (another batch
+    /// counted first): written one at a time, the executions that no longer fit are tried again and
+    /// then find the limit reached.
+    Limit,
 }
 
 /// The job kind of workflow timers (a DELAY's end, a wait's timeout).
@@ -213,7 +217,14 @@ fn timer_jobs(project: &str, items: &[(&ExecutionRow, &Effects)]) -> Vec<Value> 
 }
 
 /// The effects of many executions besides their rows, as statements and their bindings.
-fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &mut String, v: &mut Value) {
+fn effects(
+    project: &str,
+    items: &[(&ExecutionRow, &Effects)],
+    counted: super::billing::Counted,
+    now: i64,
+    sql: &mut String,
+    v: &mut Value,
+) {
     let mut jobs = Vec::new();
     let mut events = Vec::new();
     let mut emails = Vec::new();
@@ -257,9 +268,8 @@ fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &m
     // row, its claim and its completion per email.
     if let Some(m) = emails.first() {
         let rows: Vec<super::emails::EmailRow> = emails.iter().map(|m| m.row.clone()).collect();
-        let workflows = Some(crate::domain::billing::Category::Workflows);
         let chunk = super::emails::SEND_JOB_CHUNK;
-        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, chunk, workflows);
+        let docs = super::emails::email_docs(&rows, m.job_kind, m.priority, m.attempts, chunk, Some(counted));
         jobs.extend(docs.jobs);
         // The delivery jobs go with the round's other jobs below.
         sql.push_str(super::emails::EmailDocs::RECORDS);
@@ -267,6 +277,7 @@ fn effects(project: &str, items: &[(&ExecutionRow, &Effects)], now: i64, sql: &m
         v["bodies"] = Value::Array(docs.bodies);
         v["sets"] = Value::Array(docs.sets);
         v["usage"] = Value::Array(docs.usage);
+        v["cap"] = docs.cap.into();
     }
     jobs.extend(timer_jobs(project, items));
     if !jobs.is_empty() {
@@ -293,6 +304,7 @@ fn refused(err: &StoreError) -> Option<BatchRefused> {
         ("REENTRY", BatchRefused::Start(StartRefused::Reentry)),
         ("MOVED", BatchRefused::Moved),
         ("STALE_CONTACT", BatchRefused::StaleContact),
+        (super::billing::LIMIT_REACHED, BatchRefused::Limit),
     ]
     .into_iter()
     .find_map(|(code, r)| err.thrown(code).then_some(r))
@@ -302,8 +314,9 @@ impl Store {
     /// Writes new executions and moves of existing ones of one project, each with its effects, in one
     /// transaction, all or nothing: a start refused by the re-entry rules (the contact entered before or
     /// is in the workflow now) or by an existing id, a move whose execution moved since it was read
-    /// (status, step and timer), or a contact a plugin step patches that changed, makes the whole batch
-    /// write nothing. A started execution's entry is active unless it ended at once.
+    /// (status, step and timer), a contact a plugin step patches that changed, or emails that would take
+    /// the month past the workflows limit, makes the whole batch write nothing. A started execution's
+    /// entry is active unless it ended at once.
     pub async fn write_executions(
         &self,
         project: &str,
@@ -375,7 +388,8 @@ impl Store {
         let start_fx: Vec<Effects> = starts.iter().map(|s| Effects { leaves: false, ..s.fx.clone() }).collect();
         let pairs: Vec<(&ExecutionRow, &Effects)> =
             starts.iter().zip(&start_fx).map(|(s, f)| (s.e, f)).chain(moves.iter().map(|m| (m.to, m.fx))).collect();
-        effects(project, &pairs, now, &mut sql, &mut v);
+        let counted = self.counted(project, crate::domain::billing::Category::Workflows).await?;
+        effects(project, &pairs, counted, now, &mut sql, &mut v);
         // What the write uses of the contacts' hourly budgets: the starts events made, the emails.
         let mut uses: std::collections::HashMap<&str, super::workflow_budgets::Used> = Default::default();
         for s in starts.iter().filter(|s| s.e.trigger_event.is_some()) {

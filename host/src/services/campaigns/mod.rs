@@ -50,6 +50,9 @@ const JOB_PRIORITY: i64 = 5;
 const JOB_ATTEMPTS: i64 = 20;
 /// Priority of test sends: they are transactional.
 const TEST_PRIORITY: i64 = 100;
+/// How often a batch is re-marked against the campaigns limit when its write finds that another writer
+/// counted first, before the job is tried again.
+const BILLING_ROUNDS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CampaignError {
@@ -61,6 +64,9 @@ pub enum CampaignError {
     /// Bad input (a 422 naming the field).
     #[error("{1}")]
     Field(&'static str, String),
+    /// The project's monthly campaigns limit is reached (a test send's 402).
+    #[error("{0}")]
+    Billing(crate::error::ApiError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -428,28 +434,43 @@ impl Campaigns {
         })
         .await
         .map_err(|e| CampaignError::Store(StoreError::Db(e)))?;
-        let rows = self.within_billing_limit(&c.project, rows, now).await?;
         let batch_id = format!("{}-{}-{}", c.id, c.run, p.index);
-        self.store
-            .write_campaign_batch(
-                &c.project,
-                &c.id,
-                c.run,
-                &batch_id,
-                &rows,
-                DELIVER_CAMPAIGN_JOB,
-                EMAIL_PRIORITY,
-                DELIVER_ATTEMPTS,
-                self.delivery_chunk,
-                now,
-            )
-            .await?;
-        self.wake(DELIVER_CAMPAIGN_JOB);
-        Ok(())
+        let mut rows = rows;
+        // The limit is checked again where the batch is written: when another writer counted first, the
+        // room is read again and the emails past it recorded as not sent (a few rounds at most, then
+        // the job is tried again).
+        for _ in 0..BILLING_ROUNDS {
+            rows = self.within_billing_limit(&c.project, rows, now).await?;
+            let written = self
+                .store
+                .write_campaign_batch(
+                    &c.project,
+                    &c.id,
+                    c.run,
+                    &batch_id,
+                    &rows,
+                    DELIVER_CAMPAIGN_JOB,
+                    EMAIL_PRIORITY,
+                    DELIVER_ATTEMPTS,
+                    self.delivery_chunk,
+                    now,
+                )
+                .await;
+            match written {
+                Err(e) if crate::store::billing::limit_reached(&e).is_some() => continue,
+                written => {
+                    written?;
+                    self.wake(DELIVER_CAMPAIGN_JOB);
+                    return Ok(());
+                }
+            }
+        }
+        Err(CampaignError::Store(StoreError::Busy("the campaigns limit kept moving; the batch is tried again".into())))
     }
 
     /// The emails of a batch with those beyond the project's monthly campaigns limit recorded as
-    /// CANCELLED with the reason (`BILLING_LIMIT_EXCEEDED: ...`) instead of going to delivery.
+    /// CANCELLED with the reason (`BILLING_LIMIT_EXCEEDED: ...`) instead of going to delivery. Run again
+    /// over its own answer with a fresh read, it cancels more (the month's count only grows).
     async fn within_billing_limit(
         &self,
         project: &str,
@@ -503,15 +524,31 @@ impl Campaigns {
         Ok(done)
     }
 
-    /// A test send (docs/behaviour.md#campaigns) to a member of the project: `[TEST] ` subject,
-    /// `X-Herald-Test: true`, no tracking, not counted. Answers the email record's id.
+    /// A test send (docs/behaviour.md#campaigns) to a member of the project whose address is verified:
+    /// `[TEST] ` subject, `X-Herald-Test: true`, no tracking, not in the campaign's counters, counted
+    /// in billing as a campaign email (402 past the limit). Answers the email record's id.
     pub async fn test_send(&self, project: &str, id: &str, to: &str) -> Result<String, CampaignError> {
+        use crate::domain::billing::Category;
         let c = self.load(project, id).await?;
         let members = self.store.members(project).await?;
-        if !members.iter().any(|m| m.email.as_deref().is_some_and(|e| e.eq_ignore_ascii_case(to))) {
-            return Err(CampaignError::Field("email", "test sends go only to members of the project".into()));
+        let member = members.iter().find(|m| m.email.as_deref().is_some_and(|e| e.eq_ignore_ascii_case(to)));
+        // An address someone only signed up with (or was only invited at) is no way to mail it: the
+        // member must have proved the address is theirs (verification link, accepted invitation, OAuth,
+        // the operator's `project create`).
+        let proved = match member {
+            Some(m) => self.store.user(&m.user).await?.is_some_and(|u| u.email_verified_at.is_some()),
+            None => false,
+        };
+        if !proved {
+            return Err(CampaignError::Field(
+                "email",
+                "test sends go only to members of the project whose address is verified".into(),
+            ));
         }
         let now = self.clock.now_ms();
+        crate::services::billing::check(&self.store, project, Category::Campaigns, 1, now)
+            .await
+            .map_err(CampaignError::Billing)?;
         let data = match self.store.contact_by_email(project, to).await? {
             Some(k) => k.data,
             None => Map::new(),
@@ -520,8 +557,8 @@ impl Campaigns {
         let project_name = self.store.project(project).await?.map(|p| p.name);
         let from_name = c.from_name.clone().or(project_name);
         let headers = vec![("X-Herald-Test".to_string(), "true".to_string())];
-        // A test send is not counted (no campaign, and not in billing: it goes to the project's own
-        // members), not tracked, and marked as a test.
+        // A test send is not in the campaign's counters (no campaign), not tracked, and marked as a
+        // test; billing counts it as a campaign email.
         let message = Message {
             campaign: None,
             headers: &headers,
@@ -535,7 +572,15 @@ impl Campaigns {
             .composer
             .compose(&message, &r, &email, now)
             .map_err(|i| CampaignError::Field("body", format!("the campaign cannot be rendered: {i}")))?;
-        self.store.create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS, None).await?;
+        let written = self
+            .store
+            .create_emails(&[row], DELIVER_JOB, TEST_PRIORITY, DELIVER_ATTEMPTS, Some(Category::Campaigns))
+            .await;
+        if let Err(e) = written {
+            return Err(
+                crate::services::billing::refused(Category::Campaigns, &e).map_or(e.into(), CampaignError::Billing)
+            );
+        }
         self.wake(DELIVER_JOB);
         Ok(email)
     }

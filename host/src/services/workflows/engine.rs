@@ -131,6 +131,8 @@ pub(super) struct Seen<'a> {
     pub templates: &'a Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
     /// The emails the batch's contacts have used of their hourly budget.
     pub emails: &'a super::limits::EmailUse,
+    /// What the batch's SEND_EMAIL steps may still send under the workflows limit.
+    pub allowance: &'a crate::services::billing::Allowance,
 }
 
 /// Workflows read once per batch, by id (`None`: gone).

@@ -249,8 +249,9 @@ impl Engine {
     pub(super) async fn advance(&self, mut runs: Vec<Run>) -> Vec<(Option<usize>, Result<(), String>)> {
         let templates = Mutex::default();
         let emails = super::limits::EmailUse::default();
+        let allowance = crate::services::billing::Allowance::default();
         for _ in 0..=wf::MAX_STEPS {
-            if !self.round(&mut runs, &templates, &emails).await {
+            if !self.round(&mut runs, &templates, &emails, &allowance).await {
                 break;
             }
         }
@@ -263,6 +264,7 @@ impl Engine {
         runs: &mut [Run],
         templates: &Mutex<HashMap<String, Option<Arc<crate::store::templates::TemplateRow>>>>,
         emails: &super::limits::EmailUse,
+        allowance: &crate::services::billing::Allowance,
     ) -> bool {
         let mut going = Vec::new();
         let mut unread: HashMap<String, Vec<usize>> = HashMap::new();
@@ -339,7 +341,8 @@ impl Engine {
                 .map(|i| async move {
                     let r = &runs[i];
                     let Some(step) = r.e.step.as_deref().and_then(|s| r.w.graph.step(s)) else { return (i, Ok(None)) };
-                    let seen = Seen { contact: r.contact.as_ref().and_then(Option::as_ref), templates, emails };
+                    let contact = r.contact.as_ref().and_then(Option::as_ref);
+                    let seen = Seen { contact, templates, emails, allowance };
                     (i, self.execute(&r.project, &r.w, &r.e, step, now, r.attempt, &seen).await.map(Some))
                 })
                 .buffered(DECIDING)

@@ -85,11 +85,10 @@ impl Engine {
         if !seen.emails.take(project, &contact.id, self.budgets.emails) {
             return Ok(Outcome::Skipped { reason: super::limits::emails_reason(self.budgets.emails) });
         }
-        // The monthly workflows limit: the step is skipped with the reason, nothing is sent.
+        // The monthly workflows limit: the step is skipped with the reason, nothing is sent. (The round's
+        // write checks it again: when another round counted first, the execution is tried again.)
         let workflows = crate::domain::billing::Category::Workflows;
-        if let (0, Some(limit)) =
-            crate::services::billing::room(&self.store, project, workflows, 1, now).await.map_err(retry)?
-        {
+        if let Some(limit) = seen.allowance.take_one(&self.store, project, workflows, now).await.map_err(retry)? {
             return Ok(Outcome::Skipped { reason: crate::domain::billing::exceeded_reason(workflows, limit) });
         }
         if let Err(refused) = crate::services::sending_domains::require_sender(&self.store, project, &t.from).await {
