@@ -55,42 +55,47 @@ fn exceeded(quota: &'static str, limit: u64, setting: &'static str, what: &str) 
     }
 }
 
-/// 403 when `count` has reached `limit` (0: no ceiling).
-fn check(count: i64, limit: u64, quota: &'static str, setting: &'static str, what: &str) -> Result<(), ApiError> {
-    if limit > 0 && count >= 0 && count as u64 >= limit {
-        return Err(exceeded(quota, limit, setting, what));
+/// A ceiling on a count of what its owner has: which one, its setting, and what the count is of.
+struct Counted {
+    quota: &'static str,
+    setting: &'static str,
+    /// "You own" or "This project has", and what is counted.
+    owner: &'static str,
+    of: &'static str,
+}
+
+/// 403 when the owner's count (read only when there is a ceiling) has reached `limit` (0: none).
+async fn room<F>(limit: u64, q: Counted, count: F) -> Result<(), ApiError>
+where
+    F: std::future::Future<Output = Result<i64, StoreError>>,
+{
+    if limit == 0 {
+        return Ok(());
+    }
+    let n = count.await?.max(0);
+    if n as u64 >= limit {
+        return Err(exceeded(q.quota, limit, q.setting, &format!("{} {n} {}", q.owner, q.of)));
     }
     Ok(())
 }
 
 /// Before a user creates a project (the operator's command line is not held to it).
 pub async fn room_for_project(store: &Store, c: &Ceilings, user: &str) -> Result<(), ApiError> {
-    let limit = c.limits.projects_per_user;
-    if limit == 0 {
-        return Ok(());
-    }
-    let n = store.count_owned_projects(user).await?;
-    check(n, limit, "projectsPerUser", "HERALD_MAX_PROJECTS_PER_USER", &format!("You own {n} projects"))
+    let q =
+        Counted { quota: "projectsPerUser", setting: "HERALD_MAX_PROJECTS_PER_USER", owner: "You own", of: "projects" };
+    room(c.limits.projects_per_user, q, store.count_owned_projects(user)).await
 }
 
 /// Before a project creates a workflow.
 pub async fn room_for_workflow(store: &Store, c: &Ceilings, project: &str) -> Result<(), ApiError> {
-    let limit = c.limits.workflows;
-    if limit == 0 {
-        return Ok(());
-    }
-    let n = store.count_workflows(project).await?;
-    check(n, limit, "workflows", "HERALD_MAX_WORKFLOWS", &format!("This project has {n} workflows"))
+    let q = Counted { quota: "workflows", setting: "HERALD_MAX_WORKFLOWS", owner: "This project has", of: "workflows" };
+    room(c.limits.workflows, q, store.count_workflows(project)).await
 }
 
 /// Before a project creates a segment.
 pub async fn room_for_segment(store: &Store, c: &Ceilings, project: &str) -> Result<(), ApiError> {
-    let limit = c.limits.segments;
-    if limit == 0 {
-        return Ok(());
-    }
-    let n = store.count_segments(project).await?;
-    check(n, limit, "segments", "HERALD_MAX_SEGMENTS", &format!("This project has {n} segments"))
+    let q = Counted { quota: "segments", setting: "HERALD_MAX_SEGMENTS", owner: "This project has", of: "segments" };
+    room(c.limits.segments, q, store.count_segments(project)).await
 }
 
 /// The project's contact count, from this process's copy while it is fresh.
