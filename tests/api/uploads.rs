@@ -8,14 +8,37 @@ use crate::harness::{Proj, Resp, Server, assert_envelope, proj};
 
 const BOUNDARY: &str = "herald-upload-boundary";
 
-/// A PNG header of this size with `tail` after it (the content differs, the format does not).
-fn png(width: u32, height: u32, tail: &[u8]) -> Vec<u8> {
-    let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
-    b.extend(width.to_be_bytes());
-    b.extend(height.to_be_bytes());
-    b.extend([8, 6, 0, 0, 0, 0, 0, 0, 0]);
-    b.extend_from_slice(tail);
-    b.extend(b"\0\0\0\0IEND\xae\x42\x60\x82");
+/// The CRC of a PNG chunk (type and data).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xFFFF_FFFFu32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+fn chunk(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let mut c = (data.len() as u32).to_be_bytes().to_vec();
+    c.extend(kind);
+    c.extend(data);
+    c.extend(crc32(&c[4..]).to_be_bytes());
+    c
+}
+
+/// A well-formed PNG of this size whose `tEXt` chunk holds `text` (the content differs, the format
+/// does not).
+fn png(width: u32, height: u32, text: &[u8]) -> Vec<u8> {
+    let mut ihdr = width.to_be_bytes().to_vec();
+    ihdr.extend(height.to_be_bytes());
+    ihdr.extend([8, 6, 0, 0, 0]);
+    let mut b = b"\x89PNG\r\n\x1a\n".to_vec();
+    b.extend(chunk(b"IHDR", &ihdr));
+    b.extend(chunk(b"tEXt", &[b"Comment\0".as_slice(), text].concat()));
+    b.extend(chunk(b"IDAT", &[]));
+    b.extend(chunk(b"IEND", &[]));
     b
 }
 
@@ -92,4 +115,51 @@ async fn a_file_that_is_not_an_image_by_its_bytes_is_refused() {
         let r = s.client().get(&format!("/uploads/{}", name.replace('/', "%2F"))).await;
         assert_eq!(r.status, 404, "{name}: {}", r.json);
     }
+}
+
+/// A GIF89a of 2×2: a global colour table, one image with its LZW data, the trailer.
+fn gif() -> Vec<u8> {
+    let mut b = b"GIF89a\x02\x00\x02\x00\x80\x00\x00".to_vec();
+    b.extend([0, 0, 0, 255, 255, 255]);
+    b.extend([0x2C, 0, 0, 0, 0, 0x02, 0x00, 0x02, 0x00, 0x00]);
+    b.extend([0x02, 0x02, 0x44, 0x01, 0x00]);
+    b.push(0x3B);
+    b
+}
+
+/// A baseline JPEG of 3×2: APP0, a frame, a scan whose data holds a stuffed 0xFF00 and a restart
+/// marker, EOI.
+fn jpeg() -> Vec<u8> {
+    let mut b = vec![0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10];
+    b.extend(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
+    b.extend([0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00, 0x02, 0x00, 0x03, 0x01, 0x01, 0x11, 0x00]);
+    b.extend([0xFF, 0xDA, 0x00, 0x08, 0x01, 0x01, 0x00, 0x00, 0x3F, 0x00]);
+    b.extend([0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD0, 0x56]);
+    b.extend([0xFF, 0xD9]);
+    b
+}
+
+#[tokio::test]
+async fn an_image_followed_by_html_a_zip_or_other_data_is_refused() {
+    let s = Server::start().await;
+    let p = proj(&s, "polyglot@example.com").await;
+    let html = b"<html><body><script>alert(document.cookie)</script></body></html>";
+    let zip = b"PK\x03\x04\x14\x00\x00\x00\x08\x00PK\x05\x06\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+    let cases = [
+        ("page.png", "image/png", png(16, 16, b"a picture"), html.as_slice()),
+        ("archive.gif", "image/gif", gif(), zip.as_slice()),
+        ("photo.jpg", "image/jpeg", jpeg(), b"data after the end of the image".as_slice()),
+    ];
+    for (name, content_type, image, tail) in cases {
+        // The image alone is taken...
+        let whole = upload(&p, &image, name, content_type).await;
+        assert_eq!(whole.status, 201, "{name}: {}", whole.json);
+        assert_eq!(whole.json["contentType"], content_type);
+        // ...followed by anything, it is not.
+        let polyglot = upload(&p, &[image.as_slice(), tail].concat(), name, content_type).await;
+        assert_envelope(&polyglot, 415, "UNSUPPORTED_MEDIA_TYPE");
+        let message = polyglot.json["error"]["message"].as_str().unwrap();
+        assert!(message.contains("is not wholly one"), "{name}: {message}");
+    }
+    s.stop().await;
 }

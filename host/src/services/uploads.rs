@@ -20,12 +20,10 @@ pub struct Uploaded {
     pub height: u32,
 }
 
-/// Stores an image (415 for anything that is not PNG, JPEG, GIF or WebP by its bytes). The same image
-/// twice is one file and one URL.
+/// Stores an image (415 for anything that is not wholly a PNG, JPEG, GIF or WebP by its bytes). The same
+/// image twice is one file and one URL.
 pub async fn store_image(st: &AppState, bytes: &[u8]) -> Result<Uploaded, ApiError> {
-    let Some(info) = images::sniff(bytes) else {
-        return Err(ApiError::UnsupportedMediaType("the file is not a PNG, JPEG, GIF or WebP image".into()));
-    };
+    let info = images::check(bytes).map_err(|refusal| ApiError::UnsupportedMediaType(refusal.message()))?;
     let name = format!("{}.{}", hex::encode(Sha256::digest(bytes)), info.ext);
     let dir = st.config.uploads_dir.clone();
     let path = dir.join(&name);
