@@ -45,15 +45,58 @@ pub async fn store_image(st: &AppState, bytes: &[u8]) -> Result<Uploaded, ApiErr
     })
 }
 
-/// The stored image with this name and its content type; None for a name Herald never gives out (only
+/// Bytes of the file one read takes while an upload is served: what a response holds in memory at a
+/// time, whatever the file's size.
+const SERVE_CHUNK: usize = 64 * 1024;
+
+/// A stored image opened to be served.
+pub struct Stored {
+    pub content_type: &'static str,
+    /// The file's length in bytes (the response's `Content-Length`).
+    pub len: u64,
+    file: tokio::fs::File,
+}
+
+impl Stored {
+    /// The file's bytes, [`SERVE_CHUNK`] at a time, read as the response is sent; exactly `len` of them
+    /// (a file that ends early ends the stream with an error, so the response is cut, never padded).
+    pub fn chunks(self) -> impl futures_util::Stream<Item = std::io::Result<Vec<u8>>> + Send + 'static {
+        use tokio::io::AsyncReadExt;
+        futures_util::stream::unfold((self.file, self.len), |(mut file, left)| async move {
+            if left == 0 {
+                return None;
+            }
+            let mut buf = vec![0u8; usize::try_from(left).unwrap_or(SERVE_CHUNK).min(SERVE_CHUNK)];
+            match file.read(&mut buf).await {
+                Ok(0) => {
+                    let short = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the upload ended early");
+                    Some((Err(short), (file, 0)))
+                }
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(buf), (file, left - n as u64)))
+                }
+                Err(e) => Some((Err(e), (file, 0))),
+            }
+        })
+    }
+}
+
+/// The stored image with this name, opened; None for a name Herald never gives out (only
 /// `<64 hex digits>.<png|jpg|gif|webp>`: nothing else of the disk is reachable) or one not stored.
-pub async fn read_image(st: &AppState, name: &str) -> Option<(Vec<u8>, &'static str)> {
+/// Files stored before uploads were recorded per project are served the same way.
+pub async fn open_image(st: &AppState, name: &str) -> Option<Stored> {
+    let content_type = content_type_of(name)?;
+    let path: PathBuf = st.config.uploads_dir.join(name);
+    let file = tokio::fs::File::open(path).await.ok()?;
+    let meta = file.metadata().await.ok()?;
+    meta.is_file().then_some(Stored { content_type, len: meta.len(), file })
+}
+
+/// The content type of a name of the form Herald gives out, or None.
+fn content_type_of(name: &str) -> Option<&'static str> {
     let (hash, ext) = name.split_once('.')?;
     let valid = hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     let content_type = KINDS.iter().find(|(e, _)| *e == ext).map(|(_, t)| *t)?;
-    if !valid {
-        return None;
-    }
-    let path: PathBuf = st.config.uploads_dir.join(name);
-    tokio::fs::read(path).await.ok().map(|b| (b, content_type))
+    valid.then_some(content_type)
 }
