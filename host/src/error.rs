@@ -75,6 +75,10 @@ pub enum ApiError {
     /// An error with a status and code of its own (`INVALID_TOKEN`, `EMAIL_NOT_VERIFIED`, ...).
     #[error("{message}")]
     Coded { status: u16, code: &'static str, message: String },
+    /// Storing this would take the project past a quota the operator sets (403 `QUOTA_EXCEEDED`): the
+    /// message names the quota and its setting; `details` carry the quota's name, its limit and the use.
+    #[error("{message}")]
+    QuotaExceeded { quota: &'static str, setting: &'static str, limit: u64, used: u64, requested: u64, message: String },
     /// The sender check: 403 with code INTERNAL_SERVER_ERROR, as the interface names it
     /// (docs/behaviour.md#errors).
     #[error("{message}")]
@@ -117,6 +121,7 @@ impl ApiError {
             ProjectDisabled => (403, "PROJECT_DISABLED", None),
             NotFound { code, .. } => (404, code, None),
             Coded { status, code, .. } => (*status, code, None),
+            QuotaExceeded { .. } => (403, "QUOTA_EXCEEDED", None),
             RouteNotFound { .. } => (404, "NOT_FOUND", Some("See /docs for the list of endpoints")),
             Conflict(_) => (409, "CONFLICT", None),
             IdempotencyKeyReused { .. } => (
@@ -167,6 +172,10 @@ impl ApiError {
         }
         if let ApiError::SenderDomain { reason, domain, .. } = self {
             error["details"] = json!({ "reason": reason, "domain": domain });
+        }
+        if let ApiError::QuotaExceeded { quota, setting, limit, used, requested, .. } = self {
+            error["details"] =
+                json!({ "quota": quota, "setting": setting, "limit": limit, "used": used, "requested": requested });
         }
         if let ApiError::RateLimited { limit, retry_after_secs } = self {
             error["details"] = json!({ "limit": limit, "retryAfter": retry_after_secs });

@@ -211,6 +211,7 @@ impl App {
             budgets: workflows::limits::Budgets::of(&config),
         });
         workflows.register(&mut registry);
+        services::projects::register(&mut registry, config.uploads_dir.clone());
         services::contact_jobs::register(&mut registry);
         services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
         services::contact_import::register(&mut registry);

@@ -1,5 +1,7 @@
-//! Image uploads (docs/behaviour.md#uploads): stored once by content, served back byte-identical with
-//! its type and a long cache lifetime; anything that is not an image by its bytes is refused.
+//! Image uploads (docs/behaviour.md#uploads, docs/security.md#uploads): stored once by content, recorded
+//! per project within its quota and deleted with the last project that uploaded it, streamed back
+//! byte-identical with its type, a long cache lifetime and a sandboxing policy; anything that is not
+//! wholly an image by its bytes is refused.
 
 use herald_host::config::Config;
 use serde_json::json;
@@ -229,5 +231,134 @@ async fn an_upload_larger_than_one_read_is_streamed_back_byte_identical() {
     assert_eq!(got.status(), 200);
     assert_eq!(got.headers()["content-security-policy"], "default-src 'none'; sandbox");
     assert!(got.bytes().await.unwrap().as_ref() == legacy.as_slice());
+    s.stop().await;
+}
+
+/// The name an image is stored and served under.
+fn stored_name(image: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{}.png", hex::encode(sha2::Sha256::digest(image)))
+}
+
+#[tokio::test]
+async fn a_projects_uploads_stop_at_its_quota_and_the_same_image_counts_once() {
+    let mut config = Config::for_tests();
+    config.uploads_quota_bytes = 10_000;
+    let s = Server::start_with(config, None).await;
+    let (p, q) = (proj(&s, "quota@example.com").await, proj(&s, "quota-other@example.com").await);
+    let (a, b, c) = (png(10, 10, &[1; 4000]), png(10, 10, &[2; 4500]), png(10, 10, &[3; 4001]));
+    assert!(a.len() + b.len() <= 10_000 && a.len() + b.len() + c.len() > 10_000);
+    for image in [&a, &a, &a, &b] {
+        let r = upload(&p, image, "a.png", "image/png").await;
+        assert_eq!(r.status, 201, "the same image again counts once: {}", r.json);
+    }
+    let over = upload(&p, &c, "c.png", "image/png").await;
+    assert_envelope(&over, 403, "QUOTA_EXCEEDED");
+    let message = over.json["error"]["message"].as_str().unwrap();
+    assert!(message.contains("quota of 10000 bytes") && message.contains("HERALD_UPLOADS_QUOTA_MB"), "{message}");
+    assert_eq!(
+        over.json["error"]["details"],
+        json!({ "quota": "uploads", "setting": "HERALD_UPLOADS_QUOTA_MB", "limit": 10_000,
+            "used": a.len() + b.len(), "requested": c.len() })
+    );
+    let refused = s.client().get(&format!("/uploads/{}", stored_name(&c))).await;
+    assert_eq!(refused.status, 404, "a refused image is not stored");
+    // What the project already stored is still taken (it counts nothing more).
+    assert_eq!(upload(&p, &b, "b.png", "image/png").await.status, 201);
+
+    // Another project has a quota of its own; an image both store counts once for each.
+    assert_eq!(upload(&q, &c, "c.png", "image/png").await.status, 201, "another project is not held by p's use");
+    assert_eq!(upload(&q, &a, "a.png", "image/png").await.status, 201);
+    let r = upload(&q, &b, "b.png", "image/png").await;
+    assert_envelope(&r, 403, "QUOTA_EXCEEDED");
+    assert_eq!(r.json["error"]["details"]["used"], json!(c.len() + a.len()));
+    s.stop().await;
+}
+
+/// A server whose job worker the test steps, with its uploads folder.
+async fn stepped() -> (Server, std::path::PathBuf) {
+    let mut config = Config::for_tests();
+    config.run_jobs = false;
+    let dir = config.uploads_dir.clone();
+    let clock = herald_host::infra::clock::ManualClock::new(1_800_000_000_000);
+    (Server::start_with(config, Some(clock)).await, dir)
+}
+
+/// How many rows of `table` belong to `project`.
+async fn rows(s: &Server, table: &str, project: &str) -> i64 {
+    let sql = format!("SELECT count() AS n FROM {table} WHERE project = $p GROUP ALL");
+    let v = s.state.store.query(&sql, json!({ "p": project })).await.unwrap().value(0).unwrap();
+    v[0]["n"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn deleting_a_project_deletes_its_uploads_but_not_files_another_project_uploaded() {
+    let (s, dir) = stepped().await;
+    let (p, q) = (proj(&s, "gone@example.com").await, proj(&s, "stays@example.com").await);
+    let (mine, shared, theirs) = (png(8, 8, b"only p"), png(8, 8, b"p and q"), png(8, 8, b"only q"));
+    // Files stored before uploads were recorded per project: one that p uploads again, one nobody does.
+    let (old_again, old_alone) = (png(8, 8, b"stored before rows, uploaded again"), png(8, 8, b"stored before rows"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for old in [&old_again, &old_alone] {
+        std::fs::write(dir.join(stored_name(old)), old).unwrap();
+    }
+    for image in [&mine, &shared, &old_again] {
+        assert_eq!(upload(&p, image, "p.png", "image/png").await.status, 201);
+    }
+    for image in [&shared, &theirs] {
+        assert_eq!(upload(&q, image, "q.png", "image/png").await.status, 201);
+    }
+    assert_eq!(rows(&s, "upload", &p.id).await, 3);
+
+    let r = p.session.delete(&format!("/users/@me/projects/{}", p.id)).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    crate::workflow_kit::drain(&s).await;
+    for table in ["upload", "upload_usage", "upload_sweep"] {
+        assert_eq!(rows(&s, table, &p.id).await, 0, "{table} rows of the deleted project are gone");
+    }
+    assert_eq!(rows(&s, "upload", &q.id).await, 2, "the other project keeps its rows");
+    let served = |image: &Vec<u8>| {
+        let url = format!("{}/uploads/{}", s.base, stored_name(image));
+        async move { reqwest::get(url).await.unwrap().bytes().await.unwrap().to_vec() }
+    };
+    assert!(!dir.join(stored_name(&mine)).exists(), "the file only the deleted project uploaded is deleted");
+    assert_eq!(s.client().get(&format!("/uploads/{}", stored_name(&mine))).await.status, 404);
+    for image in [&shared, &theirs, &old_again, &old_alone] {
+        assert_eq!(&served(image).await, image, "still served");
+    }
+
+    // Once the last project that uploaded it goes, the shared file goes; older files stay for good.
+    let r = q.session.delete(&format!("/users/@me/projects/{}", q.id)).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    crate::workflow_kit::drain(&s).await;
+    assert!(!dir.join(stored_name(&shared)).exists() && !dir.join(stored_name(&theirs)).exists());
+    for old in [&old_again, &old_alone] {
+        assert_eq!(&served(old).await, old, "a file stored before rows existed is never deleted");
+    }
+    let left: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(left.len(), 2, "nothing else is left in the folder: {left:?}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_reset_deletes_the_projects_uploads_and_gives_its_quota_back() {
+    let mut config = Config::for_tests();
+    config.run_jobs = false;
+    config.uploads_quota_bytes = 6_000;
+    let dir = config.uploads_dir.clone();
+    let s = Server::start_with(config, Some(herald_host::infra::clock::ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "reset@example.com").await;
+    let (first, second) = (png(8, 8, &[1; 4000]), png(8, 8, &[2; 4000]));
+    assert_eq!(upload(&p, &first, "a.png", "image/png").await.status, 201);
+    assert_envelope(&upload(&p, &second, "b.png", "image/png").await, 403, "QUOTA_EXCEEDED");
+
+    let r = p.session.post(&format!("/users/@me/projects/{}/reset", p.id), json!({ "confirm": "P" })).await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    crate::workflow_kit::drain(&s).await;
+    assert_eq!(rows(&s, "upload", &p.id).await, 0);
+    assert!(!dir.join(stored_name(&first)).exists(), "its file is deleted");
+    // The project lives on with its whole quota.
+    assert_eq!(upload(&p, &second, "b.png", "image/png").await.status, 201);
     s.stop().await;
 }

@@ -10,7 +10,7 @@ use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
 use serde::Serialize;
 
-use super::auth::{ApiKeyAuth, KeyRule};
+use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Reply, multipart_file};
 use super::state;
 use crate::error::ApiError;
@@ -44,7 +44,7 @@ pub fn router() -> Router {
 type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
 
 /// Stores an image for template bodies: 201 with its public URL, size, type and dimensions. The type
-/// is read from the content (415 for anything else); too large is 413.
+/// is read from the content (415 for anything else); too large is 413; past the project's quota 403.
 #[endpoint(
     tags("uploads"),
     security(("bearer" = [])),
@@ -54,8 +54,9 @@ type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
 pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: Fut<'_, Reply> = Box::pin(async move {
         let st = state(depot)?;
+        let project = project(depot)?.project_id;
         let (_, bytes) = multipart_file(req, st.config.upload_max_bytes).await?;
-        let u = uploads::store_image(&st, &bytes).await?;
+        let u = uploads::store_image(&st, &project, &bytes).await?;
         Reply::with(
             StatusCode::CREATED,
             &UploadOut {

@@ -370,8 +370,8 @@ impl Store {
 
     /// Deletes up to `batch` rows of a deleted project's data in one transaction, table by table (the
     /// emails with their bodies, segment memberships, events, campaign milestones, contact jobs, contacts,
-    /// campaigns with their batch markers, workflows, segments, templates, idempotency keys, analytics
-    /// counters), and gives its queued jobs up. Returns how many
+    /// campaigns with their batch markers, workflows, segments, templates, idempotency keys, upload rows,
+    /// analytics counters), and gives its queued jobs up. Returns how many
     /// rows it deleted: 0 when nothing is left.
     pub async fn purge_project_batch(&self, project: &str, batch: usize, now: i64) -> Result<usize, StoreError> {
         const STEPS: &[&str] = &[
@@ -398,6 +398,9 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM template WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM idempotency WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM attachment_set WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            // Its upload rows (the files themselves are the service's: `services::uploads::sweep`).
+            super::uploads::PURGE_UPLOADS,
+            super::uploads::PURGE_UPLOAD_USAGE,
             // The counters last: an event dispatched meanwhile is counted before its event is gone.
             "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM stat_campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",

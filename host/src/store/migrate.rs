@@ -43,6 +43,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0033_awaited_events.surql", include_str!("../../../migrations/0033_awaited_events.surql")),
     ("0034_pending_signups.surql", include_str!("../../../migrations/0034_pending_signups.surql")),
     ("0036_workflow_loops.surql", include_str!("../../../migrations/0036_workflow_loops.surql")),
+    ("0037_uploads.surql", include_str!("../../../migrations/0037_uploads.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -30,6 +30,7 @@ pub mod project_state;
 pub mod segments;
 pub mod suspensions;
 pub mod templates;
+pub mod uploads;
 pub mod workflow_budgets;
 pub mod workflow_runs;
 pub mod workflows;
