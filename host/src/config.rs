@@ -166,6 +166,9 @@ pub struct Settings {
     /// Largest image upload in MiB, 1 to 50 [default: 5]
     #[arg(long, env = "HERALD_UPLOAD_MAX_MB")]
     pub upload_max_mb: Option<u64>,
+    /// Bytes of images one project may store, in MiB; 0 for no quota [default: 100]
+    #[arg(long, env = "HERALD_UPLOADS_QUOTA_MB")]
+    pub uploads_quota_mb: Option<u64>,
     /// Bounce rate over 7 days, in percent of the emails sent, a project is held to [default: 5]
     #[arg(long, env = "HERALD_SUSPEND_BOUNCE_PERCENT")]
     pub suspend_bounce_percent: Option<f64>,
@@ -282,6 +285,8 @@ pub struct Config {
     pub mail_dir: PathBuf,
     pub uploads_dir: PathBuf,
     pub upload_max_bytes: usize,
+    /// Bytes of images one project may store (docs/behaviour.md#uploads); 0: no quota.
+    pub uploads_quota_bytes: u64,
     /// Project suspension thresholds (docs/behaviour.md#project-setup-and-security).
     pub suspend_bounce_percent: f64,
     pub suspend_complaint_percent: f64,
@@ -441,6 +446,7 @@ impl Settings {
             mail_dir: self.mail_dir.or(other.mail_dir),
             uploads_dir: self.uploads_dir.or(other.uploads_dir),
             upload_max_mb: self.upload_max_mb.or(other.upload_max_mb),
+            uploads_quota_mb: self.uploads_quota_mb.or(other.uploads_quota_mb),
             suspend_bounce_percent: self.suspend_bounce_percent.or(other.suspend_bounce_percent),
             suspend_complaint_percent: self.suspend_complaint_percent.or(other.suspend_complaint_percent),
             suspend_min_sent: self.suspend_min_sent.or(other.suspend_min_sent),
@@ -601,6 +607,7 @@ impl Settings {
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
             uploads_dir: s.uploads_dir.unwrap_or_else(|| PathBuf::from("herald-uploads")),
             upload_max_bytes: (s.upload_max_mb.unwrap_or(5).clamp(1, 50) << 20) as usize,
+            uploads_quota_bytes: s.uploads_quota_mb.unwrap_or(100).saturating_mul(1 << 20),
             suspend_bounce_percent: percent(s.suspend_bounce_percent, 5.0),
             suspend_complaint_percent: percent(s.suspend_complaint_percent, 0.1),
             suspend_min_sent: s.suspend_min_sent.unwrap_or(500),

@@ -76,9 +76,17 @@ pub enum ApiError {
     #[error("{message}")]
     Coded { status: u16, code: &'static str, message: String },
     /// A per-project (or per-user) ceiling the operator sets is reached (docs/security.md#quotas): 403
-    /// `QUOTA_EXCEEDED`, its name, limit and setting in `details`.
+    /// `QUOTA_EXCEEDED`; the message names the quota and its setting, `details` carry its name, limit
+    /// and setting (and for stored bytes what is used and what was asked for).
     #[error("{message}")]
-    QuotaExceeded { quota: &'static str, limit: u64, setting: &'static str, message: String },
+    QuotaExceeded {
+        quota: &'static str,
+        limit: u64,
+        setting: &'static str,
+        used: Option<u64>,
+        requested: Option<u64>,
+        message: String,
+    },
     /// A [`ApiError::Coded`] with `details` for the client (`SUBSCRIPTION_ACTIVE` and its portal link).
     #[error("{message}")]
     Detailed { status: u16, code: &'static str, message: String, details: Value },
@@ -180,8 +188,12 @@ impl ApiError {
         if let ApiError::SenderDomain { reason, domain, .. } = self {
             error["details"] = json!({ "reason": reason, "domain": domain });
         }
-        if let ApiError::QuotaExceeded { quota, limit, setting, .. } = self {
+        if let ApiError::QuotaExceeded { quota, limit, setting, used, requested, .. } = self {
             error["details"] = json!({ "quota": quota, "limit": limit, "setting": setting });
+            if let (Some(used), Some(requested)) = (used, requested) {
+                error["details"]["used"] = json!(used);
+                error["details"]["requested"] = json!(requested);
+            }
         }
         if let ApiError::Detailed { details, .. } = self {
             error["details"] = details.clone();

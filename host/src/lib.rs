@@ -212,6 +212,7 @@ impl App {
             schedule_audience: config.quotas.schedule_audience,
         });
         workflows.register(&mut registry);
+        services::projects::register(&mut registry, config.uploads_dir.clone());
         services::contact_jobs::register(&mut registry);
         services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
         services::contact_import::register(&mut registry, config.quotas.contacts);

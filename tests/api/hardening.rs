@@ -295,6 +295,11 @@ async fn deleting_a_project_removes_everything_it_owns_and_sends_nothing_it_had_
         p.secret.post("/v1/send", json!({"to": "a@example.com", "from": "a@shop.test", "subject": "s", "body": "b"}));
     assert_eq!(r.await.status, 200, "an email waits in the queue (the worker is stepped)");
 
+    // A contact's hourly workflow budget (written by workflow starts and emails).
+    for id in [&p.id, &other.id] {
+        let sql = "CREATE type::record('workflow_budget', [$p, 'c1']) SET project = $p, hour = 1, starts = 1";
+        st.store.query(sql, json!({ "p": id })).await.unwrap();
+    }
     let r = p.session.delete(&format!("/users/@me/projects/{}", p.id)).await;
     assert_eq!(r.status, 200, "{}", r.json);
     assert_envelope(&p.secret.get("/contacts").await, 401, "INVALID_API_KEY");
@@ -322,13 +327,15 @@ async fn deleting_a_project_removes_everything_it_owns_and_sends_nothing_it_had_
         }
     };
     let tables = ["contact", "event", "email", "template", "segment", "domain", "membership", "idempotency"];
-    for table in tables.into_iter().chain(["stat_event_day", "milestone", "contact_job", "usage_month"]) {
+    for table in
+        tables.into_iter().chain(["stat_event_day", "milestone", "contact_job", "usage_month", "workflow_budget"])
+    {
         assert_eq!(count(table, p.id.clone()).await, 0, "{table} rows of the deleted project are gone");
     }
     let bodies = st.store.query("SELECT count() AS n FROM email_body GROUP ALL", json!({})).await.unwrap().value(0);
     assert_eq!(bodies.unwrap()[0]["n"].as_i64().unwrap_or(0), 0, "email bodies went with their emails");
     // The other project keeps everything.
-    for table in ["contact", "event", "template", "segment", "stat_event_day"] {
+    for table in ["contact", "event", "template", "segment", "stat_event_day", "workflow_budget"] {
         assert!(count(table, other.id.clone()).await >= 1, "{table} of the other project");
     }
 }

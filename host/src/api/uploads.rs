@@ -1,14 +1,16 @@
 //! Image uploads (docs/behaviour.md#uploads): `POST /uploads/image` (multipart field `file`) stores an
-//! image and answers its public URL; `GET /uploads/:name` serves it with a long cache lifetime.
+//! image and answers its public URL; `GET /uploads/:name` streams it with a long cache lifetime.
 
 use salvo::http::StatusCode;
-use salvo::http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS};
+use salvo::http::header::{
+    CACHE_CONTROL, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HeaderValue, X_CONTENT_TYPE_OPTIONS,
+};
 use salvo::oapi::ToSchema;
 use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
 use serde::Serialize;
 
-use super::auth::{ApiKeyAuth, KeyRule};
+use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Reply, multipart_file};
 use super::state;
 use crate::error::ApiError;
@@ -42,7 +44,7 @@ pub fn router() -> Router {
 type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
 
 /// Stores an image for template bodies: 201 with its public URL, size, type and dimensions. The type
-/// is read from the content (415 for anything else); too large is 413.
+/// is read from the content (415 for anything else); too large is 413; past the project's quota 403.
 #[endpoint(
     tags("uploads"),
     security(("bearer" = [])),
@@ -52,8 +54,9 @@ type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
 pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     let fut: Fut<'_, Reply> = Box::pin(async move {
         let st = state(depot)?;
+        let project = project(depot)?.project_id;
         let (_, bytes) = multipart_file(req, st.config.upload_max_bytes).await?;
-        let u = uploads::store_image(&st, &bytes).await?;
+        let u = uploads::store_image(&st, &project, &bytes).await?;
         Reply::with(
             StatusCode::CREATED,
             &UploadOut {
@@ -69,20 +72,23 @@ pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply,
 }
 
 /// Serves an uploaded image (no authentication: it is meant for email bodies), cached for a year since
-/// its name is its content's hash.
+/// its name is its content's hash, streamed from the disk, and sandboxed (docs/security.md#uploads).
 #[endpoint(tags("uploads"), responses((status_code = 200, description = "the image")))]
 pub async fn get_upload(name: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
     let fut: Fut<'_, ()> = Box::pin(async move {
         let st = state(depot)?;
         let name = name.into_inner();
-        let Some((bytes, content_type)) = uploads::read_image(&st, &name).await else {
+        let Some(stored) = uploads::open_image(&st, &name).await else {
             return Err(ApiError::not_found("UPLOAD_NOT_FOUND", format!("Upload {name} not found")));
         };
         let h = res.headers_mut();
-        h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static(stored.content_type));
+        h.insert(CONTENT_LENGTH, HeaderValue::from(stored.len));
         h.insert(CACHE_CONTROL, HeaderValue::from_static("public, max-age=31536000, immutable"));
         h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-        res.write_body(bytes).map_err(|e| ApiError::Internal(e.to_string()))?;
+        // Opened on its own (not in a page), the file can run nothing and load nothing.
+        h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; sandbox"));
+        res.stream(stored.chunks());
         Ok(())
     });
     fut.await

@@ -2,9 +2,9 @@
 //! resetting one (its data deleted, the project kept), and deleting one. `DELETE /users/@me/projects/:id` removes the project row, its memberships and its
 //! sender domains at once (its keys stop working, its domain names are free) and queues a purge job in
 //! the same transaction; the job deletes everything else the project owns in batches (emails with their
-//! bodies, contacts, events, segments and memberships, campaigns, templates, idempotency keys) and gives
-//! its queued jobs up. Deliveries check that the project still exists, so nothing queued is sent after
-//! the delete answers.
+//! bodies, contacts, events, segments and memberships, campaigns, templates, idempotency keys, upload
+//! rows, then the uploaded files no other project names) and gives its queued jobs up. Deliveries check
+//! that the project still exists, so nothing queued is sent after the delete answers.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -74,16 +74,25 @@ pub async fn reset(
     Ok(job)
 }
 
-pub fn register(registry: &mut Registry) {
-    registry.register(PURGE_PROJECT_JOB, |ctx: JobContext| async move { purge_all(&ctx).await });
-    // A reset deletes what a purge deletes but the project's sending record (hourly counters,
-    // suspensions, billing counters); the project row, its members, keys and domains stay.
-    registry.register(RESET_PROJECT_JOB, |ctx: JobContext| async move { purge_all(&ctx).await });
+/// Registers the purge and reset jobs; `uploads_dir` is the folder of uploaded images, whose files a
+/// purge deletes once no project's upload row names them.
+pub fn register(registry: &mut Registry, uploads_dir: std::path::PathBuf) {
+    let dir = std::sync::Arc::new(uploads_dir);
+    for kind in [PURGE_PROJECT_JOB, RESET_PROJECT_JOB] {
+        // A reset deletes what a purge deletes but the project's sending record (hourly counters,
+        // suspensions, billing counters); the project row, its members, keys and domains stay.
+        let dir = dir.clone();
+        registry.register(kind, move |ctx: JobContext| {
+            let dir = dir.clone();
+            async move { purge_all(&ctx, &dir).await }
+        });
+    }
 }
 
-/// Deletes the data of the job's project batch after batch until nothing is left; the worker keeps the
-/// lease alive meanwhile, and a retry after a crash goes on from what is left.
-async fn purge_all(ctx: &JobContext) -> Result<(), String> {
+/// Deletes the data of the job's project batch after batch until nothing is left, then the uploaded
+/// files no project names any more; the worker keeps the lease alive meanwhile, and a retry after a
+/// crash goes on from what is left.
+async fn purge_all(ctx: &JobContext, uploads_dir: &std::path::Path) -> Result<(), String> {
     let Some(project) = ctx.payload["project"].as_str() else {
         return Err("a project job without a project".into());
     };
@@ -98,6 +107,7 @@ async fn purge_all(ctx: &JobContext) -> Result<(), String> {
             break;
         }
     }
+    crate::services::uploads::sweep(&ctx.store, uploads_dir, project).await?;
     // A deleted project's billing counters go too; a reset keeps them (it must not reopen a used-up
     // month's limits), as it keeps the hourly counters and suspensions the suspension check reads.
     if ctx.kind == PURGE_PROJECT_JOB {

@@ -51,6 +51,8 @@ fn exceeded(quota: &'static str, limit: u64, setting: &'static str, what: &str) 
         quota,
         limit,
         setting,
+        used: None,
+        requested: None,
         message: format!("{what}: the most this server allows is {limit} ({setting})"),
     }
 }

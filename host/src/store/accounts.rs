@@ -377,8 +377,9 @@ impl Store {
 
     /// Deletes up to `batch` rows of a deleted project's data in one transaction, table by table (the
     /// emails with their bodies, segment memberships, events, campaign milestones, contact jobs, contacts,
-    /// campaigns with their batch markers, workflows, segments, templates, idempotency keys, analytics
-    /// counters, suspensions), and gives its queued jobs up. A `reset` keeps the hourly counters and
+    /// campaigns with their batch markers, workflows and their contacts' hourly budgets, segments,
+    /// templates, idempotency keys, upload rows, analytics counters, suspensions), and gives its queued
+    /// jobs up. A `reset` keeps the hourly counters and
     /// the suspensions, which the suspension check reads (docs/behaviour.md#project-setup-and-security).
     /// Returns how many rows it deleted: 0 when nothing is left.
     pub async fn purge_project_batch(
@@ -394,6 +395,7 @@ impl Store {
              DELETE array::map($r, |$i| type::record('email_body', $i)) RETURN NONE;
              DELETE array::map($r, |$i| type::record('provider_message', $i)) RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM segment_track:[$p, NONE]..[$p, {}] LIMIT $n); DELETE $r RETURN NONE;",
+            "LET $r = (SELECT VALUE id FROM workflow_budget:[$p, NONE]..[$p, {}] LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM segment_member WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM event WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM milestone WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
@@ -412,6 +414,9 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM template WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM idempotency WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM attachment_set WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            // Its upload rows (the files themselves are the service's: `services::uploads::sweep`).
+            super::uploads::PURGE_UPLOADS,
+            super::uploads::PURGE_UPLOAD_USAGE,
             // The counters last: an event dispatched meanwhile is counted before its event is gone.
             "LET $r = (SELECT VALUE id FROM stat_campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM stat_event_day WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",

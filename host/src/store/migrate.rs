@@ -44,6 +44,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0034_pending_signups.surql", include_str!("../../../migrations/0034_pending_signups.surql")),
     ("0035_billing_hardening.surql", include_str!("../../../migrations/0035_billing_hardening.surql")),
     ("0036_workflow_loops.surql", include_str!("../../../migrations/0036_workflow_loops.surql")),
+    ("0037_uploads.surql", include_str!("../../../migrations/0037_uploads.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -31,6 +31,7 @@ pub mod quotas;
 pub mod segments;
 pub mod suspensions;
 pub mod templates;
+pub mod uploads;
 pub mod workflow_budgets;
 pub mod workflow_runs;
 pub mod workflows;

@@ -592,10 +592,10 @@ pub async fn ensure_recurring(store: &Store, registry: &Registry, now: i64) -> R
 
 pub const PURGE_JOBS: &str = "jobs.purge";
 
-/// Handlers of the host's own job kinds.
+/// Handlers of the host's own job kinds (`App::from_store` adds those that need the configuration, the
+/// project purge among them).
 pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
-    crate::services::projects::register(&mut r);
     r.every(PURGE_JOBS, 3_600_000);
     r.register(PURGE_JOBS, |ctx: JobContext| async move {
         // Keep finished jobs for a week for inspection.
