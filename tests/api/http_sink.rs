@@ -107,3 +107,19 @@ pub async fn start_with(answer: Answer) -> HttpSink {
     });
     HttpSink { addr, got }
 }
+
+/// A server on loopback that answers every request 302 to `location` (and closes).
+pub async fn redirect_to(location: String) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let mut buf = [0u8; 16 * 1024];
+            let _ = sock.read(&mut buf).await;
+            let answer =
+                format!("HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let _ = sock.write_all(answer.as_bytes()).await;
+        }
+    });
+    addr
+}

@@ -178,6 +178,30 @@ async fn a_misbehaving_step_fails_only_its_own_call_and_loopback_needs_the_opera
 }
 
 #[tokio::test]
+async fn a_webhook_redirected_to_another_host_sends_it_no_credentials_or_custom_headers() {
+    let sink = http_sink::start(200, "{}").await;
+    let redirector = http_sink::redirect_to(sink.url("/landing")).await;
+    let mut config = config_with(&[plugin_kit::WEBHOOK]);
+    grant(&mut config, "webhook", PluginGrant { allow_private: true, ..Default::default() });
+    let s = Server::start_with(config, None).await;
+    let webhook = step_input(
+        "WEBHOOK",
+        json!({ "url": format!("http://{redirector}/hook"), "method": "GET",
+                "headers": { "Authorization": "Bearer crm-secret", "Cookie": "sid=1", "X-Api-Key": "k-1" } }),
+    );
+    let out = s.state.plugins.execute_step(&webhook).await.unwrap();
+    let output: serde_json::Value = serde_json::from_str(out.output.as_deref().unwrap()).unwrap();
+    assert_eq!(output["status"], 200, "{output}");
+    let got = sink.requests();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].path, "/landing");
+    for gone in ["authorization", "cookie", "x-api-key"] {
+        assert!(got[0].header(gone).is_none(), "{gone} followed the redirect to another origin: {:?}", got[0].headers);
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
 async fn update_contact_returns_a_patch() {
     let s = Server::start_with(config_with(&[plugin_kit::UPDATE_CONTACT]), None).await;
     let input = step_input("UPDATE_CONTACT", json!({"updates": {"plan": "team"}, "subscriptionAction": "unsubscribe"}));
