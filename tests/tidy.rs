@@ -1,7 +1,15 @@
-//! The tidy check: the layering rules of ARCHITECTURE.md ("Invariants"), enforced on the host's source.
+//! The tidy check: the layering rules of ARCHITECTURE.md ("Invariants") that Cargo cannot hold, enforced
+//! on the source of the core (`host/core/src`, paths as `store/…`) and of the server (`host/src`, paths
+//! as `api/…`, `lib.rs`, `main.rs`). Cargo holds the first rule: the core's manifest has no salvo, so
+//! nothing of it can name the server.
 //!
 //! - only `api/` imports salvo; only `store/` imports surrealdb or writes SurrealQL; nothing below the API
 //!   reaches up into `api/` (`lib.rs` and `main.rs` wire it);
+//! - inside the core, layers import only downwards: `domain/` nothing of `store/`, `services/` or the
+//!   services' handle (`state.rs`), `store/` nothing of `services/` or `state.rs`, `infra/` nothing of
+//!   `services/` or `state.rs`, `error.rs` nothing of `services/`;
+//! - no file of the core names the server's error type or an HTTP status type (`ApiError`, `StatusCode`):
+//!   the core's errors say what went wrong, the server's table (`api/errors.rs`) chooses the status;
 //! - only the clock (`infra/clock.rs`, and the plugin runtime's `clock.rs`) reads the wall clock (everything else asks the injected clock, so tests can move time);
 //! - handlers in `api/` call services, never the store (they may hand it to a service);
 //! - statuses are named by their enums (`domain/status.rs`), never as string literals (SurrealQL aside);
@@ -102,6 +110,16 @@ fn violations(rel: &str, source: &str) -> Vec<String> {
     let in_api = rel.starts_with("api/");
     let in_store = rel.starts_with("store/");
     let in_domain = rel.starts_with("domain/");
+    let in_server = in_api || matches!(rel, "lib.rs" | "main.rs");
+    // The plugin runtime is an HTTP client and reads the statuses of the answers it fetches.
+    let in_core = !in_server && !rel.starts_with("plugin-runtime/");
+    // What each layer of the core may not import: (layer, modules, what to say).
+    let below: &[(&str, &[&str])] = &[
+        ("domain/", &["crate::store", "crate::services", "crate::state"]),
+        ("store/", &["crate::services", "crate::state"]),
+        ("infra/", &["crate::services", "crate::state"]),
+        ("error.rs", &["crate::services"]),
+    ];
     for (n, line) in code.iter().enumerate() {
         let at = format!("{rel}:{}", n + 1);
         let text = line.trim_start();
@@ -131,6 +149,18 @@ fn violations(rel: &str, source: &str) -> Vec<String> {
         }
         if in_domain && IO.iter().any(|c| uses_path(text, c)) {
             found.push(format!("{at}: I/O in domain/"));
+        }
+        for (layer, above) in below {
+            if rel.starts_with(layer)
+                && let Some(m) =
+                    above.iter().find(|m| text.contains(&format!("{m}::")) || text.contains(&format!("{m};")))
+            {
+                found.push(format!("{at}: {layer} imports {m} (layers import only downwards)"));
+            }
+        }
+        if in_core && (uses_path(text, "ApiError") || text.contains("ApiError") || text.contains("StatusCode")) {
+            found
+                .push(format!("{at}: the server's error or an HTTP status in the core (return a crate::error::Error)"));
         }
     }
     found
@@ -186,7 +216,8 @@ fn check_tree(root: &Path, prefix: &str, at_least: usize) -> Vec<String> {
 #[test]
 fn the_host_keeps_its_layering_rules() {
     let host = &manifest_dir();
-    let mut found = check_tree(&host.join("src"), "", 50);
+    let mut found = check_tree(&host.join("core/src"), "", 100);
+    found.extend(check_tree(&host.join("src"), "", 30));
     found.extend(check_tree(&host.join("plugin-runtime/src"), "plugin-runtime/", 7));
     assert!(found.is_empty(), "the layering rules of ARCHITECTURE.md are broken:\n{}", found.join("\n"));
 }
@@ -199,14 +230,27 @@ fn dependencies(manifest: &str) -> Vec<String> {
         if line.starts_with('[') {
             inside = line == "[dependencies]";
         } else if inside && let Some((name, _)) = line.split_once('=') {
-            names.push(name.trim().to_string());
+            // `tokio.workspace = true` names the crate before the dot.
+            names.push(name.trim().split('.').next().unwrap_or_default().to_string());
         }
     }
     names
 }
 
 /// Dependencies the plugin runtime and the test kit must not have.
-const NOT_FOR_PLUGIN_AUTHORS: &[&str] = &["surrealdb", "salvo", "salvo-oapi", "herald-host"];
+const NOT_FOR_PLUGIN_AUTHORS: &[&str] = &["surrealdb", "salvo", "salvo-oapi", "herald-host", "herald-core"];
+
+/// Dependencies the core must not have: it names no front end.
+const NOT_FOR_THE_CORE: &[&str] = &["salvo", "salvo-oapi", "herald-host"];
+
+#[test]
+fn the_core_depends_on_no_front_end() {
+    let text = std::fs::read_to_string(manifest_dir().join("core/Cargo.toml")).expect("read the core's manifest");
+    let deps = dependencies(&text);
+    assert!(deps.iter().any(|d| d == "surrealdb"), "core/Cargo.toml: its [dependencies] were not found");
+    let bad: Vec<_> = deps.iter().filter(|d| NOT_FOR_THE_CORE.contains(&d.as_str())).collect();
+    assert!(bad.is_empty(), "core/Cargo.toml depends on {bad:?}");
+}
 
 #[test]
 fn the_plugin_runtime_and_test_kit_need_no_database_or_server() {
@@ -219,8 +263,8 @@ fn the_plugin_runtime_and_test_kit_need_no_database_or_server() {
         assert!(bad.is_empty(), "{manifest} depends on {bad:?}");
     }
     // The check itself: a manifest that pulls the host in is caught.
-    let sample = "[package]\nname = \"x\"\n\n[dependencies]\nherald-host = { path = \"../host\" }\ntokio = \"1\"\n";
-    assert_eq!(dependencies(sample), ["herald-host", "tokio"]);
+    let sample = "[package]\nname = \"x\"\n\n[dependencies]\nherald-host = { path = \"../host\" }\ntokio = \"1\"\nsalvo.workspace = true\n";
+    assert_eq!(dependencies(sample), ["herald-host", "tokio", "salvo"]);
 }
 
 #[test]
@@ -246,6 +290,23 @@ fn each_rule_catches_what_it_forbids() {
         ("api/contacts.rs", "let c = st.store.contact(&p, &id).await?;", "a handler calls the store"),
         ("services/campaigns/mod.rs", r#"if c.status == "SENDING" {"#, "a status as a string literal"),
         ("store/jobs.rs", r#"vars! { "status": "queued" }"#, "a status as a string literal"),
+        ("domain/contacts.rs", "use crate::store::contacts::Contact;", "domain/ imports crate::store"),
+        ("domain/workflows/run.rs", "let n = crate::services::workflows::MAX;", "domain/ imports crate::services"),
+        ("domain/billing.rs", "use crate::state;", "domain/ imports crate::state"),
+        ("store/jobs.rs", "let j = crate::services::projects::purge_job(p, 1);", "store/ imports crate::services"),
+        ("store/mod.rs", "use crate::state::AppState;", "store/ imports crate::state"),
+        ("infra/jobs/mod.rs", "crate::services::projects::register(&mut r);", "infra/ imports crate::services"),
+        (
+            "error.rs",
+            "impl From<crate::services::segments::SegmentError> for Error {",
+            "error.rs imports crate::services",
+        ),
+        ("services/suspension.rs", "use crate::error::ApiError;", "the server's error or an HTTP status in the core"),
+        (
+            "services/payments.rs",
+            "let s = http::StatusCode::CONFLICT;",
+            "the server's error or an HTTP status in the core",
+        ),
     ];
     for (rel, line, rule) in cases {
         let found = violations(rel, line);
@@ -267,6 +328,10 @@ fn each_rule_catches_what_it_forbids() {
         ("domain/status.rs", r#"Sending = "SENDING","#),
         ("store/campaigns.rs", r#"q("SELECT id FROM campaign WHERE status = 'SENDING'")"#),
         ("api/domains.rs", "let list = sending_domains::list(&st.store, &project_id).await?;"),
+        ("api/errors.rs", "pub fn status(e: &ApiError) -> StatusCode {"),
+        ("services/campaigns/manage.rs", "use crate::store::campaigns::CampaignRow;"),
+        ("domain/conditions.rs", "use crate::infra::clock::parse_rfc3339;"),
+        ("services/send.rs", "use crate::error::Error;"),
         ("big.rs", &format!("{}#[cfg(test)]\n{}", "let x = 1;\n".repeat(MAX_LINES), "let y = 2;\n".repeat(50))),
     ];
     for (rel, source) in allowed {

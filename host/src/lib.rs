@@ -1,101 +1,21 @@
-//! Herald host: the server behind the `herald` binary. [`App::build`] assembles the whole application
-//! from a [`Config`] so tests boot the real thing in-process on an ephemeral port.
-//!
-//! Module map (see ARCHITECTURE.md): `api` (salvo, HTTP only: parses, calls a service, renders) →
-//! `services` (one module per capability: its rules, transactions and jobs) → `store` (the only module
-//! that imports surrealdb); `domain` holds pure rules, `infra` what every capability builds on (clock,
-//! job queue, group commit, metrics, security, DNS, DKIM).
+//! Herald's HTTP server, the front end behind the `herald` binary: routing, request parsing, the OpenAPI
+//! document, the error envelope, the pages (`api`), and the CLI (`main.rs`). The rules are in the core
+//! crate (`herald-core`, re-exported here under the names they always had); [`App::build`] assembles the
+//! core and serves it, so tests boot the real thing in-process on an ephemeral port.
 
 pub mod api;
-pub mod config;
-pub mod domain;
-pub mod error;
-pub mod infra;
-pub mod services;
-pub mod state;
-pub mod store;
 
-/// The plugin runtime (its own crate, `host/plugin-runtime`), where the host has always found it.
-pub use herald_plugin_runtime as plugins;
+pub use herald_core::{BuildError, DOMAIN_CHECK_JOB, config, domain, error, infra, plugins, services, state, store};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
-use crate::infra::{dkim, dns, jobs, ratelimit, security};
-use crate::services::{accept, campaigns, compose, delivery, events, ingest, segments, sending_domains, workflows};
-
 use crate::config::Config;
-use crate::infra::clock::{SharedClock, SystemClock};
-use crate::infra::jobs::{Registry, Worker, WorkerOptions};
-use crate::state::{AppState, KeyCache};
-use crate::store::{Store, StoreError};
-
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot listen: {0}")]
-    Listen(std::io::Error),
-    #[error("DNS: {0}")]
-    Dns(String),
-    #[error("transport: {0}")]
-    Transport(String),
-    #[error("plugins: {0}")]
-    Plugins(String),
-    #[error("server secret: {0}")]
-    Secret(String),
-}
-
-/// The server secret when `HERALD_SECRET` is not set. On the embedded engine it lives in a file of its
-/// own beside the data directory (`<data dir>.secret`, mode 0600), generated on first start, so a copy of
-/// the database alone (a backup, a leaked directory) cannot open DKIM keys or forge tokens; back the file
-/// up apart from the data. A secret that older versions kept in the database moves into the file (and out
-/// of the database) on start. `mem://` gets a fresh secret per process; a SurrealDB server shared by
-/// several processes needs `HERALD_SECRET`.
-async fn server_secret(db: &str, store: &store::Store) -> Result<String, BuildError> {
-    if db.starts_with("mem://") {
-        return Ok(store.setting("secret").await?.unwrap_or_else(security::generate_secret));
-    }
-    let Some(dir) = db.strip_prefix("surrealkv://") else {
-        return Err(BuildError::Secret(
-            "set HERALD_SECRET: processes sharing a database server must share one secret".into(),
-        ));
-    };
-    let file = std::path::PathBuf::from(format!("{}.secret", dir.trim_end_matches('/')));
-    let stored = store.setting("secret").await?;
-    let secret = match std::fs::read_to_string(&file) {
-        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
-        Ok(_) => return Err(BuildError::Secret(format!("{} is empty", file.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let secret = stored.clone().unwrap_or_else(security::generate_secret);
-            write_private(&file, &secret).map_err(|e| BuildError::Secret(format!("{}: {e}", file.display())))?;
-            secret
-        }
-        Err(e) => return Err(BuildError::Secret(format!("{}: {e}", file.display()))),
-    };
-    if stored.is_some() {
-        store.delete_setting("secret").await?;
-    }
-    Ok(secret)
-}
-
-/// Writes a file only its owner can read (created with mode 0600, never widened).
-fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut f = options.open(path)?;
-    f.write_all(contents.as_bytes())?;
-    f.sync_all()
-}
-
-/// The recurring job that re-checks every sender domain's DNS.
-pub const DOMAIN_CHECK_JOB: &str = "domains.check";
+use crate::infra::clock::SharedClock;
+use crate::infra::jobs::{Registry, Worker};
+use crate::state::AppState;
+use crate::store::Store;
 
 /// The assembled application, not yet serving.
 pub struct App {
@@ -103,16 +23,21 @@ pub struct App {
     pub worker: Worker,
 }
 
+impl From<herald_core::Core> for App {
+    fn from(core: herald_core::Core) -> Self {
+        App { state: core.state, worker: core.worker }
+    }
+}
+
 impl App {
     /// Builds the application with the system clock.
     pub async fn build(config: Config) -> Result<App, BuildError> {
-        Self::build_with(config, Arc::new(SystemClock), jobs::builtin_registry()).await
+        Ok(herald_core::Core::build(config).await?.into())
     }
 
     /// Builds the application with a given clock and job handlers (tests use a manual clock).
     pub async fn build_with(config: Config, clock: SharedClock, registry: Registry) -> Result<App, BuildError> {
-        let store = Store::connect(&config).await?;
-        Self::from_store(config, store, clock, registry).await
+        Ok(herald_core::Core::build_with(config, clock, registry).await?.into())
     }
 
     /// Builds the application on an already connected (and migrated) store.
@@ -120,184 +45,18 @@ impl App {
         config: Config,
         store: Store,
         clock: SharedClock,
-        mut registry: Registry,
+        registry: Registry,
     ) -> Result<App, BuildError> {
-        let bus = Arc::new(events::EventBus::default());
-        bus.register(&mut registry, config.event_dispatch_ms);
-        let secret = match &config.secret {
-            Some(s) => s.clone(),
-            None => server_secret(&config.db, &store).await?,
-        };
-        let dns = dns::Dns::new(&config.dns_servers, Duration::from_millis(config.dns_timeout_ms))
-            .map_err(BuildError::Dns)?;
-        let domains = Arc::new(sending_domains::Domains {
-            dns,
-            storage_key: dkim::storage_key(&secret),
-            settings: domain::domains::RecordSettings {
-                selector: config.dkim_selector.clone(),
-                spf_mechanism: config.spf_mechanism.clone(),
-                return_path_host: config.return_path_host.clone(),
-            },
-        });
-        {
-            let domains = domains.clone();
-            registry.every(DOMAIN_CHECK_JOB, config.domain_check_ms);
-            registry.register(DOMAIN_CHECK_JOB, move |ctx: jobs::JobContext| {
-                let domains = domains.clone();
-                async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
-            });
-        }
-        let smtp = match &config.smtp_url {
-            Some(url) => Some(delivery::Transport::smtp(url).map_err(BuildError::Transport)?),
-            None => None,
-        };
-        let plugins = plugins::PluginHost::new(
-            plugins::Options {
-                dir: config.plugins_dir.clone(),
-                cache_dir: config.plugin_cache_dir.clone(),
-                grants: config.plugin_grants.clone(),
-            },
-            clock.clone(),
-        )
-        .map_err(BuildError::Plugins)?;
-        plugins.load_all().await;
-        let throttle = ratelimit::SendThrottle::new(config.send_rate_per_second, clock.clone());
-        let ledger = delivery::ledger::Ledger::start(store.clone(), clock.clone());
-        let delivery = Arc::new(delivery::Delivery {
-            smtp,
-            file: delivery::Transport::File(config.mail_dir.clone()),
-            default_transport: config.default_transport(),
-            plugins: plugins.clone(),
-            signers: Default::default(),
-            domains: domains.clone(),
-            throttle,
-            sign: config.dkim_signing,
-            ledger: ledger.clone(),
-            handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
-        });
-        delivery.register(&mut registry);
-        let system_mail = Arc::new(
-            services::system_mail::SystemMail::new(&config.system_from, &secret, delivery.clone())
-                .map_err(BuildError::Transport)?,
-        );
-        system_mail.register(&mut registry);
-        let segments = segments::Engine::new(store.clone(), plugins.clone());
-        segments.register(&mut registry);
-        let composer = Arc::new(compose::Composer {
-            templates: domain::templating::Engine::new(),
-            links_key: security::derive_key(&secret, "herald-links-v1"),
-            tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
-            public_url: config.public_url.clone(),
-        });
-        let campaigns = Arc::new(campaigns::Campaigns {
-            store: store.clone(),
-            clock: clock.clone(),
-            composer: composer.clone(),
-            segments: segments.clone(),
-            batch_size: config.campaign_batch_size,
-            delivery_chunk: config.campaign_delivery_chunk,
-            wake: Default::default(),
-            recounted: Default::default(),
-        });
-        campaigns.register(&mut registry, config.campaign_progress_ms);
-        let workflows = Arc::new(workflows::engine::Engine {
-            store: store.clone(),
-            clock: clock.clone(),
-            plugins: plugins.clone(),
-            segments: segments.clone(),
-            composer: composer.clone(),
-            wake: Default::default(),
-            listening: Default::default(),
-            budgets: workflows::limits::Budgets::of(&config),
-            schedule_audience: config.quotas.schedule_audience,
-        });
-        workflows.register(&mut registry);
-        services::projects::register(&mut registry, config.uploads_dir.clone());
-        services::contact_jobs::register(&mut registry);
-        services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
-        services::contact_import::register(&mut registry, config.quotas.contacts);
-        bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));
-        jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
-        let worker = Worker::new(
-            store.clone(),
-            clock.clone(),
-            registry,
-            WorkerOptions {
-                id: format!("worker-{}", uuid::Uuid::new_v4()),
-                concurrency: config.job_concurrency,
-                lease_ms: config.job_lease_ms,
-                poll: Duration::from_millis(config.job_poll_ms),
-                due_reuse: jobs::DUE_REUSE,
-            },
-        );
-        let _ = campaigns.wake.set(worker.waker());
-        let _ = workflows.wake.set(worker.waker());
-        let state = Arc::new(AppState {
-            session_key: security::derive_key(&secret, "herald-session-v1"),
-            links_key: security::derive_key(&secret, "herald-links-v1"),
-            tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
-            notifications_key: security::derive_key(&secret, "herald-notifications-v1"),
-            limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
-            login_failures: ratelimit::FailureThrottle::new(
-                services::accounts::LOGIN_FAILURES,
-                services::accounts::LOGIN_WINDOW_MS,
-                clock.clone(),
-            ),
-            account_mail: services::account_mail::Throttles::new(clock.clone()),
-            passwords: Default::default(),
-            quotas: services::quotas::Ceilings::new(config.quotas),
-            oauth_documents: Default::default(),
-            system_mail,
-            stripe: match &config.stripe {
-                Some(c) => Some(Arc::new(infra::stripe::Stripe::new(c).map_err(BuildError::Transport)?)),
-                None => None,
-            },
-            keys: KeyCache::default(),
-            bus,
-            domains,
-            templates: domain::templating::Engine::new(),
-            job_wake: worker.waker(),
-            ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
-            accepter: accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes),
-            plugins,
-            segments,
-            composer,
-            campaigns,
-            workflows,
-            config,
-            store,
-            clock,
-        });
-        Ok(App { state, worker })
+        Ok(herald_core::Core::from_store(config, store, clock, registry).await?.into())
     }
 
     /// Starts serving on `listener` and running jobs. Returns at once with a handle.
     pub async fn start(self, listener: tokio::net::TcpListener) -> Result<Running, BuildError> {
         let addr = listener.local_addr().map_err(BuildError::Listen)?;
         let http = api::serve::serve(self.state.clone(), listener).map_err(BuildError::Listen)?;
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let plugin_watch = match self.state.plugins.watch() {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "plugins folder is not watched; restart to pick up new plugins");
-                None
-            }
-        };
-        tokio::spawn(watch_key_epoch(self.state.clone(), stop_rx.clone()));
-        let worker_task = if self.state.config.run_jobs {
-            let st = &self.state;
-            tokio::spawn(services::events::EventBus::hurry(
-                st.store.clone(),
-                st.clock.clone(),
-                self.worker.waker(),
-                self.worker.on_finished(services::events::DISPATCH_JOB),
-                stop_rx.clone(),
-            ));
-            tokio::spawn(self.worker.clone().run(stop_rx))
-        } else {
-            tokio::spawn(async {})
-        };
-        Ok(Running { addr, state: self.state, http, stop_tx, worker_task, _plugin_watch: plugin_watch })
+        let state = self.state.clone();
+        let background = herald_core::Core { state: self.state, worker: self.worker }.start();
+        Ok(Running { addr, state, http, background })
     }
 
     /// Binds the configured address and starts.
@@ -307,30 +66,12 @@ impl App {
     }
 }
 
-/// Polls the shared `keys_epoch` so that keys regenerated or deleted through another process stop
-/// working here within `key_cache_check_ms`.
-async fn watch_key_epoch(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
-    let period = Duration::from_millis(state.config.key_cache_check_ms);
-    loop {
-        match state.store.setting("keys_epoch").await {
-            Ok(epoch) => state.keys.observe_epoch(epoch),
-            Err(e) => tracing::warn!(error = %e, "cannot read the key epoch"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = stop.changed() => return,
-        }
-    }
-}
-
 /// A running server.
 pub struct Running {
     pub addr: SocketAddr,
     pub state: Arc<AppState>,
     http: api::serve::HttpServer,
-    stop_tx: watch::Sender<bool>,
-    worker_task: tokio::task::JoinHandle<()>,
-    _plugin_watch: Option<plugins::watch::Watcher>,
+    background: herald_core::Background,
 }
 
 impl Running {
@@ -338,8 +79,8 @@ impl Running {
     /// finish, release leases.
     pub async fn shutdown(self) {
         self.http.stop(Duration::from_secs(30));
-        let _ = self.stop_tx.send(true);
+        self.background.signal();
         self.http.stopped().await;
-        let _ = self.worker_task.await;
+        self.background.stop().await;
     }
 }

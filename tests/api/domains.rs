@@ -204,7 +204,7 @@ async fn the_sender_check_refuses_unregistered_foreign_and_unverified_domains() 
         ("news@theirs-pending.example", "DOMAIN_NOT_REGISTERED"),
         ("news@pending.example", "DOMAIN_NOT_VERIFIED"),
     ] {
-        let err = check(from).await.unwrap_err();
+        let err = herald_host::api::errors::ApiError::from(check(from).await.unwrap_err());
         assert_eq!(err.status_code(), 403, "{from}");
         let body = err.body("rid");
         assert_eq!(body["error"]["code"], "INTERNAL_SERVER_ERROR", "the exception the interface names");

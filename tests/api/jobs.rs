@@ -40,7 +40,7 @@ fn counting(kind: &str, counter: Arc<Mutex<HashMap<String, usize>>>) -> Registry
         let counter = counter.clone();
         async move {
             *counter.lock().unwrap().entry(ctx.payload["n"].to_string()).or_default() += 1;
-            Ok(())
+            Ok::<(), String>(())
         }
     });
     r
@@ -157,7 +157,7 @@ async fn a_panicking_handler_fails_only_its_attempt() {
         if true {
             panic!("handler bug");
         }
-        Ok(())
+        Ok::<(), String>(())
     });
     let w = worker(&store, &clock, r, "w");
     let ran = w.run_once(10).await.unwrap();
@@ -178,7 +178,7 @@ async fn recurring_jobs_queue_themselves_again_and_register_once() {
         let c = c2.clone();
         async move {
             c.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+            Ok::<(), String>(())
         }
     });
     let w = worker(&store, &clock, r, "w");
@@ -212,9 +212,9 @@ async fn a_waiter_on_a_kind_hears_each_recorded_outcome_of_that_kind_only() {
     let tick = store.ensure_recurring("tick", 60_000, T0).await.unwrap();
     store.ensure_recurring("tock", 60_000, T0 + 30_000).await.unwrap();
     let mut r = Registry::new();
-    r.register("tick", |_| async { Ok(()) });
-    r.register("tock", |_| async { Ok(()) });
-    r.register_batch("bulk", 8, |ctxs| async move { ctxs.iter().map(|_| Ok(())).collect() });
+    r.register("tick", |_| async { Ok::<(), String>(()) });
+    r.register("tock", |_| async { Ok::<(), String>(()) });
+    r.register_batch("bulk", 8, |ctxs| async move { ctxs.iter().map(|_| Ok::<(), String>(())).collect() });
     let w = worker(&store, &clock, r, "w");
     let (on_tick, on_tock) = (w.on_finished("tick"), w.on_finished("tock"));
     let heard = |n: Arc<tokio::sync::Notify>| async move {
@@ -271,7 +271,7 @@ fn counting_runs(kinds: &[&str], ran: &Arc<AtomicUsize>, hold: Duration) -> Regi
             async move {
                 tokio::time::sleep(hold).await;
                 ran.fetch_add(1, Ordering::SeqCst);
-                Ok(())
+                Ok::<(), String>(())
             }
         });
     }
@@ -423,7 +423,7 @@ async fn a_job_whose_attempts_never_finish_is_dead_lettered_instead_of_crash_loo
         let seen = seen.clone();
         async move {
             seen.fetch_add(1, Ordering::SeqCst);
-            Ok(())
+            Ok::<(), String>(())
         }
     });
     let w = worker(&store, &clock, registry, "survivor");
@@ -512,4 +512,67 @@ async fn the_worker_asks_only_for_kinds_that_are_due_queued_or_with_an_expired_l
     due.sort();
     assert_eq!(due, ["due", "held", "later", "stale"]);
     assert!(store.due_kinds(&[], clock.now_ms()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_job_whose_payload_does_not_parse_is_dead_lettered_at_once_with_the_reason() {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Wants {
+        project: String,
+    }
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let mut job = NewJob::new("typed", json!({ "project": 7 }), T0);
+    job.max_attempts = 5;
+    let id = store.enqueue(&job, T0).await.unwrap();
+    let ran_handler = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::new();
+    let counter = ran_handler.clone();
+    r.register("typed", move |ctx| {
+        let counter = counter.clone();
+        async move {
+            let _: Wants = ctx.payload()?;
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok::<(), herald_host::infra::jobs::JobError>(())
+        }
+    });
+    let w = worker(&store, &clock, r, "w");
+    let ran = w.run_once(10).await.unwrap();
+    assert_eq!(ran[0].1, Outcome::Dead, "no attempt can make the payload parse: it is not retried");
+    assert_eq!(ran_handler.load(Ordering::SeqCst), 0);
+    let job = store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status.as_str(), "dead");
+    assert_eq!(job.attempts, 1);
+    let error = job.last_error.unwrap_or_default();
+    assert!(error.contains("typed job does not parse") && error.contains("project"), "{error}");
+}
+
+#[tokio::test]
+async fn the_real_job_kinds_dead_letter_a_payload_that_does_not_parse_instead_of_completing_it() {
+    let s = crate::harness::Server::start_stepped().await;
+    let store = &s.state.store;
+    let mut ids = Vec::new();
+    for kind in [
+        herald_host::services::campaigns::START_JOB,
+        herald_host::services::campaigns::RESOLVE_JOB,
+        herald_host::services::campaigns::BATCH_JOB,
+        herald_host::services::projects::PURGE_PROJECT_JOB,
+        herald_host::services::delivery::DELIVER_JOB,
+    ] {
+        let mut job = NewJob::new(kind, json!({ "campaign": ["not", "an", "id"] }), T0);
+        job.max_attempts = 5;
+        ids.push((kind, store.enqueue(&job, s.clock().now_ms()).await.unwrap()));
+    }
+    for _ in 0..5 {
+        s.worker.run_once(20).await.unwrap();
+    }
+    for (kind, id) in ids {
+        let job = store.job(&id).await.unwrap().unwrap();
+        assert_eq!(job.status.as_str(), "dead", "{kind}");
+        assert_eq!(job.attempts, 1, "{kind}: dead-lettered at the first attempt");
+        let error = job.last_error.unwrap_or_default();
+        assert!(error.contains("does not parse"), "{kind}: {error}");
+    }
+    s.stop().await;
 }

@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::auth::{AUTH_MAX_BODY, COOKIE, OkOut, UserOut, client_ip, session_cookie, session_user};
 use super::body::{Fields, Reply, json_object_max};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::infra::security::PASSWORD_CHARS;
 use crate::services::{account_mail, invitations};
 
@@ -87,7 +88,7 @@ pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Resul
         let email = match (&session, email) {
             (Some(u), _) => u.email.clone(),
             (None, Some(e)) => e,
-            (None, None) => return Err(ApiError::Internal("validated email missing".into())),
+            (None, None) => return Err(Error::Internal("validated email missing".into()).into()),
         };
         if account_mail::throttle(&st, &email, &client_ip(req))? {
             account_mail::request_verification(&st, &email).await?;
@@ -112,7 +113,7 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot, res: &mut Respon
         let password = f.string("password", true, 1, PASSWORD_CHARS.1);
         f.finish()?;
         let (Some(token), Some(password)) = (token, password) else {
-            return Err(ApiError::Internal("validated fields missing".into()));
+            return Err(Error::Internal("validated fields missing".into()).into());
         };
         let user = account_mail::verify_email(&st, &token, &password).await?;
         res.add_cookie(session_cookie(&st, &user));
@@ -131,7 +132,7 @@ pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Res
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
         f.finish()?;
-        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        let email = email.ok_or_else(|| Error::Internal("validated email missing".into()))?;
         if account_mail::throttle(&st, &email, &client_ip(req))? {
             account_mail::request_password_reset(&st, &email).await?;
         }
@@ -152,7 +153,7 @@ pub async fn reset_password(req: &mut Request, depot: &mut Depot, res: &mut Resp
         let password = f.string("password", true, PASSWORD_CHARS.0, PASSWORD_CHARS.1);
         f.finish()?;
         let (Some(token), Some(password)) = (token, password) else {
-            return Err(ApiError::Internal("validated fields missing".into()));
+            return Err(Error::Internal("validated fields missing".into()).into());
         };
         let user = account_mail::reset_password(&st, &token, &password).await?;
         res.add_cookie(session_cookie(&st, &user));
@@ -172,7 +173,7 @@ pub async fn accept_invitation(req: &mut Request, depot: &mut Depot) -> Result<R
         let mut f = Fields::new(&body);
         let token = token_of(&mut f);
         f.finish()?;
-        let token = token.ok_or_else(|| ApiError::Internal("validated token missing".into()))?;
+        let token = token.ok_or_else(|| Error::Internal("validated token missing".into()))?;
         let (project_id, role) = invitations::accept(&st, &user, &token).await?;
         Reply::ok(&JoinedOut { project_id, role: role.as_str().to_string() })
     });

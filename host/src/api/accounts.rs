@@ -10,7 +10,8 @@ use serde::Serialize;
 use super::auth::{UserOut, require_session, role_in, user};
 use super::body::{Fields, Reply, json_object};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::infra::security;
 use crate::services::{accounts, invitations};
@@ -203,7 +204,7 @@ pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let mut f = Fields::new(&body);
         let name = f.text("name", true, 100);
         f.finish()?;
-        let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+        let name = name.ok_or_else(|| Error::Internal("validated name missing".into()))?;
         accounts::may_create_projects(&st, &u)?;
         crate::services::quotas::room_for_project(&st.store, &st.quotas, &u.id).await?;
         let (project, keys) = accounts::create_project(&st, &name, Some(&u.id)).await?;
@@ -299,7 +300,7 @@ pub async fn reset_project(id: PathParam<String>, req: &mut Request, depot: &mut
         let mut f = Fields::new(&body);
         let confirm = f.text("confirm", true, 200);
         f.finish()?;
-        let confirm = confirm.ok_or_else(|| ApiError::Internal("validated confirm missing".into()))?;
+        let confirm = confirm.ok_or_else(|| Error::Internal("validated confirm missing".into()))?;
         let job_id = crate::services::projects::reset(&st, &id, role, &confirm).await?;
         Reply::with(salvo::http::StatusCode::ACCEPTED, &ResetOut { success: true, job_id })
     });
@@ -357,7 +358,7 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         let email = f.email("email", true);
         let new_role = parse_role(&mut f, false).unwrap_or(Role::Member);
         f.finish()?;
-        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        let email = email.ok_or_else(|| Error::Internal("validated email missing".into()))?;
         let invited = accounts::add_member(&st, &id, role, &u, &email, new_role).await?;
         Reply::with(StatusCode::ACCEPTED, &InvitationOut::from(&invited))
     });
@@ -415,7 +416,7 @@ pub async fn update_member(
         let mut f = Fields::new(&body);
         let new_role = parse_role(&mut f, true);
         f.finish()?;
-        let new_role = new_role.ok_or_else(|| ApiError::Internal("validated role missing".into()))?;
+        let new_role = new_role.ok_or_else(|| Error::Internal("validated role missing".into()))?;
         let m = accounts::change_role(&st, &id, role, &target, new_role).await?;
         Reply::ok(&MemberOut::from(&m))
     });

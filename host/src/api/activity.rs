@@ -10,7 +10,8 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::Reply;
 use super::pagination::{decode_cursor, encode_cursor, limit, query_str};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::infra::clock::{parse_rfc3339, rfc3339};
 use crate::services::activity::{self, FeedQuery, Item};
 
@@ -99,7 +100,9 @@ pub struct ActivityPage {
 /// An optional RFC 3339 query parameter (400 naming it when it is not one).
 pub(crate) fn time_param(req: &Request, name: &str) -> Result<Option<i64>, ApiError> {
     query_str(req, name)
-        .map(|s| parse_rfc3339(&s).ok_or_else(|| ApiError::BadRequest(format!("{name} must be an RFC 3339 date-time"))))
+        .map(|s| {
+            parse_rfc3339(&s).ok_or_else(|| Error::Invalid(format!("{name} must be an RFC 3339 date-time")).into())
+        })
         .transpose()
 }
 
@@ -121,9 +124,9 @@ pub(crate) fn window_params(req: &Request, now: i64) -> Result<(i64, i64), ApiEr
     let from = match (time_param(req, "from")?, query_str(req, "days")) {
         (Some(f), _) => f,
         (None, Some(d)) => {
-            let d: i64 = d.trim().parse().map_err(|_| ApiError::BadRequest("days must be an integer".into()))?;
+            let d: i64 = d.trim().parse().map_err(|_| Error::Invalid("days must be an integer".into()))?;
             if !(1..=activity::MAX_WINDOW_DAYS).contains(&d) {
-                return Err(ApiError::BadRequest(format!("days must be 1 to {}", activity::MAX_WINDOW_DAYS)));
+                return Err(Error::Invalid(format!("days must be 1 to {}", activity::MAX_WINDOW_DAYS)).into());
             }
             to - d * crate::domain::activity::DAY_MS
         }
@@ -155,7 +158,7 @@ pub async fn feed(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
         let ctx = project(depot)?;
         let cursor = match query_str(req, "cursor").as_deref().map(decode_cursor).transpose()? {
             Some((Value::Number(n), id)) => Some((n.as_i64().unwrap_or_default(), id)),
-            Some(_) => return Err(ApiError::BadRequest("Invalid cursor".into())),
+            Some(_) => return Err(Error::Invalid("Invalid cursor".into()).into()),
             None => None,
         };
         let q = FeedQuery {

@@ -11,7 +11,8 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::Reply;
 use super::pagination::{limit, query_str};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::analytics::{self, CampaignFigures, Interval};
 
@@ -59,8 +60,9 @@ pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, A
         let metrics = analytics::parse_metrics(&list_param(req, "metric"))?;
         let interval = match query_str(req, "interval") {
             None => Interval::Day,
-            Some(s) => Interval::parse(&s)
-                .ok_or_else(|| ApiError::BadRequest(format!("interval must be hour or day, got {s:?}")))?,
+            Some(s) => {
+                Interval::parse(&s).ok_or_else(|| Error::Invalid(format!("interval must be hour or day, got {s:?}")))?
+            }
         };
         let to = time_param(req, "to")?.unwrap_or(st.clock.now_ms() + 1);
         let from = time_param(req, "from")?.unwrap_or(to - 30 * crate::domain::activity::DAY_MS);
@@ -181,7 +183,7 @@ pub async fn campaign_stats(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let st = state(depot)?;
         let ctx = project(depot)?;
         let Some(id) = query_str(req, "campaignId") else {
-            return Err(ApiError::BadRequest("campaignId is required".into()));
+            return Err(Error::Invalid("campaignId is required".into()).into());
         };
         let figures = analytics::campaign_stats(&st, &ctx.project_id, &id).await?;
         Reply::ok(&CampaignStatsOut::from(&figures))

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use super::body::{Fields, Reply, json_object_max};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::infra::ratelimit::Decision;
 use crate::infra::security::{self, KeyKind, PASSWORD_CHARS, SessionClaims};
 use crate::services::accounts;
@@ -110,7 +111,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
     let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         if st.config.disable_signups {
-            return Err(ApiError::Forbidden("Sign-ups are disabled on this Herald server".into()));
+            return Err(Error::Forbidden("Sign-ups are disabled on this Herald server".into()).into());
         }
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
@@ -119,7 +120,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         let name = f.line("name", false, 0, 100).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
         f.finish()?;
         let (Some(email), Some(password)) = (email, password) else {
-            return Err(ApiError::Internal("validated fields missing".into()));
+            return Err(Error::Internal("validated fields missing".into()).into());
         };
         let send = crate::services::account_mail::throttle(&st, &email, &client_ip(req))?;
         crate::services::account_mail::sign_up(&st, &email, &password, name.as_deref(), send).await?;
@@ -139,12 +140,12 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         let password = f.string("password", true, 1, PASSWORD_CHARS.1);
         f.finish()?;
         let (Some(email), Some(password)) = (email, password) else {
-            return Err(ApiError::Internal("validated fields missing".into()));
+            return Err(Error::Internal("validated fields missing".into()).into());
         };
         // Repeated failures slow down, per account and per address (docs/security.md).
         let (account, address) = (format!("email:{email}"), format!("ip:{}", client_ip(req)));
         if let Some(wait) = [&account, &address].into_iter().filter_map(|k| st.login_failures.blocked(k)).max() {
-            return Err(ApiError::RateLimited { limit: LOGIN_FAILURES, retry_after_secs: wait });
+            return Err(Error::RateLimited { limit: LOGIN_FAILURES, retry_after_secs: wait }.into());
         }
         let user = accounts::user_by_email(&st, &email).await?;
         // Verify against a dummy hash when the user does not exist, so timing does not reveal accounts.
@@ -159,7 +160,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
             _ => {
                 st.login_failures.failed(&account);
                 st.login_failures.failed(&address);
-                Err(ApiError::Unauthorized("Invalid email or password".into()))
+                Err(Error::Unauthenticated("Invalid email or password".into()).into())
             }
         }
     });
@@ -202,19 +203,20 @@ pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError
         .and_then(|v| v.split(';').next())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
     if !safe && !json {
-        return Err(ApiError::Forbidden(
+        return Err(Error::Forbidden(
             "Requests authenticated by the session cookie that change state must send Content-Type: application/json"
                 .into(),
-        ));
+        )
+        .into());
     }
     let token = req
         .cookie(COOKIE)
         .map(|c| c.value().to_string())
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| ApiError::Unauthorized("Log in first: this endpoint needs a dashboard session".into()))?;
+        .ok_or_else(|| Error::Unauthenticated("Log in first: this endpoint needs a dashboard session".into()))?;
     let claims = security::verify_session(&st.session_key, &token, st.clock.now_ms() / 1000)
-        .ok_or_else(|| ApiError::Unauthorized("The session is invalid or expired; log in again".into()))?;
-    accounts::session_user(st, &claims.sid, &claims.sub, claims.ep).await
+        .ok_or_else(|| Error::Unauthenticated("The session is invalid or expired; log in again".into()))?;
+    Ok(accounts::session_user(st, &claims.sid, &claims.sub, claims.ep).await?)
 }
 
 /// Applies the rate limit for `key` and writes the RateLimit headers.
@@ -233,7 +235,11 @@ pub fn apply_rate_limit(st: &AppState, key: &str, res: &mut Response) -> Result<
             h.insert(name, v);
         }
     }
-    if d.allowed { Ok(()) } else { Err(ApiError::RateLimited { limit: d.limit, retry_after_secs: d.retry_after_secs }) }
+    if d.allowed {
+        Ok(())
+    } else {
+        Err(Error::RateLimited { limit: d.limit, retry_after_secs: d.retry_after_secs }.into())
+    }
 }
 
 pub use crate::services::accounts::LOGIN_FAILURES;
@@ -321,27 +327,27 @@ pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result
             let user = session_user(req, st).await?;
             let project: Option<String> = req.header("x-project-id");
             let project =
-                project.ok_or_else(|| ApiError::MissingAuth("Send X-Project-Id with a dashboard session".into()))?;
+                project.ok_or_else(|| Error::MissingAuth("Send X-Project-Id with a dashboard session".into()))?;
             accounts::membership(st, &project, &user.id)
                 .await?
-                .ok_or_else(|| ApiError::Forbidden("You are not a member of this project".into()))?;
+                .ok_or_else(|| Error::Forbidden("You are not a member of this project".into()))?;
             return Ok(ProjectCtx { project_id: project, secret: true, user_id: Some(user.id) });
         }
-        return Err(ApiError::MissingAuth("Missing API key: send Authorization: Bearer <key>".into()));
+        return Err(Error::MissingAuth("Missing API key: send Authorization: Bearer <key>".into()).into());
     };
     let key = header
         .strip_prefix("Bearer ")
         .or_else(|| header.strip_prefix("bearer "))
         .map(str::trim)
-        .ok_or_else(|| ApiError::InvalidApiKey("The Authorization header must be: Bearer <API key>".into()))?;
-    let kind = security::key_kind(key).ok_or_else(|| ApiError::InvalidApiKey("Invalid API key".into()))?;
+        .ok_or_else(|| Error::InvalidApiKey("The Authorization header must be: Bearer <API key>".into()))?;
+    let kind = security::key_kind(key).ok_or_else(|| Error::InvalidApiKey("Invalid API key".into()))?;
     let digest = security::key_digest(key);
     let entry = match st.keys.get(&digest) {
         Some(e) => e,
         None => {
             let (project, is_secret) = accounts::project_by_key(st, &digest)
                 .await?
-                .ok_or_else(|| ApiError::InvalidApiKey("Invalid API key".into()))?;
+                .ok_or_else(|| Error::InvalidApiKey("Invalid API key".into()))?;
             let e = KeyEntry { project_id: project.id, is_secret, disabled: project.disabled };
             st.keys.put(digest, e.clone());
             e
@@ -349,22 +355,23 @@ pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result
     };
     // The prefix and the stored kind must agree (a pk_ string can never match a secret digest, but be strict).
     if entry.is_secret != (kind == KeyKind::Secret) {
-        return Err(ApiError::InvalidApiKey("Invalid API key".into()));
+        return Err(Error::InvalidApiKey("Invalid API key".into()).into());
     }
     if matches!(rule, KeyRule::SecretOnly) && !entry.is_secret {
-        return Err(ApiError::InvalidApiKey(
+        return Err(Error::InvalidApiKey(
             "This endpoint requires a secret key (sk_…); public keys only work on POST /v1/track".into(),
-        ));
+        )
+        .into());
     }
     if entry.disabled {
-        return Err(ApiError::ProjectDisabled);
+        return Err(Error::ProjectDisabled.into());
     }
     Ok(ProjectCtx { project_id: entry.project_id, secret: entry.is_secret, user_id: None })
 }
 
 /// The authenticated project of this request (set by [`ApiKeyAuth`]).
 pub fn project(depot: &Depot) -> Result<ProjectCtx, ApiError> {
-    depot.get_typed::<ProjectCtx>().cloned().map_err(|_| ApiError::Internal("route is missing ApiKeyAuth".into()))
+    depot.get_typed::<ProjectCtx>().cloned().map_err(|_| Error::Internal("route is missing ApiKeyAuth".into()).into())
 }
 
 /// Middleware: requires a dashboard session and applies the rate limit per user.
@@ -393,11 +400,11 @@ pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Res
 
 /// The logged-in user of this request (set by [`require_session`]).
 pub fn user(depot: &Depot) -> Result<User, ApiError> {
-    depot.get_typed::<User>().cloned().map_err(|_| ApiError::Internal("route is missing require_session".into()))
+    depot.get_typed::<User>().cloned().map_err(|_| Error::Internal("route is missing require_session".into()).into())
 }
 
 /// The caller's role in a project; 404 when the caller is not a member (the project's existence is not
 /// revealed to outsiders).
 pub async fn role_in(st: &AppState, project: &str, user: &User) -> Result<Role, ApiError> {
-    accounts::role_in(st, project, &user.id).await
+    Ok(accounts::role_in(st, project, &user.id).await?)
 }

@@ -10,8 +10,9 @@ use serde_json::Value;
 use super::auth::{require_session, role_in, user};
 use super::body::{Fields, Reply, json_object};
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::billing::{CATEGORIES, Category, Limits, MAX_LIMIT};
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::{billing, payments};
 use crate::store::accounts::Role;
@@ -245,7 +246,7 @@ pub async fn payment_webhook(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let body = req
             .payload_with_max_size(WEBHOOK_MAX_BODY)
             .await
-            .map_err(|_| ApiError::PayloadTooLarge { limit: super::body::size_label(WEBHOOK_MAX_BODY) })?
+            .map_err(|_| Error::TooLarge { limit: super::body::size_label(WEBHOOK_MAX_BODY) })?
             .to_vec();
         payments::webhook(&st, signature.as_deref(), &body).await?;
         Reply::ok(&ReceivedOut { received: true })

@@ -10,7 +10,8 @@ use salvo::prelude::*;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::error::{ApiError, FieldError};
+use crate::api::errors::ApiError;
+use crate::error::{Error, FieldError};
 
 /// The largest request body Herald reads.
 pub const MAX_BODY_BYTES: usize = 50 * 1024 * 1024;
@@ -29,16 +30,16 @@ pub fn size_label(bytes: usize) -> String {
 pub async fn json_object_max(req: &mut Request, max: usize) -> Result<Map<String, Value>, ApiError> {
     let bytes = match req.payload_with_max_size(max).await {
         Ok(b) => b.clone(),
-        Err(ParseError::PayloadTooLarge) => return Err(ApiError::PayloadTooLarge { limit: size_label(max) }),
-        Err(e) => return Err(ApiError::MalformedBody(format!("Cannot read the request body: {e}"))),
+        Err(ParseError::PayloadTooLarge) => return Err(Error::TooLarge { limit: size_label(max) }.into()),
+        Err(e) => return Err(Error::Malformed(format!("Cannot read the request body: {e}")).into()),
     };
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::MalformedBody("The request body must be a JSON object".into())),
-        Err(e) => Err(ApiError::MalformedBody(format!("Malformed JSON in the request body: {e}"))),
+        Ok(_) => Err(Error::Malformed("The request body must be a JSON object".into()).into()),
+        Err(e) => Err(Error::Malformed(format!("Malformed JSON in the request body: {e}")).into()),
     }
 }
 
@@ -154,7 +155,7 @@ impl<'a> Fields<'a> {
 
     /// Ends the checks: 422 with every collected error, if any.
     pub fn finish(self) -> Result<(), ApiError> {
-        if self.errors.is_empty() { Ok(()) } else { Err(ApiError::Validation(self.errors)) }
+        if self.errors.is_empty() { Ok(()) } else { Err(Error::Validation(self.errors).into()) }
     }
 }
 
@@ -174,7 +175,7 @@ impl Reply {
         Self::with(StatusCode::CREATED, body)
     }
     pub fn with<T: Serialize>(status: StatusCode, body: &T) -> Result<Reply, ApiError> {
-        let body = serde_json::to_value(body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let body = serde_json::to_value(body).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(Reply { status, body })
     }
 }
@@ -201,28 +202,27 @@ pub async fn multipart_file(
     req: &mut Request,
     max: usize,
 ) -> Result<(&salvo::http::form::FormData, Vec<u8>), ApiError> {
-    let too_large = || ApiError::PayloadTooLarge { limit: size_label(max) };
+    let too_large = || Error::TooLarge { limit: size_label(max) };
     let declared = req.headers().get(salvo::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
     if declared.is_some_and(|n: usize| n > max + FORM_SLACK) {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     let form = match req.form_data_max_size(max + FORM_SLACK).await {
         Ok(f) => f,
-        Err(ParseError::PayloadTooLarge) => return Err(too_large()),
-        Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large()),
+        Err(ParseError::PayloadTooLarge) => return Err(too_large().into()),
+        Err(e) if e.to_string().contains("large") || e.to_string().contains("limit") => return Err(too_large().into()),
         Err(e) => {
             let message = format!("send multipart/form-data with the file in the field file ({e})");
-            return Err(ApiError::field("file", "required", &message, Value::Null));
+            return Err(Error::field("file", "required", &message, Value::Null).into());
         }
     };
     let Some(file) = form.files.get("file") else {
-        return Err(ApiError::field("file", "required", "the multipart field file is required", Value::Null));
+        return Err(Error::field("file", "required", "the multipart field file is required", Value::Null).into());
     };
     if file.size() > max as u64 {
-        return Err(too_large());
+        return Err(too_large().into());
     }
-    let bytes =
-        tokio::fs::read(file.path()).await.map_err(|e| ApiError::Internal(format!("reading an upload: {e}")))?;
+    let bytes = tokio::fs::read(file.path()).await.map_err(|e| Error::Internal(format!("reading an upload: {e}")))?;
     Ok((form, bytes))
 }
 

@@ -13,8 +13,9 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
-use crate::domain::campaigns::{AUDIENCES, Action, CampaignStatus, allowed, parse_when, rate};
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::domain::campaigns::{AUDIENCES, CampaignStatus, parse_when, rate};
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::campaigns::{CampaignError, manage};
 use crate::state::AppState;
@@ -210,23 +211,12 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}").get(get_campaign).put(replace_campaign).delete(delete_campaign))
 }
 
-fn not_found(id: &str) -> ApiError {
-    ApiError::not_found("CAMPAIGN_NOT_FOUND", format!("Campaign {id} not found"))
-}
-
 fn campaign_error(e: CampaignError) -> ApiError {
-    match e {
-        CampaignError::State(m) => ApiError::Conflict(m),
-        CampaignError::NotFound(id) => not_found(&id),
-        CampaignError::Field(field, m) => ApiError::field(field, "invalid", &m, Value::Null),
-        CampaignError::Billing(refusal) => refusal,
-        CampaignError::Store(s) => s.into(),
-        CampaignError::Segment(s) => s.into(),
-    }
+    Error::from(e).into()
 }
 
 async fn load(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, ApiError> {
-    manage::get(st, project, id).await
+    Ok(manage::get(st, project, id).await?)
 }
 
 /// Reads every field of a campaign (create and PUT replace it whole) into `c`; the service checks the
@@ -312,7 +302,7 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
             None => None,
             Some(s) => Some(CampaignStatus::parse(&s).ok_or_else(|| {
                 let all: Vec<&str> = CampaignStatus::ALL.iter().map(|s| s.as_str()).collect();
-                ApiError::BadRequest(format!("status must be one of {}, got {s:?}", all.join(", ")))
+                Error::Invalid(format!("status must be one of {}, got {s:?}", all.join(", ")))
             })?),
         };
         let (sort, ascending) = sort_and_dir(req);
@@ -409,23 +399,15 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         let body = json_object(req).await?;
         let when = match body.get("scheduledFor") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(parse_when(v).ok_or_else(|| {
-                ApiError::BadRequest(format!("scheduledFor is not a date this server can read: {v}"))
-            })?),
+            Some(v) => Some(
+                parse_when(v)
+                    .ok_or_else(|| Error::Invalid(format!("scheduledFor is not a date this server can read: {v}")))?,
+            ),
         };
-        let c = load(&st, &ctx.project_id, &id).await?;
-        allowed(Action::Send, c.status).map_err(ApiError::Conflict)?;
-        crate::services::suspension::ensure_active(&st.store, &ctx.project_id).await?;
-        crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
-        let (c, message) = match when {
-            None => {
-                let c = st.campaigns.send_now(&ctx.project_id, &id).await.map_err(campaign_error)?;
-                (c, "Campaign is being sent".to_string())
-            }
-            Some(at) => {
-                let c = st.campaigns.schedule(&ctx.project_id, &id, at).await.map_err(campaign_error)?;
-                (c, format!("Campaign scheduled for {}", rfc3339(at)))
-            }
+        let c = manage::send(&st, &ctx.project_id, &id, when).await?;
+        let message = match when {
+            None => "Campaign is being sent".to_string(),
+            Some(at) => format!("Campaign scheduled for {}", rfc3339(at)),
         };
         Reply::ok(&SendOut {
             success: true,
@@ -467,10 +449,7 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         let to = f.email("email", true);
         f.finish()?;
         let to = to.unwrap_or_default();
-        let c = load(&st, &ctx.project_id, &id).await?;
-        crate::services::suspension::ensure_active(&st.store, &ctx.project_id).await?;
-        crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &c.from).await?;
-        let email_id = st.campaigns.test_send(&ctx.project_id, &id, &to).await.map_err(campaign_error)?;
+        let email_id = manage::test_send(&st, &ctx.project_id, &id, &to).await?;
         Reply::ok(&TestOut {
             success: true,
             data: TestData { email_id, to: to.clone() },

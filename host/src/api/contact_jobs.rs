@@ -13,7 +13,8 @@ use serde_json::{Map, Value, json};
 use super::auth::project;
 use super::body::{Reply, json_object, multipart_file};
 use super::state;
-use crate::error::{ApiError, FieldError};
+use crate::api::errors::ApiError;
+use crate::error::{Error, FieldError};
 use crate::infra::clock::rfc3339;
 use crate::services::contact_import::{self, ImportOptions, MAX_FILE_BYTES};
 use crate::services::contact_jobs::{self, BulkOp, MAX_BULK_IDS};
@@ -101,18 +102,20 @@ type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
 
 /// `contactIds` of a bulk body: an array of 1 to [`MAX_BULK_IDS`] strings.
 fn contact_ids(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
-    let field = |code: &str, message: &str, got: Value| ApiError::field("contactIds", code, message, got);
+    let field = |code: &str, message: &str, got: Value| Error::field("contactIds", code, message, got);
     let list = match body.get("contactIds") {
         Some(Value::Array(a)) => a,
-        None | Some(Value::Null) => return Err(field("required", "contactIds is required", Value::Null)),
-        Some(other) => return Err(field("invalid_type", "contactIds must be an array of contact ids", other.clone())),
+        None | Some(Value::Null) => return Err(field("required", "contactIds is required", Value::Null).into()),
+        Some(other) => {
+            return Err(field("invalid_type", "contactIds must be an array of contact ids", other.clone()).into());
+        }
     };
     if list.is_empty() {
-        return Err(field("too_small", "contactIds needs at least one id", json!([])));
+        return Err(field("too_small", "contactIds needs at least one id", json!([])).into());
     }
     if list.len() > MAX_BULK_IDS {
         let message = format!("at most {MAX_BULK_IDS} contact ids per request");
-        return Err(field("too_big", &message, json!(list.len())));
+        return Err(field("too_big", &message, json!(list.len())).into());
     }
     let mut errors = Vec::new();
     let mut ids = Vec::with_capacity(list.len());
@@ -132,7 +135,7 @@ fn contact_ids(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     }
     if !errors.is_empty() {
         errors.truncate(20);
-        return Err(ApiError::Validation(errors));
+        return Err(Error::Validation(errors).into());
     }
     Ok(ids)
 }
@@ -187,7 +190,7 @@ fn form_bool(form: &salvo::http::form::FormData, name: &str, default: bool) -> R
         None | Some("") => Ok(default),
         Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
         Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
-        Some(v) => Err(ApiError::field(name, "invalid_type", &format!("{name} must be true or false"), json!(v))),
+        Some(v) => Err(Error::field(name, "invalid_type", &format!("{name} must be true or false"), json!(v)).into()),
     }
 }
 

@@ -13,8 +13,9 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{bool_param, decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::contacts::{DataPatch, normalize_email};
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::contacts;
 use crate::services::ingest::{Upsert, upsert};
@@ -204,7 +205,7 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
         if let Some((v, _)) = &after
             && (sort_email != v.is_string())
         {
-            return Err(ApiError::BadRequest("The cursor does not belong to this sort order".into()));
+            return Err(Error::Invalid("The cursor does not belong to this sort order".into()).into());
         }
         let q = ContactQuery { search, subscribed, sort_email, ascending, after, limit: limit + 1 };
         let (rows, total) = contacts::list(&st, &ctx.project_id, &q, cursor.is_none()).await?;
@@ -230,14 +231,14 @@ pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let ctx = project(depot)?;
         let body = json_object(req).await?;
         if body.get("email").is_none_or(Value::is_null) {
-            return Err(ApiError::BareBadRequest("Email is required".into()));
+            return Err(Error::Plain("Email is required".into()).into());
         }
         let mut f = Fields::new(&body);
         let email = f.email("email", true);
         let subscribed = f.boolean("subscribed");
         let patch = data_patch(&mut f, &body, false);
         f.finish()?;
-        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        let email = email.ok_or_else(|| Error::Internal("validated email missing".into()))?;
         let now = st.clock.now_ms();
         crate::services::quotas::room_for_contacts(
             &st.store,
@@ -319,17 +320,18 @@ pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         let emails = match body.get("emails") {
             Some(Value::Array(a)) => a,
             Some(_) => {
-                return Err(ApiError::field(
+                return Err(Error::field(
                     "emails",
                     "invalid_type",
                     "emails must be an array of strings",
                     body["emails"].clone(),
-                ));
+                )
+                .into());
             }
-            None => return Err(ApiError::field("emails", "required", "emails is required", Value::Null)),
+            None => return Err(Error::field("emails", "required", "emails is required", Value::Null).into()),
         };
         if emails.len() > 500 {
-            return Err(ApiError::field("emails", "too_big", "at most 500 emails per call", json!(emails.len())));
+            return Err(Error::field("emails", "too_big", "at most 500 emails per call", json!(emails.len())).into());
         }
         let mut errors = Vec::new();
         let mut given = Vec::new();
@@ -345,7 +347,7 @@ pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
             }
         }
         if !errors.is_empty() {
-            return Err(ApiError::Validation(errors));
+            return Err(Error::Validation(errors).into());
         }
         let normalized: Vec<String> = given.iter().map(|s| normalize_email(s)).collect();
         let existing = contacts::existing_emails(&st, &ctx.project_id, &normalized).await?;
@@ -379,10 +381,10 @@ pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
 fn custom_field(raw: &str) -> Result<String, ApiError> {
     let f = raw.strip_prefix("data.").unwrap_or(raw).to_string();
     if ["email", "subscribed", "createdAt", "updatedAt", "id"].contains(&raw) {
-        return Err(ApiError::BadRequest(format!("{raw} is a standard field, not a custom one")));
+        return Err(Error::Invalid(format!("{raw} is a standard field, not a custom one")).into());
     }
     if f.is_empty() || f.len() > 200 {
-        return Err(ApiError::BadRequest("The field name must be 1 to 200 characters".into()));
+        return Err(Error::Invalid("The field name must be 1 to 200 characters".into()).into());
     }
     Ok(f)
 }

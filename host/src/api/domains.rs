@@ -14,8 +14,9 @@ use serde_json::Value;
 use super::auth::{ApiKeyAuth, COOKIE, KeyRule, apply_rate_limit, authenticate, project, session_user};
 use super::body::{Fields, Reply, json_object, json_object_max};
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::domains::DnsRecord;
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::sending_domains::{self, DomainError, Removal, parse_records};
 use crate::state::AppState;
@@ -131,31 +132,31 @@ async fn domain_project(
         let user = session_user(req, st).await?;
         apply_rate_limit(st, &format!("user:{}", user.id), res)?;
         let p = wanted.ok_or_else(|| {
-            ApiError::field("projectId", "required", "projectId is required with a dashboard session", Value::Null)
+            Error::field("projectId", "required", "projectId is required with a dashboard session", Value::Null)
         })?;
         crate::services::accounts::membership(st, p, &user.id)
             .await?
-            .ok_or_else(|| ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")))?;
+            .ok_or_else(|| Error::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")))?;
         return Ok(p.to_string());
     }
     let ctx = authenticate(req, st, KeyRule::SecretOnly).await?;
     apply_rate_limit(st, &format!("project:{}", ctx.project_id), res)?;
     match wanted {
         Some(p) if p != ctx.project_id => {
-            Err(ApiError::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")))
+            Err(Error::not_found("PROJECT_NOT_FOUND", format!("Project {p} not found")).into())
         }
         _ => Ok(ctx.project_id),
     }
 }
 
-fn domain_error(e: DomainError) -> ApiError {
+fn domain_error(e: DomainError) -> Error {
     match e {
         DomainError::InvalidName(n) => {
-            ApiError::field("domain", "invalid_string", "domain must be a valid domain name", Value::String(n))
+            Error::field("domain", "invalid_string", "domain must be a valid domain name", Value::String(n))
         }
-        DomainError::Taken(n) => ApiError::Conflict(format!("The domain {n} is already registered to a project")),
+        DomainError::Taken(n) => Error::Conflict(format!("The domain {n} is already registered to a project")),
         DomainError::Store(e) => e.into(),
-        DomainError::Dkim(e) => ApiError::Internal(e.to_string()),
+        DomainError::Dkim(e) => Error::Internal(e.to_string()),
     }
 }
 
@@ -181,7 +182,7 @@ pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response
         let mut f = Fields::new(&body);
         let name = f.string("domain", true, 1, 253);
         f.finish()?;
-        let name = name.ok_or_else(|| ApiError::Internal("validated domain missing".into()))?;
+        let name = name.ok_or_else(|| Error::Internal("validated domain missing".into()))?;
         let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
         Reply::created(&DomainOut::from(&d))
     });
@@ -209,7 +210,7 @@ pub async fn list_domains(
 async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainRow, ApiError> {
     sending_domains::get(&st.store, project_id, id)
         .await?
-        .ok_or_else(|| ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")))
+        .ok_or_else(|| Error::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")).into())
 }
 
 /// Checks the domain's DNS records now and answers the domain with each record's status.
@@ -237,10 +238,10 @@ pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
         match sending_domains::remove(&st.store, &ctx.project_id, &id).await? {
             Removal::Removed => {}
             Removal::NotFound => {
-                return Err(ApiError::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")));
+                return Err(Error::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")).into());
             }
             Removal::InUse(users) => {
-                return Err(ApiError::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))));
+                return Err(Error::Conflict(format!("The domain {} is used by {}", d.name, users.join(", "))).into());
             }
         }
         Reply::ok(&DomainDeletedOut { id, deleted: true })
@@ -257,14 +258,15 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply,
         let mut f = Fields::new(&body);
         let email = f.string("email", true, 1, 320);
         f.finish()?;
-        let email = email.ok_or_else(|| ApiError::Internal("validated email missing".into()))?;
+        let email = email.ok_or_else(|| Error::Internal("validated email missing".into()))?;
         if !super::body::is_email(&crate::domain::contacts::normalize_email(&email)) {
-            return Err(ApiError::field(
+            return Err(Error::field(
                 "email",
                 "invalid_string",
                 "email must be a valid email address",
                 Value::String(email),
-            ));
+            )
+            .into());
         }
         let v = crate::services::verify::verify(&st.domains.dns, &email).await;
         Reply::ok(&serde_json::json!({ "success": true, "data": v }))

@@ -12,8 +12,9 @@ use super::body::{Fields, Reply, json_object};
 use super::contacts::data_patch;
 use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str};
 use super::{idempotency, state};
+use crate::api::errors::ApiError;
 use crate::domain::contacts::is_reserved_event;
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::{parse_rfc3339, rfc3339};
 use crate::services::events::history;
 use crate::services::ingest::Upsert;
@@ -198,7 +199,7 @@ async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, Ap
         let patch = data_patch(&mut f, &body, true);
         f.finish()?;
         let (Some(email), Some(event)) = (email, event) else {
-            return Err(ApiError::Internal("validated fields missing".into()));
+            return Err(Error::Internal("validated fields missing".into()).into());
         };
         let values = patch.request_values();
         // A public key is known to anyone (it sits in browsers): its `subscribed` sets only a new
@@ -246,7 +247,7 @@ async fn page(
     let after = match cursor.as_deref().map(decode_cursor).transpose()? {
         None => None,
         Some((Value::Number(n), id)) => Some((n.as_i64().unwrap_or(0), id)),
-        Some(_) => return Err(ApiError::BadRequest("Invalid cursor".into())),
+        Some(_) => return Err(Error::Invalid("Invalid cursor".into()).into()),
     };
     let q = EventQuery { name, contact, after, limit: limit + 1 };
     let (rows, emails, total) = history::page(&st, &ctx.project_id, &q, cursor.is_none()).await?;
@@ -298,7 +299,7 @@ pub async fn contact_events(
         let ctx = project(depot)?;
         let id = contact_id.into_inner();
         if !history::contact_exists(&st, &ctx.project_id, &id).await? {
-            return Err(ApiError::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found")));
+            return Err(Error::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found")).into());
         }
         page(depot, req, None, Some(id)).await
     });
@@ -326,7 +327,7 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
             query_str(req, name)
                 .map(|s| {
                     parse_rfc3339(&s)
-                        .ok_or_else(|| ApiError::BadRequest(format!("{name} must be an RFC 3339 date-time")))
+                        .ok_or_else(|| Error::Invalid(format!("{name} must be an RFC 3339 date-time")).into())
                 })
                 .transpose()
         };
@@ -335,7 +336,7 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
         let from = match (parse("from")?, query_str(req, "days")) {
             (Some(f), _) => f,
             (None, Some(d)) => {
-                let d: i64 = d.parse().map_err(|_| ApiError::BadRequest("days must be an integer".into()))?;
+                let d: i64 = d.parse().map_err(|_| Error::Invalid("days must be an integer".into()))?;
                 history::days_before(to, d)
             }
             (None, None) => history::days_before(to, 30),

@@ -8,7 +8,8 @@ use std::future::Future;
 use salvo::prelude::*;
 
 use super::body::Reply;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::state::AppState;
 
 /// The header's value, validated; None when absent.
@@ -16,7 +17,7 @@ pub fn key(req: &Request) -> Result<Option<String>, ApiError> {
     let Some(raw) = req.headers().get("idempotency-key") else { return Ok(None) };
     let bytes = raw.as_bytes();
     if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x20..=0x7e).contains(b)) {
-        return Err(ApiError::BadRequest("Idempotency-Key must be 1 to 255 printable ASCII characters".into()));
+        return Err(Error::Invalid("Idempotency-Key must be 1 to 255 printable ASCII characters".into()).into());
     }
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }

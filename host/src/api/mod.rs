@@ -43,7 +43,8 @@ use salvo::oapi::security::{ApiKey, ApiKeyValue, Http, HttpAuthScheme, SecurityS
 use salvo::oapi::swagger_ui::SwaggerUi;
 use salvo::prelude::*;
 
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::state::AppState;
 
 /// What every handler body runs as: a boxed `Send` future, built in the handler's own function.
@@ -69,7 +70,7 @@ impl Handler for InjectState {
 
 /// The shared state of a request.
 pub fn state(depot: &Depot) -> Result<Arc<AppState>, ApiError> {
-    depot.get_typed::<Arc<AppState>>().cloned().map_err(|_| ApiError::Internal("application state missing".into()))
+    depot.get_typed::<Arc<AppState>>().cloned().map_err(|_| Error::Internal("application state missing".into()).into())
 }
 
 /// Request id, `X-Request-ID` header, one log line and metrics per request.
@@ -116,13 +117,11 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
                 ApiError::RouteNotFound { method: req.method().to_string(), path: req.uri().path().to_string() }
             }
             StatusCode::METHOD_NOT_ALLOWED => {
-                ApiError::BadRequest(format!("Method {} is not allowed on {}", req.method(), req.uri().path()))
+                Error::Invalid(format!("Method {} is not allowed on {}", req.method(), req.uri().path())).into()
             }
-            StatusCode::PAYLOAD_TOO_LARGE => {
-                ApiError::PayloadTooLarge { limit: body::size_label(body::MAX_BODY_BYTES) }
-            }
-            s if s.is_server_error() => ApiError::Internal(format!("unhandled {s}")),
-            s => ApiError::BadRequest(s.canonical_reason().unwrap_or("Bad request").to_string()),
+            StatusCode::PAYLOAD_TOO_LARGE => Error::TooLarge { limit: body::size_label(body::MAX_BODY_BYTES) }.into(),
+            s if s.is_server_error() => Error::Internal(format!("unhandled {s}")).into(),
+            s => Error::Invalid(s.canonical_reason().unwrap_or("Bad request").to_string()).into(),
         };
         let mut json = err.body(&errors::request_id(depot));
         if status == StatusCode::METHOD_NOT_ALLOWED

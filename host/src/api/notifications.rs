@@ -16,7 +16,8 @@ use sha2::Sha256;
 
 use super::body::{MAX_BODY_BYTES, Reply};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::plugins::{Notification as PluginNotification, NotificationKind};
 use crate::services::notifications;
 use salvo::oapi::extract::PathParam;
@@ -77,42 +78,46 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         let ts_header: Option<String> = req.header("x-herald-timestamp");
         let sig_header: Option<String> = req.header("x-herald-signature");
         let (Some(ts), Some(sig)) = (ts_header, sig_header) else {
-            return Err(ApiError::Unauthorized(
+            return Err(Error::Unauthenticated(
                 "Notifications must carry X-Herald-Timestamp and X-Herald-Signature".into(),
-            ));
+            )
+            .into());
         };
         let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
             Ok(b) => b.clone(),
-            Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
+            Err(_) => return Err(Error::Malformed("Cannot read the request body".into()).into()),
         };
         let ts: i64 =
-            ts.trim().parse().map_err(|_| ApiError::Unauthorized("X-Herald-Timestamp must be unix seconds".into()))?;
+            ts.trim().parse().map_err(|_| Error::Unauthenticated("X-Herald-Timestamp must be unix seconds".into()))?;
         let expected = sign(&st.notifications_key, ts, &body);
         let ok = sig.trim().len() == expected.len()
             && sig.trim().bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
         if !ok {
-            return Err(ApiError::Unauthorized("The notification signature does not match".into()));
+            return Err(Error::Unauthenticated("The notification signature does not match".into()).into());
         }
         let now = st.clock.now_ms();
         if (now / 1000 - ts).abs() > WINDOW_SECS {
-            return Err(ApiError::Unauthorized("The notification timestamp is outside the 5-minute window".into()));
+            return Err(
+                Error::Unauthenticated("The notification timestamp is outside the 5-minute window".into()).into()
+            );
         }
         if !notifications::first_receipt(&st.store, &expected, (ts + WINDOW_SECS) * 1000 + 1, now).await? {
-            return Err(ApiError::Conflict("This notification was already received (replay)".into()));
+            return Err(Error::Conflict("This notification was already received (replay)".into()).into());
         }
-        let n: Notification = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::MalformedBody(format!("Malformed notification: {e}")))?;
+        let n: Notification =
+            serde_json::from_slice(&body).map_err(|e| Error::Malformed(format!("Malformed notification: {e}")))?;
         let kind = match n.kind.as_str() {
             "delivery" => NotificationKind::Delivery,
             "bounce" => NotificationKind::Bounce,
             "complaint" => NotificationKind::Complaint,
             other => {
-                return Err(ApiError::field(
+                return Err(Error::field(
                     "type",
                     "invalid_enum_value",
                     "type is delivery, bounce or complaint",
                     other.into(),
-                ));
+                )
+                .into());
             }
         };
         let id = notifications::apply(
@@ -127,9 +132,7 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
             },
         )
         .await?
-        .ok_or_else(|| {
-            ApiError::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id))
-        })?;
+        .ok_or_else(|| Error::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id)))?;
         Reply::ok(&NotificationOut { success: true, email: id })
     });
     fut.await
@@ -162,10 +165,11 @@ pub async fn notify_transport(
         let st = state(depot)?;
         let transport = transport.into_inner();
         if st.plugins.transport(&transport).is_none() {
-            return Err(ApiError::not_found(
+            return Err(Error::not_found(
                 "TRANSPORT_NOT_FOUND",
                 format!("No loaded transport plugin is called {transport}"),
-            ));
+            )
+            .into());
         }
         let headers: Vec<(String, String)> = req
             .headers()
@@ -174,7 +178,7 @@ pub async fn notify_transport(
             .collect();
         let body = match req.payload_with_max_size(MAX_BODY_BYTES).await {
             Ok(b) => b.to_vec(),
-            Err(_) => return Err(ApiError::MalformedBody("Cannot read the request body".into())),
+            Err(_) => return Err(Error::Malformed("Cannot read the request body".into()).into()),
         };
         // Plugins keep no state between calls, so the host refuses replays: the same body for the same
         // transport counts once (a provider's redelivery is answered 200 without applying it again).
@@ -191,8 +195,8 @@ pub async fn notify_transport(
             .plugins
             .parse_notifications(&transport, headers, body)
             .await
-            .map_err(|e| ApiError::PluginUnavailable(e.to_string()))?
-            .map_err(|msg| ApiError::Unauthorized(format!("The {transport} plugin refused the notification: {msg}")))?;
+            .map_err(|e| Error::PluginUnavailable(e.to_string()))?
+            .map_err(|msg| Error::Unauthenticated(format!("The {transport} plugin refused the notification: {msg}")))?;
         if !notifications::first_receipt(&st.store, &digest, now + 24 * 3_600_000, now).await? {
             return Reply::ok(&PluginNotificationsOut {
                 success: true,

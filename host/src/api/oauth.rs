@@ -10,7 +10,8 @@ use serde::Serialize;
 use super::auth::session_cookie;
 use super::body::Reply;
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::services::oauth;
 
 /// The cookie that carries a sign-in's sealed state between the redirect and the callback.
@@ -84,12 +85,20 @@ pub async fn callback(
         let key = provider.into_inner();
         if let Some(err) = req.query::<String>("error") {
             let detail = req.query::<String>("error_description").unwrap_or_default();
-            return Err(ApiError::coded(400, "OAUTH_FAILED", format!("The provider refused: {err} {detail}")));
+            return Err(Error::refused(
+                crate::error::Code::OauthFailed,
+                format!("The provider refused: {err} {detail}"),
+            )
+            .into());
         }
         let code: String = req.query("code").unwrap_or_default();
         let state_param: String = req.query("state").unwrap_or_default();
         if code.is_empty() || code.len() > 2048 || state_param.len() > 512 {
-            return Err(ApiError::coded(400, "OAUTH_FAILED", "The callback needs the provider's code and state"));
+            return Err(Error::refused(
+                crate::error::Code::OauthFailed,
+                "The callback needs the provider's code and state",
+            )
+            .into());
         }
         let flow = req.cookie(FLOW_COOKIE).map(|c| c.value().to_string());
         let user = oauth::finish(&st, &key, &code, &state_param, flow.as_deref()).await?;

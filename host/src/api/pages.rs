@@ -8,7 +8,7 @@ use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
 
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
 use crate::infra::security::open_contact_token;
 use crate::services::tracking;
 use crate::state::AppState;

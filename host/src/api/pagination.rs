@@ -7,15 +7,15 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use salvo::prelude::*;
 use serde_json::{Value, json};
 
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 
 pub fn encode_cursor(sort_value: &Value, id: &str) -> String {
     URL_SAFE_NO_PAD.encode(json!([sort_value, id]).to_string())
 }
 
 pub fn decode_cursor(s: &str) -> Result<(Value, String), ApiError> {
-    let bad =
-        || ApiError::BadRequest("Invalid cursor: pass the cursor value of the previous response unchanged".into());
+    let bad = || Error::Invalid("Invalid cursor: pass the cursor value of the previous response unchanged".into());
     let bytes = URL_SAFE_NO_PAD.decode(s.trim()).map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
     match v {
@@ -24,7 +24,7 @@ pub fn decode_cursor(s: &str) -> Result<(Value, String), ApiError> {
             let sv = a.pop().ok_or_else(bad)?;
             Ok((sv, id))
         }
-        _ => Err(bad()),
+        _ => Err(bad().into()),
     }
 }
 
@@ -41,7 +41,7 @@ pub fn limit(req: &Request, default: i64, max: i64) -> Result<usize, ApiError> {
             .trim()
             .parse::<i64>()
             .map(|n| n.clamp(1, max) as usize)
-            .map_err(|_| ApiError::BadRequest(format!("limit must be an integer, got {s:?}"))),
+            .map_err(|_| Error::Invalid(format!("limit must be an integer, got {s:?}")).into()),
     }
 }
 
@@ -51,7 +51,7 @@ pub fn bool_param(req: &Request, name: &str) -> Result<Option<bool>, ApiError> {
         None => Ok(None),
         Some("true") => Ok(Some(true)),
         Some("false") => Ok(Some(false)),
-        Some(other) => Err(ApiError::BadRequest(format!("{name} must be true or false, got {other:?}"))),
+        Some(other) => Err(Error::Invalid(format!("{name} must be true or false, got {other:?}")).into()),
     }
 }
 
@@ -81,7 +81,7 @@ impl OffsetPage {
                 Some(s) => s
                     .trim()
                     .parse::<i64>()
-                    .map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}"))),
+                    .map_err(|_| Error::Invalid(format!("{name} must be an integer, got {s:?}")).into()),
             }
         };
         Ok(OffsetPage { page: int("page", 1)?.max(1) as usize, page_size: int("pageSize", 20)?.clamp(1, 100) as usize })

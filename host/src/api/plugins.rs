@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::auth::{KeyRule, authenticate, session_user};
 use super::body::Reply;
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
 
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

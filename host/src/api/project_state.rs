@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::auth::{require_session, role_in, user};
 use super::body::Reply;
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
 use crate::infra::clock::rfc3339;
 use crate::services::projects::{self, Window};
 

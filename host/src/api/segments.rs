@@ -13,8 +13,9 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::ContactOut;
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::contacts::normalize_email;
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::segments::manage;
 use crate::store::segments::Segment;
@@ -164,7 +165,7 @@ pub fn router() -> Router {
 }
 
 async fn load(st: &crate::state::AppState, project_id: &str, id: &str) -> Result<Segment, ApiError> {
-    manage::get(st, project_id, id).await
+    Ok(manage::get(st, project_id, id).await?)
 }
 
 /// Every segment of the project, newest first (a bare array).
@@ -199,10 +200,10 @@ pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let track = f.boolean("trackMembership").unwrap_or(false);
         let dynamic = kind == "DYNAMIC";
         if dynamic && !matches!(body.get("condition"), Some(Value::Object(_))) && f.errors.is_empty() {
-            return Err(ApiError::BareBadRequest("A dynamic segment needs a condition object".into()));
+            return Err(Error::Plain("A dynamic segment needs a condition object".into()).into());
         }
         f.finish()?;
-        let name = name.ok_or_else(|| ApiError::Internal("validated name missing".into()))?;
+        let name = name.ok_or_else(|| Error::Internal("validated name missing".into()))?;
         let condition = if dynamic { body.get("condition").cloned() } else { None };
         let new = manage::NewSegment { name, description, kind, condition, track };
         let s = manage::create(&st, &ctx.project_id, new).await?;
@@ -272,7 +273,7 @@ fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> 
     match super::pagination::query_str(req, name) {
         None => Ok(default),
         Some(s) => {
-            s.trim().parse::<i64>().map_err(|_| ApiError::BadRequest(format!("{name} must be an integer, got {s:?}")))
+            s.trim().parse::<i64>().map_err(|_| Error::Invalid(format!("{name} must be an integer, got {s:?}")).into())
         }
     }
 }
@@ -314,19 +315,20 @@ fn emails_of(body: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiErro
     let list = match body.get("emails") {
         Some(Value::Array(a)) => a,
         None | Some(Value::Null) => {
-            return Err(ApiError::field("emails", "required", "emails is required", Value::Null));
+            return Err(Error::field("emails", "required", "emails is required", Value::Null).into());
         }
         Some(v) => {
-            return Err(ApiError::field("emails", "invalid_type", "emails must be an array of strings", v.clone()));
+            return Err(Error::field("emails", "invalid_type", "emails must be an array of strings", v.clone()).into());
         }
     };
     if list.len() > MAX_MEMBER_EMAILS {
-        return Err(ApiError::field(
+        return Err(Error::field(
             "emails",
             "too_big",
             &format!("at most {MAX_MEMBER_EMAILS} emails per call"),
             json!(list.len()),
-        ));
+        )
+        .into());
     }
     let mut errors = Vec::new();
     let mut out: Vec<(String, String)> = Vec::new();
@@ -346,7 +348,7 @@ fn emails_of(body: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiErro
         }
     }
     if !errors.is_empty() {
-        return Err(ApiError::Validation(errors));
+        return Err(Error::Validation(errors).into());
     }
     Ok(out)
 }

@@ -1,6 +1,6 @@
-//! `POST /v1/send` (docs/behaviour.md#sending): validates the request, upserts each recipient's
-//! contact in order, renders each recipient's email, and writes the email records together with their
-//! delivery jobs before answering. Delivery happens on the job queue (`delivery`).
+//! `POST /v1/send` (docs/behaviour.md#sending): parses the request field by field and hands it to the
+//! one entry point of a send, [`crate::services::send::send`], which checks the project's rules and
+//! writes each recipient's contact, email and delivery job before answering.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -13,17 +13,15 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, is_email, json_object};
 use super::contacts::data_patch;
 use super::{idempotency, state};
-use crate::domain::templating::Mode;
-use crate::domain::tracking::tracked;
-use crate::error::{ApiError, FieldError};
+use crate::api::errors::ApiError;
+use crate::error::{Error, FieldError};
 use crate::infra::clock::rfc3339;
-use crate::services::accept::{self, AcceptError, SendRequest};
 use crate::services::delivery::StoredAttachment;
+use crate::services::send::{MAX_MESSAGE_BYTES, SendCommand, send as accept_send};
 
 pub const MAX_RECIPIENTS: usize = 100;
 pub const MAX_ATTACHMENTS: usize = 10;
 pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
-pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
 /// Headers Herald writes itself; a request cannot set them.
 const RESERVED_HEADERS: &[&str] = &[
     "from",
@@ -41,9 +39,6 @@ const RESERVED_HEADERS: &[&str] = &[
     "return-path",
     "sender",
 ];
-/// The one-click unsubscribe pair: Herald's own on marketing mail; transactional and
-/// headless mail may set its own (the caller then owns both).
-const LIST_UNSUBSCRIBE: &[&str] = &["list-unsubscribe", "list-unsubscribe-post"];
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
@@ -377,124 +372,32 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             }
             errors.extend(f.errors);
             if !errors.is_empty() {
-                return Err(ApiError::Validation(errors));
+                return Err(Error::Validation(errors).into());
             }
-            let template = match &template_id {
-                Some(id) => Some(crate::services::templates::get(&st, &ctx.project_id, id).await?),
-                None => None,
-            };
-            let subject_src = subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
-            let html_src = html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
-            // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
-            let (composer, subject_owned, html_owned) = (st.composer.clone(), subject_src.clone(), html_src.clone());
-            let (subject_prepared, html_prepared) = crate::services::compose::off_async(move || {
-                (
-                    composer.templates.prepare(&subject_owned, Mode::Text),
-                    composer.templates.prepare(&html_owned, Mode::Html),
-                )
-            })
-            .await
-            .map_err(ApiError::Internal)?;
-            let invalid = |field: &str, issue: crate::domain::templating::TemplateIssue| {
-                ApiError::field(
-                    field,
-                    "invalid_template",
-                    &format!("{field} is not a valid template: {issue}"),
-                    Value::Null,
-                )
-            };
-            let subject_prepared = subject_prepared.map_err(|i| invalid("subject", i))?;
-            let html_prepared = html_prepared.map_err(|i| invalid("body", i))?;
-            if subject_src.len() + html_src.len() + att_bytes > MAX_MESSAGE_BYTES {
-                return Err(ApiError::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
-            }
-            let (from_email, from_name) = match (&from, &template) {
-                (Some((e, n)), _) => (e.clone(), n.clone()),
-                (None, Some(t)) => (t.from.clone(), None),
-                (None, None) => {
-                    return Err(ApiError::field(
-                        "from",
-                        "required",
-                        "from is required without a template that has one",
-                        Value::Null,
-                    ));
-                }
-            };
-            let project_row = crate::services::accounts::project_settings(&st, &ctx.project_id).await?;
-            let tracking_mode = project_row.as_ref().and_then(|p| p.tracking.clone());
-            let from_name = from_name
-                .or(legacy_name.filter(|n| !n.trim().is_empty()))
-                .or_else(|| template.as_ref().and_then(|t| t.from_name.clone()))
-                .or_else(|| project_row.as_ref().map(|p| p.name.clone()));
-            let reply_to = reply.or_else(|| template.as_ref().and_then(|t| t.reply_to.clone()));
-            let kind = template.as_ref().map(|t| t.kind.clone()).unwrap_or_else(|| "TRANSACTIONAL".into());
-            if kind == "MARKETING"
-                && let Some((name, value)) =
-                    hdrs.iter().find(|(n, _)| LIST_UNSUBSCRIBE.contains(&n.to_lowercase().as_str()))
-            {
-                return Err(ApiError::field(
-                    &format!("headers.{name}"),
-                    "reserved_header",
-                    &format!("{name} is set by Herald on marketing mail"),
-                    Value::String(value.clone()),
-                ));
-            }
-            crate::services::sending_domains::require_sender(&st.store, &ctx.project_id, &from_email).await?;
-
-            // Marketing mail never goes to an unsubscribed contact: check all before any write.
-            if kind == "MARKETING" {
-                accept::check_marketing_recipients(&st.store, &ctx.project_id, &recipients, subscribed).await?;
-            }
-
             let now = st.clock.now_ms();
-            let emails: Vec<String> = recipients.iter().map(|(e, _)| e.clone()).collect();
-            crate::services::quotas::room_for_contacts(&st.store, &st.quotas, &ctx.project_id, &emails, now).await?;
-            // A suspended project sends nothing (403 with the reason).
-            crate::services::suspension::ensure_active(&st.store, &ctx.project_id).await?;
-            // The monthly transactional limit: 402 before anything is written.
-            crate::services::billing::check(
-                &st.store,
-                &ctx.project_id,
-                crate::domain::billing::Category::Transactional,
-                recipients.len(),
-                now,
-            )
-            .await?;
-            let atts_json = serde_json::to_string(&atts).unwrap_or_else(|_| "[]".into());
-            let request = SendRequest {
+            let command = SendCommand {
                 project: ctx.project_id.clone(),
                 recipients,
+                from,
+                legacy_name,
+                reply_to: reply,
                 subscribed,
-                request_vars: patch.request_values().into_iter().collect(),
                 patch,
-                from: from_email,
-                from_name,
-                reply_to,
-                subject: subject_prepared,
-                html: html_prepared,
-                track: tracked(tracking_mode.as_deref(), &kind),
-                priority: if kind == "MARKETING" { 10 } else { 100 },
-                kind,
-                template: template.as_ref().map(|t| t.id.clone()),
+                template: template_id,
+                subject,
+                html,
                 headers: hdrs,
-                attachments: atts_json.into(),
+                attachments: atts,
+                attachment_bytes: att_bytes,
             };
-            let out: Vec<SentEmail> = st
-                .accepter
-                .submit(request)
-                .await
-                .map_err(|e| match e {
-                    AcceptError::Render(issue) => ApiError::BadRequest(format!("cannot render the template: {issue}")),
-                    AcceptError::Billing(refusal) => refusal,
-                    AcceptError::Store(e) => e.into(),
-                })?
+            let out: Vec<SentEmail> = accept_send(&st, command)
+                .await?
                 .into_iter()
                 .map(|a| SentEmail {
                     contact: SentContact { id: a.contact_id, email: a.contact_email },
                     email: a.email,
                 })
                 .collect();
-            st.job_wake.kind(crate::services::delivery::DELIVER_JOB);
             Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
         })
         .await

@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use super::body::Reply;
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 
 #[derive(Serialize, ToSchema)]
 pub struct HealthOut {
@@ -96,7 +97,7 @@ pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiErr
             salvo::http::header::CONTENT_TYPE,
             salvo::http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         );
-        res.write_body(body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        res.write_body(body).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(())
     });
     fut.await

@@ -13,8 +13,9 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::templating::Engine;
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::templates;
 use crate::store::templates::{TemplateQuery, TemplateRow};
@@ -174,7 +175,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let ctx = project(depot)?;
         let body = json_object(req).await?;
         if body.get("from").is_none_or(Value::is_null) {
-            return Err(ApiError::BareBadRequest("from is required".into()));
+            return Err(Error::Plain("from is required".into()).into());
         }
         let now = st.clock.now_ms();
         let mut t = TemplateRow {
@@ -223,7 +224,7 @@ pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Repl
         if let Some(k) = &kind
             && !TYPES.contains(&k.as_str())
         {
-            return Err(ApiError::BadRequest(format!("type must be one of {}, got {k:?}", TYPES.join(", "))));
+            return Err(Error::Invalid(format!("type must be one of {}, got {k:?}", TYPES.join(", "))).into());
         }
         let (sort, ascending) = sort_and_dir(req);
         let q = TemplateQuery {

@@ -9,7 +9,8 @@ use salvo::oapi::extract::PathParam;
 use salvo::prelude::*;
 
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::infra::security::open_token;
 use crate::services::compose::TrackingClaim as Claim;
 use crate::services::tracking;
@@ -46,7 +47,7 @@ pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut R
         }
         res.headers_mut().insert(salvo::http::header::CONTENT_TYPE, salvo::http::HeaderValue::from_static("image/gif"));
         res.headers_mut().insert(salvo::http::header::CACHE_CONTROL, salvo::http::HeaderValue::from_static("no-store"));
-        res.write_body(GIF.to_vec()).map_err(|e| ApiError::Internal(e.to_string()))?;
+        res.write_body(GIF.to_vec()).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(())
     });
     fut.await
@@ -58,15 +59,15 @@ pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut 
     let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let Some(c) = claim(&st, &token.into_inner()) else {
-            return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
+            return Err(Error::not_found("LINK_NOT_FOUND", "This link is not valid").into());
         };
         let Some(url) = c.u.clone().filter(|u| u.starts_with("http://") || u.starts_with("https://")) else {
-            return Err(ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"));
+            return Err(Error::not_found("LINK_NOT_FOUND", "This link is not valid").into());
         };
         record(&st, &c, true).await?;
         res.status_code(StatusCode::FOUND);
         let loc = salvo::http::HeaderValue::from_str(&url)
-            .map_err(|_| ApiError::not_found("LINK_NOT_FOUND", "This link is not valid"))?;
+            .map_err(|_| Error::not_found("LINK_NOT_FOUND", "This link is not valid"))?;
         res.headers_mut().insert(salvo::http::header::LOCATION, loc);
         Ok(())
     });

@@ -13,7 +13,8 @@ use serde::Serialize;
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Reply, multipart_file};
 use super::state;
-use crate::error::ApiError;
+use crate::api::errors::ApiError;
+use crate::error::Error;
 use crate::services::uploads;
 
 #[derive(Serialize, ToSchema)]
@@ -79,7 +80,7 @@ pub async fn get_upload(name: PathParam<String>, depot: &mut Depot, res: &mut Re
         let st = state(depot)?;
         let name = name.into_inner();
         let Some(stored) = uploads::open_image(&st, &name).await else {
-            return Err(ApiError::not_found("UPLOAD_NOT_FOUND", format!("Upload {name} not found")));
+            return Err(Error::not_found("UPLOAD_NOT_FOUND", format!("Upload {name} not found")).into());
         };
         let h = res.headers_mut();
         h.insert(CONTENT_TYPE, HeaderValue::from_static(stored.content_type));

@@ -11,8 +11,9 @@ use super::auth::project;
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str};
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::status::ExecutionStatus;
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::workflows::executions;
 use crate::store::workflow_runs::{ExecutionRow, StepRunRow};
@@ -161,7 +162,7 @@ pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &m
             }
         };
         f.finish()?;
-        let Some(contact) = contact else { return Err(ApiError::BadRequest("contactId is required".into())) };
+        let Some(contact) = contact else { return Err(Error::Invalid("contactId is required".into()).into()) };
         let e = executions::start(&st, &ctx.project_id, &id.into_inner(), &contact, context).await?;
         Reply::created(&ExecutionOut::new(&e, None))
     });
@@ -188,7 +189,7 @@ pub async fn list_executions(id: PathParam<String>, req: &mut Request, depot: &m
             None => None,
             Some(s) => Some(ExecutionStatus::parse(&s).ok_or_else(|| {
                 let all: Vec<&str> = ExecutionStatus::ALL.iter().map(|s| s.as_str()).collect();
-                ApiError::BadRequest(format!("status must be one of {}, got {s:?}", all.join(", ")))
+                Error::Invalid(format!("status must be one of {}, got {s:?}", all.join(", ")))
             })?),
         };
         let (rows, total) =

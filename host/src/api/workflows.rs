@@ -11,8 +11,9 @@ use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, bool_param, query_str};
 use super::state;
+use crate::api::errors::ApiError;
 use crate::domain::workflows::{Graph, Position, Step, Transition, WaitOutcome};
-use crate::error::ApiError;
+use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::workflows::manage::{self, NewStep, NewTransition, NewWorkflow, StepPatch, WorkflowPatch};
 use crate::store::workflows::{WorkflowItem, WorkflowQuery, WorkflowRow};
@@ -378,7 +379,7 @@ pub async fn create_workflow(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let allow_reentry = f.boolean("allowReentry").unwrap_or(false);
         f.finish()?;
         let (Some(name), Some(event_name)) = (name, event_name) else {
-            return Err(ApiError::BadRequest("name and eventName are required".into()));
+            return Err(Error::Invalid("name and eventName are required".into()).into());
         };
         let w =
             manage::create(&st, &ctx.project_id, NewWorkflow { name, description, event_name, allow_reentry }).await?;
@@ -488,7 +489,7 @@ pub async fn add_step(id: PathParam<String>, req: &mut Request, depot: &mut Depo
         let auto_connect = f.boolean("autoConnect").unwrap_or(true);
         f.finish()?;
         let (Some(kind), Some(name)) = (kind, name) else {
-            return Err(ApiError::BadRequest("type and name are required".into()));
+            return Err(Error::Invalid("type and name are required".into()).into());
         };
         let new = NewStep { kind, name, position, config, template_id, auto_connect };
         let (w, step) = manage::add_step(&st, &ctx.project_id, &id, new).await?;
@@ -581,7 +582,7 @@ pub async fn add_transition(id: PathParam<String>, req: &mut Request, depot: &mu
         };
         f.finish()?;
         let (Some(from), Some(to)) = (from, to) else {
-            return Err(ApiError::BadRequest("fromStepId and toStepId are required".into()));
+            return Err(Error::Invalid("fromStepId and toStepId are required".into()).into());
         };
         let t = manage::add_transition(
             &st,

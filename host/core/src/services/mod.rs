@@ -1,0 +1,38 @@
+//! The capabilities of Herald, one module each: the rules, the transactions (through `store`) and the
+//! registration of its recurring jobs. `api/` and the CLI call these; a new capability (workflows, CSV
+//! import, billing) gets a module here.
+//!
+//! Must not import: salvo, surrealdb.
+
+pub mod accept;
+pub mod account_mail;
+pub mod accounts;
+pub mod activity;
+pub mod analytics;
+pub mod billing;
+pub mod campaigns;
+pub mod compose;
+pub mod contact_import;
+pub mod contact_jobs;
+pub mod contacts;
+pub mod delivery;
+pub mod events;
+pub mod idempotency;
+pub mod ingest;
+pub mod invitations;
+pub mod notifications;
+pub mod oauth;
+pub mod payments;
+pub mod projects;
+pub mod quotas;
+pub mod segments;
+pub mod send;
+pub mod sending_domains;
+pub mod suspension;
+pub mod system;
+pub mod system_mail;
+pub mod templates;
+pub mod tracking;
+pub mod uploads;
+pub mod verify;
+pub mod workflows;
