@@ -545,7 +545,7 @@ async fn a_job_whose_payload_does_not_parse_is_dead_lettered_at_once_with_the_re
     assert_eq!(job.status.as_str(), "dead");
     assert_eq!(job.attempts, 1);
     let error = job.last_error.unwrap_or_default();
-    assert!(error.contains("typed job does not parse") && error.contains("project"), "{error}");
+    assert!(error.contains("typed job does not parse") && error.contains("expected a string"), "{error}");
 }
 
 #[tokio::test]
