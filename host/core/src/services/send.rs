@@ -56,10 +56,14 @@ pub async fn send(st: &AppState, cmd: SendCommand) -> Result<Vec<Accepted>, Erro
     };
     let subject_src = cmd.subject.or_else(|| template.as_ref().map(|t| t.subject.clone())).unwrap_or_default();
     let html_src = cmd.html.or_else(|| template.as_ref().map(|t| t.body.clone())).unwrap_or_default();
+    // The size first: an oversized message costs no compile.
+    if subject_src.len() + html_src.len() + cmd.attachment_bytes > MAX_MESSAGE_BYTES {
+        return Err(Error::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
+    }
     // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
-    let (composer, subject_owned, html_owned) = (st.composer.clone(), subject_src.clone(), html_src.clone());
+    let composer = st.composer.clone();
     let (subject, html) = crate::services::compose::off_async(move || {
-        (composer.templates.prepare(&subject_owned, Mode::Text), composer.templates.prepare(&html_owned, Mode::Html))
+        (composer.templates.prepare(&subject_src, Mode::Text), composer.templates.prepare(&html_src, Mode::Html))
     })
     .await
     .map_err(Error::Internal)?;
@@ -68,9 +72,6 @@ pub async fn send(st: &AppState, cmd: SendCommand) -> Result<Vec<Accepted>, Erro
     };
     let subject = subject.map_err(|i| invalid("subject", i))?;
     let html = html.map_err(|i| invalid("body", i))?;
-    if subject_src.len() + html_src.len() + cmd.attachment_bytes > MAX_MESSAGE_BYTES {
-        return Err(Error::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
-    }
     let (from, from_name) = match (cmd.from, &template) {
         (Some((e, n)), _) => (e, n),
         (None, Some(t)) => (t.from.clone(), None),
