@@ -1,4 +1,4 @@
-//! The tidy check: the layering rules of ARCHITECTURE.md ("Invariants") that Cargo cannot hold, enforced
+//! The tidy check: the layering rules of ARCHITECTURE.md ("Layering") that Cargo cannot hold, enforced
 //! on the source of the core (`host/core/src`, paths as `store/…`) and of the server (`host/src`, paths
 //! as `api/…`, `lib.rs`, `main.rs`). Cargo holds the first rule: the core's manifest has no salvo, so
 //! nothing of it can name the server.
@@ -7,14 +7,20 @@
 //!   reaches up into `api/` (`lib.rs` and `main.rs` wire it);
 //! - inside the core, layers import only downwards: `domain/` nothing of `store/`, `services/` or the
 //!   services' handle (`state.rs`), `store/` nothing of `services/` or `state.rs`, `infra/` nothing of
-//!   `services/` or `state.rs`, `error.rs` nothing of `services/`;
+//!   `services/` or `state.rs`, `error.rs` nothing of `services/`; `services/` and the context they stand on
+//!   (`context.rs`) nothing of the front ends' handle (`state.rs`), which holds the services;
 //! - no file of the core names the server's error type or an HTTP status type (`ApiError`, `StatusCode`):
 //!   the core's errors say what went wrong, the server's table (`api/errors.rs`) chooses the status;
 //! - only the clock (`infra/clock.rs`, and the plugin runtime's `clock.rs`) reads the wall clock (everything else asks the injected clock, so tests can move time);
 //! - handlers in `api/` call services, never the store (they may hand it to a service);
 //! - statuses are named by their enums (`domain/status.rs`), never as string literals (SurrealQL aside);
 //! - `domain/` does no I/O (no async runtime, files, network, processes, mail, DNS, plugins or database);
-//! - no source file has more than [`MAX_LINES`] lines before its tests.
+//! - no source file has more than [`MAX_LINES`] lines before its tests;
+//! - no import cycles between modules: in the graph whose nodes are the modules directly under a layer
+//!   (`store/emails.rs`, the folder `services/campaigns/`) and the files at a crate's top (`state.rs`,
+//!   `error.rs`), an edge is a path one names in another (`crate::…`, `super::…`, `self::…`, a declared
+//!   child); a parent naming its own children (a folder's `mod.rs`, the crate root wiring the layers) is
+//!   not an import. The files of one node may name each other (they split one capability).
 //!
 //! The plugin runtime (`host/plugin-runtime`, checked as `plugin-runtime/…`) keeps the same rules, so it imports
 //! neither salvo nor surrealdb and reads the wall clock only in its `clock.rs`; its manifest and the SDK test
@@ -22,6 +28,7 @@
 //!
 //! Comments are not checked (they may name what a module must not import), nor are test modules.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Most lines a source file may have before its `#[cfg(test)]` module.
@@ -119,6 +126,9 @@ fn violations(rel: &str, source: &str) -> Vec<String> {
         ("store/", &["crate::services", "crate::state"]),
         ("infra/", &["crate::services", "crate::state"]),
         ("error.rs", &["crate::services"]),
+        // The front ends' handle holds the services; they stand on the context beneath it.
+        ("services/", &["crate::state"]),
+        ("context.rs", &["crate::state"]),
     ];
     for (n, line) in code.iter().enumerate() {
         let at = format!("{rel}:{}", n + 1);
@@ -301,6 +311,13 @@ fn each_rule_catches_what_it_forbids() {
             "impl From<crate::services::segments::SegmentError> for Error {",
             "error.rs imports crate::services",
         ),
+        ("services/billing.rs", "use crate::state::AppState;", "services/ imports crate::state"),
+        (
+            "services/workflows/manage.rs",
+            "pub async fn get(st: &crate::state::AppState) {",
+            "services/ imports crate::state",
+        ),
+        ("context.rs", "use crate::state::AppState;", "context.rs imports crate::state"),
         ("services/suspension.rs", "use crate::error::ApiError;", "the server's error or an HTTP status in the core"),
         (
             "services/payments.rs",
@@ -332,6 +349,8 @@ fn each_rule_catches_what_it_forbids() {
         ("services/campaigns/manage.rs", "use crate::store::campaigns::CampaignRow;"),
         ("domain/conditions.rs", "use crate::infra::clock::parse_rfc3339;"),
         ("services/send.rs", "use crate::error::Error;"),
+        ("services/send.rs", "use crate::context::Context;"),
+        ("state.rs", "use crate::services::events::EventBus;"),
         ("big.rs", &format!("{}#[cfg(test)]\n{}", "let x = 1;\n".repeat(MAX_LINES), "let y = 2;\n".repeat(50))),
     ];
     for (rel, source) in allowed {
@@ -345,4 +364,255 @@ fn manifest_dir() -> std::path::PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+}
+
+/// The module a source file is, as its path segments (`services/billing/mod.rs` → `services::billing`;
+/// the crate root is empty).
+fn module_of(rel: &str) -> Vec<String> {
+    let mut segs: Vec<String> = rel.trim_end_matches(".rs").split('/').map(str::to_string).collect();
+    if segs.last().is_some_and(|s| matches!(s.as_str(), "mod" | "lib" | "main")) {
+        segs.pop();
+    }
+    segs
+}
+
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The identifier that starts at `at`, and where it ends.
+fn ident(code: &str, at: usize) -> (&str, usize) {
+    let end = code[at..].bytes().position(|b| !is_ident(b)).map_or(code.len(), |n| at + n);
+    (&code[at..end], end)
+}
+
+/// The paths written from `at` on (`a::b`, `a::{b, c::{d, e}}`, `a::*`), each as its segments, and where
+/// they end.
+fn expand(code: &str, mut at: usize) -> (Vec<Vec<String>>, usize) {
+    let mut base = Vec::new();
+    loop {
+        if code[at..].starts_with('{') {
+            at += 1;
+            let mut out = Vec::new();
+            loop {
+                at += code[at..].bytes().take_while(|b| b.is_ascii_whitespace() || *b == b',').count();
+                if at >= code.len() || code[at..].starts_with('}') {
+                    return (out, (at + 1).min(code.len()));
+                }
+                let (subs, end) = expand(code, at);
+                if end == at {
+                    // Nothing this parser reads (a glob, an attribute): step over it.
+                    at += 1;
+                    continue;
+                }
+                out.extend(subs.into_iter().map(|s| base.iter().cloned().chain(s).collect()));
+                at = end;
+                // `x as y`: the name it is given is not a path.
+                if let Some(alias) = code[at..].trim_start().strip_prefix("as ") {
+                    at = ident(code, code.len() - alias.trim_start().len()).1;
+                }
+            }
+        }
+        let (word, end) = ident(code, at);
+        if word.is_empty() {
+            break;
+        }
+        if word != "self" {
+            base.push(word.to_string());
+        }
+        at = end;
+        if code[at..].starts_with("::") {
+            at += 2;
+        } else {
+            break;
+        }
+    }
+    (vec![base], at)
+}
+
+/// The modules' paths one file names, each resolved against the file's module `here`: `crate::…`,
+/// `super::…`, `self::…` and the children it declares (`mod x;` then `x::…`).
+fn named_paths(here: &[String], source: &str) -> Vec<Vec<String>> {
+    let code: String = source
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let children: Vec<&str> = code
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l.strip_prefix("pub(crate) ").or_else(|| l.strip_prefix("pub ")).unwrap_or(l);
+            l.strip_prefix("mod ")?.strip_suffix(';')
+        })
+        .collect();
+    let parent = &here[..here.len().saturating_sub(1)];
+    let bytes = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < code.len() {
+        if !is_ident(bytes[i]) || (i > 0 && (is_ident(bytes[i - 1]) || bytes[i - 1] == b':')) {
+            i += 1;
+            continue;
+        }
+        let (word, end) = ident(&code, i);
+        i = end;
+        if !code[end..].starts_with("::") {
+            continue;
+        }
+        let base: Vec<String> = match word {
+            "crate" => vec![],
+            "super" => parent.to_vec(),
+            "self" => here.to_vec(),
+            w if children.contains(&w) => here.iter().cloned().chain([w.to_string()]).collect(),
+            _ => continue,
+        };
+        let (paths, after) = expand(&code, end + 2);
+        for path in paths {
+            let mut segs = base.clone();
+            for s in path {
+                if s == "super" {
+                    segs.pop();
+                } else {
+                    segs.push(s);
+                }
+            }
+            out.push(segs);
+        }
+        i = after.max(end);
+    }
+    out
+}
+
+/// The node a module belongs to: the module directly under its layer (`services::campaigns::send` →
+/// `services::campaigns`), or the crate root (`crate`).
+fn node(module: &[String]) -> String {
+    if module.is_empty() { "crate".to_string() } else { module[..module.len().min(2)].join("::") }
+}
+
+/// The import graph of one crate's sources (`rel` path with `/`, source): for each node, the nodes it
+/// names, a parent's naming of its own descendants left out.
+fn module_graph(files: &[(String, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(rel, _)| module_of(rel)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, source) in files {
+        let here = module_of(rel);
+        let from = node(&here);
+        graph.entry(from.clone()).or_default();
+        for path in named_paths(&here, source) {
+            // The longest prefix that is a module (an item of the crate root otherwise).
+            let target = (0..=path.len()).rev().map(|n| &path[..n]).find(|p| modules.contains(*p)).unwrap_or(&[]);
+            let to = node(target);
+            if to == from || from == "crate" || to.starts_with(&format!("{from}::")) {
+                continue;
+            }
+            graph.entry(from.clone()).or_default().insert(to);
+        }
+    }
+    graph
+}
+
+/// The import cycles of a graph: each strongly connected set of more than one node, sorted.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, (usize, usize)>,
+        stack: Vec<&'a str>,
+        found: Vec<Vec<String>>,
+    }
+    fn visit<'a>(w: &mut Walk<'a>, v: &'a str) {
+        let n = w.index.len();
+        w.index.insert(v, (n, n));
+        w.stack.push(v);
+        let graph = w.graph;
+        for to in graph.get(v).into_iter().flatten() {
+            let to = to.as_str();
+            match w.index.get(to) {
+                None => {
+                    visit(w, to);
+                    let low = w.index[to].1;
+                    w.index.get_mut(v).expect("visited").1 = w.index[v].1.min(low);
+                }
+                Some(&(i, _)) if w.stack.contains(&to) => w.index.get_mut(v).expect("visited").1 = w.index[v].1.min(i),
+                Some(_) => {}
+            }
+        }
+        if w.index[v].0 == w.index[v].1 {
+            let at = w.stack.iter().rposition(|s| *s == v).expect("on the stack");
+            let mut set: Vec<String> = w.stack.split_off(at).into_iter().map(str::to_string).collect();
+            if set.len() > 1 {
+                set.sort();
+                w.found.push(set);
+            }
+        }
+    }
+    let mut w = Walk { graph, index: BTreeMap::new(), stack: Vec::new(), found: Vec::new() };
+    for v in graph.keys() {
+        if !w.index.contains_key(v.as_str()) {
+            visit(&mut w, v);
+        }
+    }
+    w.found.sort();
+    w.found
+}
+
+/// The sources under `root`, as (path under it with `/`, text).
+fn read_tree(root: &Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    sources(root, &mut files);
+    files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(root).expect("under the root").to_string_lossy().replace('\\', "/");
+            (rel, std::fs::read_to_string(f).expect("read a source file"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_modules_form_no_import_cycles() {
+    let host = &manifest_dir();
+    let mut found = Vec::new();
+    for (dir, at_least) in [("core/src", 60), ("src", 20), ("plugin-runtime/src", 4)] {
+        let graph = module_graph(&read_tree(&host.join(dir)));
+        assert!(graph.len() >= at_least, "{dir}: only {} modules found", graph.len());
+        found.extend(cycles(&graph).into_iter().map(|c| (dir, c)));
+    }
+    assert!(found.is_empty(), "import cycles (each a set of modules that import each other): {found:#?}");
+}
+
+#[test]
+fn the_module_graph_sees_what_it_should() {
+    let files = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter().map(|(r, s)| (r.to_string(), s.to_string())).collect()
+    };
+    // Two stores naming each other through `super::` and `crate::`: a cycle.
+    let pair = files(&[
+        ("store/mod.rs", "pub mod a;\npub mod b;\npub struct Store;\nuse a::Row;"),
+        ("store/a.rs", "use super::{Store, b::Other};"),
+        ("store/b.rs", "fn f(r: crate::store::a::Row) {}"),
+    ]);
+    assert_eq!(cycles(&module_graph(&pair)), vec![vec!["store::a".to_string(), "store::b".to_string()]]);
+    // A parent wiring its children and children naming the parent: no cycle; the files of one folder
+    // naming each other: no cycle.
+    let tree = files(&[
+        ("lib.rs", "pub mod store;\npub mod services;\nuse services::x::run;"),
+        ("store/mod.rs", "pub mod a;\npub struct Store;\nuse self::a::Row;"),
+        ("store/a.rs", "use super::Store;\n// use crate::services::x; in a comment"),
+        ("services/mod.rs", "pub mod x;"),
+        ("services/x/mod.rs", "mod y;\nuse y::Helper;\nuse crate::{store::{Store, a::Row}};"),
+        ("services/x/y.rs", "use super::super::x::Thing;"),
+    ]);
+    let graph = module_graph(&tree);
+    assert_eq!(cycles(&graph), Vec::<Vec<String>>::new());
+    assert_eq!(graph["services::x"], ["store".to_string(), "store::a".to_string()].into_iter().collect());
+    assert!(graph["store::a"].contains("store") && !graph["store"].contains("store::a"));
+    // The state a service takes, holding that service: a cycle through a grouped import.
+    let locator = files(&[
+        ("state.rs", "pub struct AppState { pub s: crate::services::s::Svc }"),
+        ("services/s.rs", "use crate::{error::Error, state::AppState};"),
+        ("error.rs", ""),
+    ]);
+    assert_eq!(cycles(&module_graph(&locator)), vec![vec!["services::s".to_string(), "state".to_string()]]);
 }

@@ -59,6 +59,14 @@ impl App {
         Ok(Running { addr, state, http, background })
     }
 
+    /// Ends a front end that did not serve (a CLI command): drops the services, then closes the store as
+    /// the last of its handles inside the runtime ([`Store::close_last`]).
+    pub async fn close(self) {
+        let store = self.state.store.clone();
+        drop(self);
+        store.close_last(Duration::from_secs(5)).await;
+    }
+
     /// Binds the configured address and starts.
     pub async fn listen(self) -> Result<Running, BuildError> {
         let listener = tokio::net::TcpListener::bind(self.state.config.listen).await.map_err(BuildError::Listen)?;

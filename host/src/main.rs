@@ -116,7 +116,7 @@ async fn run() -> anyhow::Result<()> {
             shutdown_signal().await;
             tracing::info!("shutting down");
             running.shutdown().await;
-            store.close().await;
+            store.close_last(std::time::Duration::from_secs(5)).await;
             Ok(())
         }
         Command::Migrate { settings } => {
@@ -124,7 +124,7 @@ async fn run() -> anyhow::Result<()> {
             telemetry::init(config.log_format, &config.log);
             let store = Store::connect_only(&config).await?;
             let applied = herald_host::store::migrate::apply(&store).await;
-            store.close().await;
+            store.close_last(std::time::Duration::from_secs(5)).await;
             println!("{}", serde_json::json!({ "applied": applied? }));
             Ok(())
         }
@@ -133,7 +133,7 @@ async fn run() -> anyhow::Result<()> {
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
             println!("{}", hex::encode(&app.state.notifications_key));
-            app.state.store.close().await;
+            app.close().await;
             Ok(())
         }
         Command::Domain { command: DomainCommand::Add { domain, project, trust, settings } } => {
@@ -141,7 +141,7 @@ async fn run() -> anyhow::Result<()> {
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
             let out = add_domain(&app, &domain, &project, trust).await;
-            app.state.store.close().await;
+            app.close().await;
             println!("{}", serde_json::to_string_pretty(&out?)?);
             Ok(())
         }
@@ -151,7 +151,7 @@ async fn run() -> anyhow::Result<()> {
             let app = App::build(config).await?;
             let st = &app.state;
             let made = accounts::create_project_for(st, &name, owner.as_deref(), password.as_deref()).await;
-            app.state.store.close().await;
+            app.close().await;
             let (project, keys) = made.map_err(|e| anyhow::anyhow!("{e}"))?;
             let out = serde_json::json!({
                 "id": project.id, "name": project.name, "public": keys.public, "secret": keys.secret
@@ -164,7 +164,7 @@ async fn run() -> anyhow::Result<()> {
             telemetry::init(config.log_format, "warn");
             let app = App::build(config).await?;
             let lifted = herald_host::services::suspension::operator_unsuspend(&app.state, &project).await;
-            app.state.store.close().await;
+            app.close().await;
             let released = lifted.map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("{}", serde_json::json!({ "project": project, "releasedJobs": released }));
             Ok(())

@@ -6,6 +6,7 @@
 //! same [`state::AppState`] and calls the same entry points (ARCHITECTURE.md).
 
 pub mod config;
+pub mod context;
 pub mod domain;
 pub mod error;
 pub mod infra;
@@ -25,9 +26,10 @@ use crate::infra::{dkim, dns, jobs, ratelimit, security};
 use crate::services::{accept, campaigns, compose, delivery, events, ingest, segments, sending_domains, workflows};
 
 use crate::config::Config;
+use crate::context::{Context, KeyCache};
 use crate::infra::clock::{SharedClock, SystemClock};
 use crate::infra::jobs::{Registry, Worker, WorkerOptions};
-use crate::state::{AppState, KeyCache};
+use crate::state::AppState;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -229,18 +231,20 @@ impl Core {
         );
         let _ = campaigns.wake.set(worker.waker());
         let _ = workflows.wake.set(worker.waker());
-        let state = Arc::new(AppState {
+        let ingest = ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes);
+        let accepter = accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes);
+        let context = Context {
             session_key: security::derive_key(&secret, "herald-session-v1"),
             links_key: security::derive_key(&secret, "herald-links-v1"),
             tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
             notifications_key: security::derive_key(&secret, "herald-notifications-v1"),
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
             login_failures: ratelimit::FailureThrottle::new(
-                services::accounts::LOGIN_FAILURES,
-                services::accounts::LOGIN_WINDOW_MS,
+                services::throttles::LOGIN_FAILURES,
+                services::throttles::LOGIN_WINDOW_MS,
                 clock.clone(),
             ),
-            account_mail: services::account_mail::Throttles::new(clock.clone()),
+            account_mail: services::throttles::Throttles::new(clock.clone()),
             passwords: Default::default(),
             quotas: services::quotas::Ceilings::new(config.quotas),
             oauth_documents: Default::default(),
@@ -250,21 +254,15 @@ impl Core {
                 None => None,
             },
             keys: KeyCache::default(),
-            bus,
-            domains,
             templates: domain::templating::Engine::new(),
             job_wake: worker.waker(),
-            ingest: ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes),
-            accepter: accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes),
             plugins,
-            segments,
-            composer,
-            campaigns,
-            workflows,
             config,
             store,
             clock,
-        });
+        };
+        let state =
+            Arc::new(AppState { context, bus, domains, ingest, accepter, segments, composer, campaigns, workflows });
         Ok(Core { state, worker })
     }
 

@@ -25,8 +25,6 @@ pub fn router() -> Router {
         .push(Router::with_path("upcoming").get(upcoming))
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 /// `{id, name}` of what an item names (name null once deleted).
 #[derive(Serialize, ToSchema)]
 pub struct Named {
@@ -153,7 +151,7 @@ pub(crate) fn window_params(req: &Request, now: i64) -> Result<(i64, i64), ApiEr
     responses((status_code = 200, body = ActivityPage))
 )]
 pub async fn feed(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let cursor = match query_str(req, "cursor").as_deref().map(decode_cursor).transpose()? {
@@ -210,7 +208,7 @@ pub struct ActivityStatsOut {
     responses((status_code = 200, body = ActivityStatsOut))
 )]
 pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (from, to) = window_params(req, st.clock.now_ms())?;
@@ -241,7 +239,7 @@ pub struct RecentCountOut {
     responses((status_code = 200, body = RecentCountOut))
 )]
 pub async fn recent_count(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let since = time_param(req, "since")?.unwrap_or(st.clock.now_ms() - 60_000);
@@ -259,7 +257,7 @@ pub struct TypesOut {
 /// The activity types the project has any item of.
 #[endpoint(tags("activity"), security(("bearer" = [])), responses((status_code = 200, body = TypesOut)))]
 pub async fn types(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let found = activity::types_present(&st, &ctx.project_id).await?;
@@ -300,10 +298,10 @@ pub struct UpcomingOut {
 /// (with the next time one resumes).
 #[endpoint(tags("activity"), security(("bearer" = [])), responses((status_code = 200, body = UpcomingOut)))]
 pub async fn upcoming(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let (campaigns, workflows) = activity::upcoming(&st, &ctx.project_id).await?;
+        let (campaigns, workflows) = activity::upcoming(&st, &st.segments, &ctx.project_id).await?;
         Reply::ok(&UpcomingOut {
             campaigns: campaigns
                 .into_iter()

@@ -25,8 +25,6 @@ pub fn router() -> Router {
         .push(Router::with_path("top-events").get(top_events))
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
@@ -54,7 +52,7 @@ pub struct SeriesOut {
     responses((status_code = 200, body = SeriesOut))
 )]
 pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let metrics = analytics::parse_metrics(&list_param(req, "metric"))?;
@@ -160,7 +158,7 @@ pub struct TopCampaignsOut {
     responses((status_code = 200, body = TopCampaignsOut))
 )]
 pub async fn top_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let metric = query_str(req, "metric").unwrap_or_else(|| "opens".into());
@@ -179,7 +177,7 @@ pub async fn top_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply
     responses((status_code = 200, body = CampaignStatsOut))
 )]
 pub async fn campaign_stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let Some(id) = query_str(req, "campaignId") else {
@@ -217,7 +215,7 @@ pub struct TopEventsOut {
     responses((status_code = 200, body = TopEventsOut))
 )]
 pub async fn top_events(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (from, to) = window_params(req, st.clock.now_ms())?;

@@ -72,14 +72,13 @@ impl OkOut {
     }
 }
 
+/// `/auth/...`, throttled per client address; `api_router` adds the account-mail and OAuth routes under it.
 pub fn router() -> Router {
     Router::with_path("auth")
         .hoop(rate_limit_by_ip)
         .push(Router::with_path("signup").post(signup))
         .push(Router::with_path("login").post(login))
         .push(Router::with_path("logout").get(logout))
-        .push(super::account_mail::router())
-        .push(super::oauth::router())
 }
 
 /// A new session of `user`, under the user's current session epoch.

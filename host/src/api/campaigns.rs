@@ -272,7 +272,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let now = st.clock.now_ms();
         let mut c = CampaignRow::draft(uuid::Uuid::now_v7().to_string(), &ctx.project_id, now);
         read_campaign(&st, &body, &mut c)?;
-        manage::create(&st, &ctx.project_id, &c).await?;
+        manage::create(&st, &st.campaigns, &ctx.project_id, &c).await?;
         Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
     });
     fut.await
@@ -355,7 +355,7 @@ pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &
         let mut c = load(&st, &ctx.project_id, &id).await?;
         manage::replaceable(&c)?;
         read_campaign(&st, &body, &mut c)?;
-        manage::replace(&st, &ctx.project_id, &mut c).await?;
+        manage::replace(&st, &st.campaigns, &ctx.project_id, &mut c).await?;
         Reply::ok(&CampaignOut::from(&c))
     });
     fut.await
@@ -404,7 +404,7 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
                     .ok_or_else(|| Error::Invalid(format!("scheduledFor is not a date this server can read: {v}")))?,
             ),
         };
-        let c = manage::send(&st, &ctx.project_id, &id, when).await?;
+        let c = manage::send(&st, &st.campaigns, &ctx.project_id, &id, when).await?;
         let message = match when {
             None => "Campaign is being sent".to_string(),
             Some(at) => format!("Campaign scheduled for {}", rfc3339(at)),
@@ -449,7 +449,7 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
         let to = f.email("email", true);
         f.finish()?;
         let to = to.unwrap_or_default();
-        let email_id = manage::test_send(&st, &ctx.project_id, &id, &to).await?;
+        let email_id = manage::test_send(&st, &st.campaigns, &ctx.project_id, &id, &to).await?;
         Reply::ok(&TestOut {
             success: true,
             data: TestData { email_id, to: to.clone() },

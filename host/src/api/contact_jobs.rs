@@ -98,8 +98,6 @@ pub fn routes() -> Vec<Router> {
     ]
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 /// `contactIds` of a bulk body: an array of 1 to [`MAX_BULK_IDS`] strings.
 fn contact_ids(body: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     let field = |code: &str, message: &str, got: Value| Error::field("contactIds", code, message, got);
@@ -153,7 +151,8 @@ async fn queue(req: &mut Request, depot: &mut Depot, op: BulkOp) -> Result<Reply
 /// `contact.subscribed`.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = BulkBody, responses((status_code = 202, body = JobIdOut)))]
 pub async fn bulk_subscribe(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(queue(req, depot, BulkOp::Subscribe));
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { queue(req, depot, BulkOp::Subscribe).await });
     fut.await
 }
 
@@ -161,21 +160,23 @@ pub async fn bulk_subscribe(req: &mut Request, depot: &mut Depot) -> Result<Repl
 /// `contact.unsubscribed`.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = BulkBody, responses((status_code = 202, body = JobIdOut)))]
 pub async fn bulk_unsubscribe(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(queue(req, depot, BulkOp::Unsubscribe));
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { queue(req, depot, BulkOp::Unsubscribe).await });
     fut.await
 }
 
 /// Deletes up to 1,000 contacts with their events, as a job: 202 with its id.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = BulkBody, responses((status_code = 202, body = JobIdOut)))]
 pub async fn bulk_delete(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(queue(req, depot, BulkOp::Delete));
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { queue(req, depot, BulkOp::Delete).await });
     fut.await
 }
 
 /// Where a bulk job is: state, progress and what it did so far (404 for another project's job).
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactJobOut)))]
 pub async fn get_bulk_job(job_id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let row = contact_jobs::get(&st, &ctx.project_id, &job_id.into_inner()).await?;
@@ -215,7 +216,7 @@ pub struct ImportForm {
     responses((status_code = 202, body = JobIdOut))
 )]
 pub async fn import_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (form, bytes) = multipart_file(req, MAX_FILE_BYTES).await?;
@@ -232,7 +233,7 @@ pub async fn import_contacts(req: &mut Request, depot: &mut Depot) -> Result<Rep
 /// Where an import is: state, progress (rows) and what it did so far (404 for another project's job).
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactJobOut)))]
 pub async fn get_import_job(job_id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let row = contact_import::get(&st, &ctx.project_id, &job_id.into_inner()).await?;

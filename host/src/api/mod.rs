@@ -140,7 +140,7 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
 pub fn api_router() -> Router {
     Router::new()
         .push(system::router())
-        .push(auth::router())
+        .push(auth::router().push(account_mail::router()).push(oauth::router()))
         .push(accounts::router())
         .push(project_state::router())
         .push(contacts::router())

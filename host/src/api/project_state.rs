@@ -26,8 +26,6 @@ pub fn router() -> Router {
         .push(Router::with_path("users/@me/projects/{id}/unsuspend").hoop(require_session).post(unsuspend))
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
@@ -45,7 +43,7 @@ pub struct SetupStateOut {
 /// What the project has set up so far (the onboarding checklist).
 #[endpoint(tags("projects"), security(("session" = [])), responses((status_code = 200, body = SetupStateOut)))]
 pub async fn setup_state(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let id = id.into_inner();
         role_in(&st, &id, &user(depot)?).await?;
@@ -165,7 +163,7 @@ async fn security_of(id: String, depot: &mut Depot) -> Result<Reply, ApiError> {
 /// again and the held deliveries go out.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UnsuspendOut)))]
 pub async fn unsuspend(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -179,13 +177,15 @@ pub async fn unsuspend(id: PathParam<String>, depot: &mut Depot) -> Result<Reply
 /// Bounce and complaint rates over the last 7 and 30 days against the project's thresholds.
 #[endpoint(tags("projects"), security(("session" = [])), responses((status_code = 200, body = SecurityOut)))]
 pub async fn security(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move { security_of(id.into_inner(), depot).await });
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { security_of(id.into_inner(), depot).await });
     fut.await
 }
 
 /// The same as `GET /projects/:id/security`, under the account's projects.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = SecurityOut)))]
 pub async fn account_security(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move { security_of(id.into_inner(), depot).await });
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
+        Box::pin(async move { security_of(id.into_inner(), depot).await });
     fut.await
 }

@@ -206,7 +206,7 @@ pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let name = name.ok_or_else(|| Error::Internal("validated name missing".into()))?;
         let condition = if dynamic { body.get("condition").cloned() } else { None };
         let new = manage::NewSegment { name, description, kind, condition, track };
-        let s = manage::create(&st, &ctx.project_id, new).await?;
+        let s = manage::create(&st, &st.segments, &ctx.project_id, new).await?;
         Reply::created(&SegmentOut::from(&s))
     });
     fut.await
@@ -248,7 +248,7 @@ pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut
             track,
             condition: body.get("condition").cloned(),
         };
-        let s = manage::update(&st, &ctx.project_id, s, patch).await?;
+        let s = manage::update(&st, &st.segments, &ctx.project_id, s, patch).await?;
         Reply::ok(&SegmentOut::from(&s))
     });
     fut.await

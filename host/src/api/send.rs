@@ -390,7 +390,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 attachments: atts,
                 attachment_bytes: att_bytes,
             };
-            let out: Vec<SentEmail> = accept_send(&st, command)
+            let out: Vec<SentEmail> = accept_send(&st, &st.composer, &st.accepter, command)
                 .await?
                 .into_iter()
                 .map(|a| SentEmail {

@@ -42,8 +42,6 @@ pub fn router() -> Router {
         .push(Router::with_path("{name}").get(get_upload))
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 /// Stores an image for template bodies: 201 with its public URL, size, type and dimensions. The type
 /// is read from the content (415 for anything else); too large is 413; past the project's quota 403.
 #[endpoint(
@@ -53,7 +51,7 @@ type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
     responses((status_code = 201, body = UploadOut))
 )]
 pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let project = project(depot)?.project_id;
         let (_, bytes) = multipart_file(req, st.config.upload_max_bytes).await?;
@@ -76,7 +74,7 @@ pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply,
 /// its name is its content's hash, streamed from the disk, and sandboxed (docs/security.md#uploads).
 #[endpoint(tags("uploads"), responses((status_code = 200, description = "the image")))]
 pub async fn get_upload(name: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: Fut<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let name = name.into_inner();
         let Some(stored) = uploads::open_image(&st, &name).await else {

@@ -137,13 +137,11 @@ pub fn routes() -> Vec<Router> {
     ]
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 /// Starts an execution for a contact: 201. 400 when the workflow is disabled, 404 for an unknown
 /// contact, 409 when the re-entry rules refuse it.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = StartBody, responses((status_code = 201, body = ExecutionOut)))]
 pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -163,7 +161,7 @@ pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &m
         };
         f.finish()?;
         let Some(contact) = contact else { return Err(Error::Invalid("contactId is required".into()).into()) };
-        let e = executions::start(&st, &ctx.project_id, &id.into_inner(), &contact, context).await?;
+        let e = executions::start(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &contact, context).await?;
         Reply::created(&ExecutionOut::new(&e, None))
     });
     fut.await
@@ -181,7 +179,7 @@ pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &m
     responses((status_code = 200, body = ExecutionPage))
 )]
 pub async fn list_executions(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -213,7 +211,7 @@ pub async fn get_execution(
     execution_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (e, runs) = executions::get(&st, &ctx.project_id, &id.into_inner(), &execution_id.into_inner()).await?;
@@ -229,7 +227,7 @@ pub async fn cancel_execution(
     execution_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let e = executions::cancel(&st, &ctx.project_id, &id.into_inner(), &execution_id.into_inner()).await?;
@@ -241,7 +239,7 @@ pub async fn cancel_execution(
 /// Cancels every RUNNING or WAITING execution of the workflow: `{cancelled: n}`.
 #[endpoint(tags("workflows"), security(("bearer" = [])), responses((status_code = 200, body = CancelledOut)))]
 pub async fn cancel_all(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let cancelled = executions::cancel_all(&st, &ctx.project_id, &id.into_inner()).await?;

@@ -263,8 +263,6 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}").get(get_workflow).patch(patch_workflow).delete(delete_workflow))
 }
 
-type Fut<'a, T> = crate::api::HandlerFuture<'a, Result<T, ApiError>>;
-
 #[derive(Serialize, ToSchema)]
 pub struct FieldOut {
     field: String,
@@ -299,7 +297,7 @@ pub struct FieldsOut {
     responses((status_code = 200, body = FieldsOut))
 )]
 pub async fn workflow_fields(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let event = query_str(req, "eventName");
@@ -334,7 +332,7 @@ pub async fn workflow_fields(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = WorkflowPage))
 )]
 pub async fn list_workflows(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -368,7 +366,7 @@ fn description(f: &mut Fields, body: &Map<String, Value>) -> Option<Option<Strin
 /// Creates a workflow: disabled, with an EVENT trigger on `eventName` and its TRIGGER step.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = WorkflowBody, responses((status_code = 201, body = WorkflowOut)))]
 pub async fn create_workflow(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -381,8 +379,13 @@ pub async fn create_workflow(req: &mut Request, depot: &mut Depot) -> Result<Rep
         let (Some(name), Some(event_name)) = (name, event_name) else {
             return Err(Error::Invalid("name and eventName are required".into()).into());
         };
-        let w =
-            manage::create(&st, &ctx.project_id, NewWorkflow { name, description, event_name, allow_reentry }).await?;
+        let w = manage::create(
+            &st,
+            &st.workflows,
+            &ctx.project_id,
+            NewWorkflow { name, description, event_name, allow_reentry },
+        )
+        .await?;
         Reply::created(&WorkflowOut::new(&w, &ctx.project_id))
     });
     fut.await
@@ -391,7 +394,7 @@ pub async fn create_workflow(req: &mut Request, depot: &mut Depot) -> Result<Rep
 /// One workflow with its steps (each with its incoming and outgoing transitions) and transitions.
 #[endpoint(tags("workflows"), security(("bearer" = [])), responses((status_code = 200, body = WorkflowOut)))]
 pub async fn get_workflow(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let w = manage::get(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -405,7 +408,7 @@ pub async fn get_workflow(id: PathParam<String>, depot: &mut Depot) -> Result<Re
 /// enabled and has RUNNING or WAITING executions.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = WorkflowBody, responses((status_code = 200, body = WorkflowOut)))]
 pub async fn patch_workflow(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -428,7 +431,7 @@ pub async fn patch_workflow(id: PathParam<String>, req: &mut Request, depot: &mu
             let config = manage::check_trigger(&kind, body.get("triggerConfig"))?;
             patch.trigger = Some((kind, config));
         }
-        let w = manage::update(&st, &ctx.project_id, &id, patch).await?;
+        let w = manage::update(&st, &st.workflows, &ctx.project_id, &id, patch).await?;
         Reply::ok(&WorkflowOut::new(&w, &ctx.project_id))
     });
     fut.await
@@ -437,10 +440,10 @@ pub async fn patch_workflow(id: PathParam<String>, req: &mut Request, depot: &mu
 /// Deletes a workflow and its history: 204; 409 while it has RUNNING or WAITING executions.
 #[endpoint(tags("workflows"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_workflow(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: Fut<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        manage::delete(&st, &ctx.project_id, &id.into_inner()).await?;
+        manage::delete(&st, &st.workflows, &ctx.project_id, &id.into_inner()).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
@@ -475,7 +478,7 @@ fn object(f: &mut Fields, body: &Map<String, Value>, name: &str) -> Option<Value
 /// Adds a step: 201 with the step. Its config is checked for its type (422 naming the field).
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = StepBody, responses((status_code = 201, body = StepOut)))]
 pub async fn add_step(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -492,7 +495,7 @@ pub async fn add_step(id: PathParam<String>, req: &mut Request, depot: &mut Depo
             return Err(Error::Invalid("type and name are required".into()).into());
         };
         let new = NewStep { kind, name, position, config, template_id, auto_connect };
-        let (w, step) = manage::add_step(&st, &ctx.project_id, &id, new).await?;
+        let (w, step) = manage::add_step(&st, &st.workflows, &ctx.project_id, &id, new).await?;
         Reply::created(&StepOut::new(&step, &w.graph, &w.id))
     });
     fut.await
@@ -507,7 +510,7 @@ pub async fn patch_step(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -524,7 +527,8 @@ pub async fn patch_step(
         };
         f.finish()?;
         let (w, step) =
-            manage::update_step(&st, &ctx.project_id, &id.into_inner(), &step_id.into_inner(), patch).await?;
+            manage::update_step(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &step_id.into_inner(), patch)
+                .await?;
         Reply::ok(&StepOut::new(&step, &w.graph, &w.id))
     });
     fut.await
@@ -545,11 +549,12 @@ pub async fn delete_step(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<(), ApiError> {
-    let fut: Fut<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let splice = bool_param(req, "splice")?.unwrap_or(false);
-        manage::delete_step(&st, &ctx.project_id, &id.into_inner(), &step_id.into_inner(), splice).await?;
+        manage::delete_step(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &step_id.into_inner(), splice)
+            .await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });
@@ -559,7 +564,7 @@ pub async fn delete_step(
 /// Links two steps: 201 with the transition; a link that breaks a graph rule is 400 naming the steps.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = TransitionBody, responses((status_code = 201, body = TransitionOut)))]
 pub async fn add_transition(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: Fut<'_, Reply> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -586,6 +591,7 @@ pub async fn add_transition(id: PathParam<String>, req: &mut Request, depot: &mu
         };
         let t = manage::add_transition(
             &st,
+            &st.workflows,
             &ctx.project_id,
             &id.into_inner(),
             NewTransition { from, to, branch, wait_outcome },
@@ -604,10 +610,11 @@ pub async fn delete_transition(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<(), ApiError> {
-    let fut: Fut<'_, ()> = Box::pin(async move {
+    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
         let st = state(depot)?;
         let ctx = project(depot)?;
-        manage::delete_transition(&st, &ctx.project_id, &id.into_inner(), &transition_id.into_inner()).await?;
+        manage::delete_transition(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &transition_id.into_inner())
+            .await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
     });

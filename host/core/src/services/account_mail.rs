@@ -10,11 +10,9 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+use crate::context::Context;
 use crate::error::{Code, Error};
-use crate::infra::clock::SharedClock;
-use crate::infra::ratelimit::FailureThrottle;
 use crate::infra::security;
-use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::account_tokens::{AccountToken, NewToken, Purpose};
 use crate::store::accounts::User;
@@ -25,40 +23,9 @@ pub const SIGNUP_TTL_MS: i64 = 24 * 3_600_000;
 pub const VERIFY_TTL_MS: i64 = 24 * 3_600_000;
 /// How long a password-reset link works.
 pub const RESET_TTL_MS: i64 = 3_600_000;
-/// Account mails one client may ask for about one address, and about any addresses, per
-/// [`MAIL_WINDOW_MS`]; past either the client is answered 429.
-pub const MAILS_PER_CLIENT_AND_ADDRESS: u32 = 5;
-pub const MAILS_PER_CLIENT: u32 = 30;
-/// Account mails one address is sent per [`MAIL_WINDOW_MS`], whoever asks. Past it a request is
-/// answered as usual but sends nothing and leaves the last link mailed working, so nobody can keep the
-/// owner of an address from their own links by asking for many.
-pub const MAILS_PER_ADDRESS: u32 = 20;
-pub const MAIL_WINDOW_MS: i64 = 3_600_000;
-
-/// The per-process counters behind the account-mail and invitation throttles.
-pub struct Throttles {
-    by_client: FailureThrottle,
-    by_client_address: FailureThrottle,
-    by_address: FailureThrottle,
-    pub(crate) invites_by_inviter: FailureThrottle,
-    pub(crate) invites_by_project: FailureThrottle,
-    pub(crate) invites_to_address: FailureThrottle,
-}
-
-impl Throttles {
-    pub fn new(clock: SharedClock) -> Throttles {
-        use super::invitations as inv;
-        let t = |max, window| FailureThrottle::new(max, window, clock.clone());
-        Throttles {
-            by_client: t(MAILS_PER_CLIENT, MAIL_WINDOW_MS),
-            by_client_address: t(MAILS_PER_CLIENT_AND_ADDRESS, MAIL_WINDOW_MS),
-            by_address: t(MAILS_PER_ADDRESS, MAIL_WINDOW_MS),
-            invites_by_inviter: t(inv::PER_INVITER, inv::INVITER_WINDOW_MS),
-            invites_by_project: t(inv::PER_PROJECT, inv::DAY_MS),
-            invites_to_address: t(inv::PER_ADDRESS, inv::DAY_MS),
-        }
-    }
-}
+pub use super::throttles::{
+    MAIL_WINDOW_MS, MAILS_PER_ADDRESS, MAILS_PER_CLIENT, MAILS_PER_CLIENT_AND_ADDRESS, Throttles,
+};
 
 fn invalid_token() -> Error {
     Error::refused(
@@ -75,7 +42,7 @@ pub(super) fn new_token() -> (String, String) {
 }
 
 /// Stores a new token of `purpose` for `user` (replacing the older one) and answers it.
-async fn issue_user_token(st: &AppState, user: &User, purpose: Purpose, ttl_ms: i64) -> Result<String, Error> {
+async fn issue_user_token(st: &Context, user: &User, purpose: Purpose, ttl_ms: i64) -> Result<String, Error> {
     let (token, digest) = new_token();
     let now = st.clock.now_ms();
     let t = NewToken {
@@ -94,14 +61,14 @@ async fn issue_user_token(st: &AppState, user: &User, purpose: Purpose, ttl_ms: 
     Ok(token)
 }
 
-pub(super) fn link(st: &AppState, page: &str, token: &str) -> String {
+pub(super) fn link(st: &Context, page: &str, token: &str) -> String {
     format!("{}/account/{page}?token={token}", st.config.public_url)
 }
 
 /// Counts one mail request of client `ip` about `email`: 429 once the client asked too often (about
 /// this address or about any); false when the address itself was sent enough mail lately, in which
 /// case the caller answers as usual and sends nothing.
-pub fn throttle(st: &AppState, email: &str, ip: &str) -> Result<bool, Error> {
+pub fn throttle(st: &Context, email: &str, ip: &str) -> Result<bool, Error> {
     let t = &st.account_mail;
     let (client, pair, address) = (format!("ip:{ip}"), format!("ip:{ip}:{email}"), format!("mail:{email}"));
     let waits = [t.by_client.blocked(&client), t.by_client_address.blocked(&pair)];
@@ -117,7 +84,7 @@ pub fn throttle(st: &AppState, email: &str, ip: &str) -> Result<bool, Error> {
     Ok(true)
 }
 
-pub(super) async fn queue(st: &AppState, to: &str, subject: &str, text: &str) -> Result<(), Error> {
+pub(super) async fn queue(st: &Context, to: &str, subject: &str, text: &str) -> Result<(), Error> {
     st.system_mail.queue(&st.store, st.clock.now_ms(), to, subject, text).await.map_err(Error::Internal)?;
     st.job_wake.kind(crate::services::system_mail::SYSTEM_MAIL_JOB);
     Ok(())
@@ -126,7 +93,7 @@ pub(super) async fn queue(st: &AppState, to: &str, subject: &str, text: &str) ->
 /// `POST /auth/signup`: the same answer and the same work (a password hash) for every address. An
 /// address without an account gets a link that creates it (with this password and name); one with an
 /// account gets a note saying so. `send` is the throttle's answer: false sends nothing.
-pub async fn sign_up(st: &AppState, email: &str, password: &str, name: Option<&str>, send: bool) -> Result<(), Error> {
+pub async fn sign_up(st: &Context, email: &str, password: &str, name: Option<&str>, send: bool) -> Result<(), Error> {
     if st.config.disable_signups {
         return Err(Error::Forbidden("Sign-ups are disabled on this Herald server".into()));
     }
@@ -168,7 +135,7 @@ pub async fn sign_up(st: &AppState, email: &str, password: &str, name: Option<&s
 }
 
 /// Sends `user` a verification link (replacing any earlier one); nothing when the email is verified.
-pub async fn send_verification(st: &AppState, user: &User) -> Result<(), Error> {
+pub async fn send_verification(st: &Context, user: &User) -> Result<(), Error> {
     if user.email_verified_at.is_some() {
         return Ok(());
     }
@@ -186,7 +153,7 @@ pub async fn send_verification(st: &AppState, user: &User) -> Result<(), Error> 
 
 /// `POST /auth/request-verification`: a new link for the account with this address, when it has one
 /// that is not verified yet. Answers the same either way.
-pub async fn request_verification(st: &AppState, email: &str) -> Result<(), Error> {
+pub async fn request_verification(st: &Context, email: &str) -> Result<(), Error> {
     match st.store.user_by_email(email).await? {
         Some(u) => send_verification(st, &u).await,
         None => Ok(()),
@@ -194,7 +161,7 @@ pub async fn request_verification(st: &AppState, email: &str) -> Result<(), Erro
 }
 
 /// A stored token of one of `purposes` that has not expired.
-async fn live_token(st: &AppState, digest: &str, purposes: &[Purpose]) -> Result<AccountToken, Error> {
+async fn live_token(st: &Context, digest: &str, purposes: &[Purpose]) -> Result<AccountToken, Error> {
     let now = st.clock.now_ms();
     let t = st.store.token(digest).await?.filter(|t| purposes.iter().any(|p| p.as_str() == t.purpose));
     live(t, now).ok_or_else(invalid_token)
@@ -204,12 +171,12 @@ async fn live_token(st: &AppState, digest: &str, purposes: &[Purpose]) -> Result
 /// link marks its account's address verified; either needs the account's password, so the person who
 /// chose it is the one who reads the mailbox (a link followed by someone else does nothing). Wrong
 /// passwords count like failed logins of the address. Answers the user, for a new session.
-pub async fn verify_email(st: &AppState, token: &str, password: &str) -> Result<User, Error> {
+pub async fn verify_email(st: &Context, token: &str, password: &str) -> Result<User, Error> {
     let digest = security::key_digest(token);
     let t = live_token(st, &digest, &[Purpose::Signup, Purpose::Verify]).await?;
     let failures = format!("email:{}", t.email);
     if let Some(wait) = st.login_failures.blocked(&failures) {
-        return Err(Error::RateLimited { limit: crate::services::accounts::LOGIN_FAILURES, retry_after_secs: wait });
+        return Err(Error::RateLimited { limit: crate::services::throttles::LOGIN_FAILURES, retry_after_secs: wait });
     }
     let signup = t.purpose == Purpose::Signup.as_str();
     let user = match (signup, &t.user) {
@@ -259,7 +226,7 @@ pub(super) fn live(t: Option<AccountToken>, now: i64) -> Option<AccountToken> {
 
 /// `POST /auth/request-password-reset`: a reset link for the account with this address, when there is
 /// one. Answers the same either way.
-pub async fn request_password_reset(st: &AppState, email: &str) -> Result<(), Error> {
+pub async fn request_password_reset(st: &Context, email: &str) -> Result<(), Error> {
     let Some(user) = st.store.user_by_email(email).await? else { return Ok(()) };
     let token = issue_user_token(st, &user, Purpose::Reset, RESET_TTL_MS).await?;
     let text = format!(
@@ -275,7 +242,7 @@ pub async fn request_password_reset(st: &AppState, email: &str) -> Result<(), Er
 /// `POST /auth/reset-password`: sets the new password (checked first: 422 naming `password`) and ends
 /// every session of the user issued before; answers the user, for a new session. The token is looked
 /// up before the password is hashed, so a bogus reset costs no hash.
-pub async fn reset_password(st: &AppState, token: &str, password: &str) -> Result<User, Error> {
+pub async fn reset_password(st: &Context, token: &str, password: &str) -> Result<User, Error> {
     if let Some(problem) = security::password_problem(password) {
         return Err(Error::field("password", "invalid", &problem, serde_json::Value::Null));
     }

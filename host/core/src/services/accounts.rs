@@ -5,9 +5,9 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+use crate::context::Context;
 use crate::error::{Code, Error};
 use crate::infra::security;
-use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::accounts::{Member, Project, ProjectWithRole, Role, User};
 
@@ -19,25 +19,11 @@ fn member_not_found(user: &str) -> Error {
     Error::not_found("MEMBER_NOT_FOUND", format!("User {user} is not a member of this project"))
 }
 
-/// Failed password checks of one account (or from one address) within [`LOGIN_WINDOW_MS`] after which
-/// more attempts wait (docs/security.md#sessions).
-pub const LOGIN_FAILURES: u32 = 10;
-pub const LOGIN_WINDOW_MS: i64 = 15 * 60_000;
-
-/// Refuses an action below its role: `min` is the least role that may do `what`.
-pub fn need(role: Role, min: Role, what: &str) -> Result<(), Error> {
-    if role >= min {
-        Ok(())
-    } else {
-        Err(Error::Forbidden(format!(
-            "Only a project {} can {what}",
-            if min == Role::Owner { "OWNER" } else { "OWNER or ADMIN" }
-        )))
-    }
-}
+pub use super::roles::need;
+pub use super::throttles::{LOGIN_FAILURES, LOGIN_WINDOW_MS};
 
 /// Creates a user with a password (hashed off the async threads); 409 when the email is taken.
-pub async fn create_user(st: &AppState, email: &str, password: &str, name: Option<&str>) -> Result<User, Error> {
+pub async fn create_user(st: &Context, email: &str, password: &str, name: Option<&str>) -> Result<User, Error> {
     let hash = st.passwords.hash(password.to_string()).await.map_err(Error::Internal)?;
     let id = uuid::Uuid::now_v7().to_string();
     match st.store.create_user(&id, email, name, &hash, st.clock.now_ms()).await {
@@ -48,18 +34,18 @@ pub async fn create_user(st: &AppState, email: &str, password: &str, name: Optio
 }
 
 /// The user with this (normalised) email.
-pub async fn user_by_email(st: &AppState, email: &str) -> Result<Option<User>, Error> {
+pub async fn user_by_email(st: &Context, email: &str) -> Result<Option<User>, Error> {
     Ok(st.store.user_by_email(email).await?)
 }
 
 /// Logs a session out: its id is refused until the token would have expired anyway.
-pub async fn revoke_session(st: &AppState, sid: &str, expires_at_ms: i64) -> Result<(), Error> {
+pub async fn revoke_session(st: &Context, sid: &str, expires_at_ms: i64) -> Result<(), Error> {
     Ok(st.store.revoke_session(sid, expires_at_ms).await?)
 }
 
 /// The user behind a verified session token (`sid`, `sub`, issued at session epoch `epoch`): 401 when it
 /// was logged out, the user's password was reset since, or the user is gone.
-pub async fn session_user(st: &AppState, sid: &str, user: &str, epoch: i64) -> Result<User, Error> {
+pub async fn session_user(st: &Context, sid: &str, user: &str, epoch: i64) -> Result<User, Error> {
     if st.store.session_revoked(sid).await? {
         return Err(Error::Unauthenticated("The session was logged out; log in again".into()));
     }
@@ -75,23 +61,23 @@ pub async fn session_user(st: &AppState, sid: &str, user: &str, epoch: i64) -> R
 }
 
 /// The project whose public or secret key has this digest, and whether it is the secret one.
-pub async fn project_by_key(st: &AppState, digest: &str) -> Result<Option<(Project, bool)>, Error> {
+pub async fn project_by_key(st: &Context, digest: &str) -> Result<Option<(Project, bool)>, Error> {
     Ok(st.store.project_by_key_hash(digest).await?)
 }
 
 /// The user's role in a project; 404 when they are not a member (a project they cannot see).
-pub async fn role_in(st: &AppState, project: &str, user: &str) -> Result<Role, Error> {
+pub async fn role_in(st: &Context, project: &str, user: &str) -> Result<Role, Error> {
     st.store.membership(project, user).await?.map(|m| m.role).ok_or_else(|| project_not_found(project))
 }
 
 /// Projects the user belongs to, newest membership first, with the user's role.
-pub async fn projects_of_user(st: &AppState, user: &str) -> Result<Vec<ProjectWithRole>, Error> {
+pub async fn projects_of_user(st: &Context, user: &str) -> Result<Vec<ProjectWithRole>, Error> {
     Ok(st.store.projects_of_user(user).await?)
 }
 
 /// With `HERALD_REQUIRE_EMAIL_VERIFICATION` on, a user whose email is not verified may log in but not
 /// create projects: 403 `EMAIL_NOT_VERIFIED`.
-pub fn may_create_projects(st: &AppState, user: &User) -> Result<(), Error> {
+pub fn may_create_projects(st: &Context, user: &User) -> Result<(), Error> {
     if st.config.require_email_verification && user.email_verified_at.is_none() {
         return Err(Error::refused(
             Code::EmailNotVerified,
@@ -105,7 +91,7 @@ pub fn may_create_projects(st: &AppState, user: &User) -> Result<(), Error> {
 /// Creates a project and its keys, with `owner` as OWNER (none for an operator's project). The keys are
 /// returned in full only here; the store keeps their digests.
 pub async fn create_project(
-    st: &AppState,
+    st: &Context,
     name: &str,
     owner: Option<&str>,
 ) -> Result<(Project, security::KeyPair), Error> {
@@ -123,7 +109,7 @@ pub async fn create_project(
 /// `herald project create NAME [--owner EMAIL --password PW]`: the project, and its owner user when that
 /// user does not exist yet (then the password must be given and pass the password rule).
 pub async fn create_project_for(
-    st: &AppState,
+    st: &Context,
     name: &str,
     owner: Option<&str>,
     password: Option<&str>,
@@ -165,17 +151,17 @@ pub async fn create_project_for(
 }
 
 /// A project's row from the short read cache (settings a send applies: name, tracking, transport).
-pub async fn project_settings(st: &AppState, id: &str) -> Result<Option<Project>, Error> {
+pub async fn project_settings(st: &Context, id: &str) -> Result<Option<Project>, Error> {
     Ok(st.store.project_cached(id).await?)
 }
 
 /// Whether the user is a member of the project, and with which role.
-pub async fn membership(st: &AppState, project: &str, user: &str) -> Result<Option<Role>, Error> {
+pub async fn membership(st: &Context, project: &str, user: &str) -> Result<Option<Role>, Error> {
     Ok(st.store.membership(project, user).await?.map(|m| m.role))
 }
 
 /// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
-pub fn available_transports(st: &AppState) -> Vec<String> {
+pub fn available_transports(st: &Context) -> Vec<String> {
     let mut t = Vec::new();
     if st.config.smtp_url.is_some() {
         t.push("smtp".to_string());
@@ -196,7 +182,7 @@ pub struct ProjectChange {
 }
 
 /// Changes a project's settings (OWNER or ADMIN).
-pub async fn update_project(st: &AppState, id: &str, role: Role, change: ProjectChange) -> Result<Project, Error> {
+pub async fn update_project(st: &Context, id: &str, role: Role, change: ProjectChange) -> Result<Project, Error> {
     need(role, Role::Admin, "change project settings")?;
     let now = st.clock.now_ms();
     if let Some(t) = change.tracking {
@@ -214,7 +200,7 @@ pub async fn update_project(st: &AppState, id: &str, role: Role, change: Project
 
 /// Deletes a project (OWNER only): its row, memberships and domains at once and a purge job for the rest
 /// (`services::projects`). Its keys stop working at once, in every process within the key-cache check.
-pub async fn delete_project(st: &AppState, id: &str, role: Role) -> Result<(), Error> {
+pub async fn delete_project(st: &Context, id: &str, role: Role) -> Result<(), Error> {
     need(role, Role::Owner, "delete a project")?;
     let now = st.clock.now_ms();
     st.store.delete_project(id, &crate::services::projects::purge_job(id, now), now).await?;
@@ -225,7 +211,7 @@ pub async fn delete_project(st: &AppState, id: &str, role: Role) -> Result<(), E
 }
 
 /// Replaces both keys (OWNER or ADMIN); the old pair stops working at once.
-pub async fn regenerate_keys(st: &AppState, id: &str, role: Role) -> Result<(Project, security::KeyPair), Error> {
+pub async fn regenerate_keys(st: &Context, id: &str, role: Role) -> Result<(Project, security::KeyPair), Error> {
     need(role, Role::Admin, "regenerate keys")?;
     let keys = security::generate_key_pair();
     let (public, secret) = (security::key_digest(&keys.public), security::key_digest(&keys.secret));
@@ -236,7 +222,7 @@ pub async fn regenerate_keys(st: &AppState, id: &str, role: Role) -> Result<(Pro
 }
 
 /// The members of a project.
-pub async fn members(st: &AppState, id: &str) -> Result<Vec<Member>, Error> {
+pub async fn members(st: &Context, id: &str) -> Result<Vec<Member>, Error> {
     Ok(st.store.members(id).await?)
 }
 
@@ -245,7 +231,7 @@ pub async fn members(st: &AppState, id: &str) -> Result<Vec<Member>, Error> {
 /// inherits a role by having signed up with an address first. 409 when the address belongs to a member
 /// already (the inviter can list the members anyway).
 pub async fn add_member(
-    st: &AppState,
+    st: &Context,
     id: &str,
     role: Role,
     inviter: &User,
@@ -266,7 +252,7 @@ pub async fn add_member(
 
 /// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last
 /// OWNER cannot be demoted: 409).
-pub async fn change_role(st: &AppState, id: &str, role: Role, target: &str, new_role: Role) -> Result<Member, Error> {
+pub async fn change_role(st: &Context, id: &str, role: Role, target: &str, new_role: Role) -> Result<Member, Error> {
     need(role, Role::Admin, "change roles")?;
     let current = st.store.membership(id, target).await?.ok_or_else(|| member_not_found(target))?;
     if current.role == Role::Owner || new_role == Role::Owner {
@@ -278,7 +264,7 @@ pub async fn change_role(st: &AppState, id: &str, role: Role, target: &str, new_
 
 /// Removes a member. Anyone may leave; OWNER or ADMIN remove others (only an OWNER removes an OWNER);
 /// the last OWNER cannot leave (409).
-pub async fn remove_member(st: &AppState, id: &str, actor: &str, role: Role, target: &str) -> Result<(), Error> {
+pub async fn remove_member(st: &Context, id: &str, actor: &str, role: Role, target: &str) -> Result<(), Error> {
     let current = st.store.membership(id, target).await?.ok_or_else(|| member_not_found(target))?;
     if target != actor {
         need(role, Role::Admin, "remove members")?;

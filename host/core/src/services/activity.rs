@@ -8,10 +8,10 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use crate::context::Context;
 use crate::domain::activity::{DAY_MS, Source, TYPES, bucket, source};
 use crate::domain::status::CampaignStatus;
 use crate::error::Error;
-use crate::state::AppState;
 use crate::store::activity::{FeedRow, FeedSource, SCAN, Start};
 
 /// Longest window of [`stats`], in days.
@@ -100,7 +100,7 @@ fn campaign_of(row: &FeedRow) -> Option<String> {
 /// One page of the feed. Each source is read newest first through its index, `limit + 1` rows at most;
 /// with a contact or campaign filter each reads at most [`SCAN`] rows and filters them here, and when a
 /// source stops there the page ends at that point (fewer items than `limit`, and a cursor to go on).
-pub async fn feed(st: &AppState, project: &str, q: &FeedQuery) -> Result<Page, Error> {
+pub async fn feed(st: &Context, project: &str, q: &FeedQuery) -> Result<Page, Error> {
     let types = resolve_types(&q.types)?;
     let (names, milestones) = split(&types);
     let all_milestones = milestones.len() == TYPES.iter().filter(|(_, s)| *s == Source::Milestone).count();
@@ -160,7 +160,7 @@ pub async fn feed(st: &AppState, project: &str, q: &FeedQuery) -> Result<Page, E
 }
 
 /// Looks up what the rows name (one batch per kind of record) and makes them items.
-async fn enrich(st: &AppState, project: &str, rows: Vec<FeedRow>) -> Result<Vec<Item>, Error> {
+async fn enrich(st: &Context, project: &str, rows: Vec<FeedRow>) -> Result<Vec<Item>, Error> {
     let ids = |f: &dyn Fn(&FeedRow) -> Option<String>| -> Vec<String> {
         let mut v: Vec<String> = rows.iter().filter_map(f).collect();
         v.sort_unstable();
@@ -193,7 +193,7 @@ async fn enrich(st: &AppState, project: &str, rows: Vec<FeedRow>) -> Result<Vec<
 
 /// Items per activity type in `[from, to)`: event types from the daily counters (whole UTC days: the
 /// window starts at the start of `from`'s day), milestones from their rows. Every type, zeros too.
-pub async fn stats(st: &AppState, project: &str, from: i64, to: i64) -> Result<Vec<(&'static str, i64)>, Error> {
+pub async fn stats(st: &Context, project: &str, from: i64, to: i64) -> Result<Vec<(&'static str, i64)>, Error> {
     window(from, to)?;
     let by_name: HashMap<String, i64> =
         st.store.event_day_counts(project, bucket(from, DAY_MS), to).await?.into_iter().collect();
@@ -222,7 +222,7 @@ pub fn window(from: i64, to: i64) -> Result<(), Error> {
 }
 
 /// Activity at or after `since`: the count, and whether it stopped at [`RECENT_CAP`] for some type.
-pub async fn recent_count(st: &AppState, project: &str, since: i64) -> Result<(i64, bool), Error> {
+pub async fn recent_count(st: &Context, project: &str, since: i64) -> Result<(i64, bool), Error> {
     let types: Vec<&str> = TYPES.iter().map(|(t, _)| *t).collect();
     let (names, milestones) = split(&types);
     let n = st.store.activity_since(project, &names, &milestones, since, RECENT_CAP + 1).await?;
@@ -231,7 +231,7 @@ pub async fn recent_count(st: &AppState, project: &str, since: i64) -> Result<(i
 }
 
 /// The activity types the project has any item of, in the order of [`TYPES`].
-pub async fn types_present(st: &AppState, project: &str) -> Result<Vec<&'static str>, Error> {
+pub async fn types_present(st: &Context, project: &str) -> Result<Vec<&'static str>, Error> {
     let all: Vec<&str> = TYPES.iter().map(|(t, _)| *t).collect();
     let (names, milestones) = split(&all);
     let found = st.store.activity_types_present(project, &names, &milestones).await?;
@@ -264,14 +264,18 @@ pub struct UpcomingWorkflow {
 }
 
 /// Scheduled campaigns, soonest first, and workflows with waiting executions, soonest resume first.
-pub async fn upcoming(st: &AppState, project: &str) -> Result<(Vec<UpcomingCampaign>, Vec<UpcomingWorkflow>), Error> {
+pub async fn upcoming(
+    st: &Context,
+    segments: &crate::services::segments::Engine,
+    project: &str,
+) -> Result<(Vec<UpcomingCampaign>, Vec<UpcomingWorkflow>), Error> {
     let now = st.clock.now_ms();
     let mut campaigns = Vec::new();
     for c in st.store.unsent_campaigns(project).await? {
         if c.status != CampaignStatus::Scheduled {
             continue;
         }
-        let audience = audience_size(st, &c, now).await.ok();
+        let audience = audience_size(segments, &c, now).await.ok();
         campaigns.push(UpcomingCampaign { id: c.id, name: c.name, at: c.scheduled_for.unwrap_or(now), audience });
     }
     campaigns.sort_by_key(|c| c.at);
@@ -298,10 +302,14 @@ fn resume_at(output: &str) -> Option<i64> {
     crate::infra::clock::parse_rfc3339(at)
 }
 
-async fn audience_size(st: &AppState, c: &crate::store::campaigns::CampaignRow, now: i64) -> Result<i64, Error> {
+async fn audience_size(
+    segments: &crate::services::segments::Engine,
+    c: &crate::store::campaigns::CampaignRow,
+    now: i64,
+) -> Result<i64, Error> {
     let tree =
         crate::domain::campaigns::audience_tree(&c.audience_type, c.segment.as_deref(), c.audience_condition.as_ref());
-    let tree = st.segments.parse(&tree)?;
-    let compiled = st.segments.compile(&c.project, &tree, now).await?;
-    Ok(st.segments.count(&c.project, &compiled).await?)
+    let tree = segments.parse(&tree)?;
+    let compiled = segments.compile(&c.project, &tree, now).await?;
+    Ok(segments.count(&c.project, &compiled).await?)
 }

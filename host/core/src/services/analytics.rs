@@ -6,9 +6,9 @@
 
 use std::collections::HashMap;
 
+use crate::context::Context;
 use crate::domain::activity::{DAY_MS, HOUR_MS, METRICS, bucket, rate};
 use crate::error::Error;
-use crate::state::AppState;
 
 /// Most buckets of one series.
 pub const MAX_BUCKETS: i64 = 366;
@@ -69,7 +69,7 @@ pub struct Bucket {
 /// Zero-filled UTC buckets from the one holding `from` up to `to` (exclusive); 400 when `from` is not
 /// before `to` or there would be more than [`MAX_BUCKETS`].
 pub async fn timeseries(
-    st: &AppState,
+    st: &Context,
     project: &str,
     metrics: &[&'static str],
     interval: Interval,
@@ -127,7 +127,7 @@ pub const RANKINGS: &[&str] = &["opens", "clicks", "openRate", "clickRate"];
 /// The project's campaigns ranked by `metric` (unique opens or clicks, or their rates of the emails
 /// sent), the best `limit`; campaigns deleted since are left out.
 pub async fn top_campaigns(
-    st: &AppState,
+    st: &Context,
     project: &str,
     metric: &str,
     limit: usize,
@@ -156,7 +156,7 @@ pub async fn top_campaigns(
 }
 
 /// One campaign's figures (404 when the project has no such campaign).
-pub async fn campaign_stats(st: &AppState, project: &str, campaign: &str) -> Result<CampaignFigures, Error> {
+pub async fn campaign_stats(st: &Context, project: &str, campaign: &str) -> Result<CampaignFigures, Error> {
     let c = crate::services::campaigns::manage::get(st, project, campaign).await?;
     let mut stats = st.store.campaign_stat_counts(project, Some(campaign)).await?;
     Ok(CampaignFigures { id: c.id, name: c.name, counts: stats.remove(campaign).unwrap_or_default() })
@@ -164,7 +164,7 @@ pub async fn campaign_stats(st: &AppState, project: &str, campaign: &str) -> Res
 
 /// The most frequent event names over the UTC days of `[from, to)`, the first `limit`.
 pub async fn top_events(
-    st: &AppState,
+    st: &Context,
     project: &str,
     from: i64,
     to: i64,

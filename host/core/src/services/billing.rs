@@ -9,9 +9,9 @@
 //! Must not import: salvo, surrealdb.
 
 use crate::config::Config;
+use crate::context::Context;
 use crate::domain::billing::{CATEGORIES, Category, Limits, allowance, percent, period};
 use crate::error::{Code, Error};
-use crate::state::AppState;
 use crate::store::accounts::Role;
 use crate::store::{Store, StoreError};
 
@@ -116,11 +116,11 @@ pub struct Consumption {
 
 /// Reading billing (limits, consumption) is for OWNERs and ADMINs.
 fn may_read(role: Role) -> Result<(), Error> {
-    crate::services::accounts::need(role, Role::Admin, "see billing")
+    crate::services::roles::need(role, Role::Admin, "see billing")
 }
 
 /// The project's limits (OWNER or ADMIN).
-pub async fn limits(st: &AppState, project: &str, role: Role) -> Result<Limits, Error> {
+pub async fn limits(st: &Context, project: &str, role: Role) -> Result<Limits, Error> {
     may_read(role)?;
     Ok(st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default())
 }
@@ -142,12 +142,12 @@ pub fn starting_limits(config: &Config) -> Option<Limits> {
 /// plan's ceiling ([`ceiling`]) a limit may be lowered, never raised above the plan's or removed: 422
 /// naming the category.
 pub async fn set_limits(
-    st: &AppState,
+    st: &Context,
     project: &str,
     role: Role,
     changes: &[(Category, Option<i64>)],
 ) -> Result<Limits, Error> {
-    crate::services::accounts::need(role, Role::Owner, "change billing limits")?;
+    crate::services::roles::need(role, Role::Owner, "change billing limits")?;
     let plan = st.store.payment_account(project).await?.and_then(|a| a.plan);
     if let Some((name, max)) = ceiling(&st.config, plan.as_deref()) {
         for (c, v) in changes {
@@ -176,7 +176,7 @@ pub async fn set_limits(
 }
 
 /// This month's consumption (OWNER or ADMIN).
-pub async fn consumption(st: &AppState, project: &str, role: Role) -> Result<Consumption, Error> {
+pub async fn consumption(st: &Context, project: &str, role: Role) -> Result<Consumption, Error> {
     may_read(role)?;
     let now = st.clock.now_ms();
     let limits = st.store.project(project).await?.and_then(|p| p.billing_limits).unwrap_or_default();

@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::ingest::{Upsert, apply, batch_changes, changed};
+use crate::context::Context;
 use crate::domain::contacts::DataPatch;
 use crate::domain::import::{self, Header, Row};
 use crate::domain::status::ContactJobState;
 use crate::error::Error;
 use crate::infra::jobs::Registry;
-use crate::state::AppState;
 use crate::store::contact_jobs::{ContactJobRow, NewContactJob, Progress};
 use crate::store::contacts::Contact;
 use crate::store::{Store, StoreError};
@@ -50,7 +50,7 @@ fn job_not_found(id: &str) -> Error {
 
 /// Checks a file and queues its import; answers the job's id. A file that is not UTF-8 CSV with a
 /// header row and an `email` column is 422 naming `file`.
-pub async fn start(st: &AppState, project: &str, bytes: &[u8], opts: ImportOptions) -> Result<String, Error> {
+pub async fn start(st: &Context, project: &str, bytes: &[u8], opts: ImportOptions) -> Result<String, Error> {
     let checked = import::check(bytes).map_err(|p| Error::field("file", "invalid_file", &p.0, Value::Null))?;
     let now = st.clock.now_ms();
     let id = uuid::Uuid::now_v7().to_string();
@@ -75,7 +75,7 @@ pub async fn start(st: &AppState, project: &str, bytes: &[u8], opts: ImportOptio
 }
 
 /// An import job of the project (404 for another project's, or for a bulk job).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<ContactJobRow, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<ContactJobRow, Error> {
     match st.store.contact_job(project, id).await? {
         Some(row) if row.kind == IMPORT_KIND => Ok(row),
         _ => Err(job_not_found(id)),

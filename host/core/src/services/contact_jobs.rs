@@ -9,10 +9,10 @@ use std::collections::HashSet;
 
 use serde_json::{Map, json};
 
+use crate::context::Context;
 use crate::domain::status::ContactJobState;
 use crate::error::Error;
 use crate::infra::jobs::{JobContext, JobError, Registry};
-use crate::state::AppState;
 use crate::store::contact_jobs::{ChunkWrite, ContactJobRow, Flip, NewContactJob};
 use crate::store::events::Event;
 use crate::store::jobs::NewJob;
@@ -65,7 +65,7 @@ fn job_not_found(id: &str) -> Error {
 
 /// Queues a bulk change of these contacts (duplicates counted once, 1 to [`MAX_BULK_IDS`]); answers the
 /// job's id.
-pub async fn start(st: &AppState, project: &str, op: BulkOp, ids: Vec<String>) -> Result<String, Error> {
+pub async fn start(st: &Context, project: &str, op: BulkOp, ids: Vec<String>) -> Result<String, Error> {
     let mut seen = HashSet::new();
     let ids: Vec<String> = ids.into_iter().filter(|i| seen.insert(i.clone())).collect();
     let now = st.clock.now_ms();
@@ -88,7 +88,7 @@ pub async fn start(st: &AppState, project: &str, op: BulkOp, ids: Vec<String>) -
 }
 
 /// A bulk job of the project (404 for another project's, or for an import job).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<ContactJobRow, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<ContactJobRow, Error> {
     match st.store.contact_job(project, id).await? {
         Some(row) if BulkOp::from_kind(&row.kind).is_some() => Ok(row),
         _ => Err(job_not_found(id)),

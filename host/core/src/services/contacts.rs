@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{Map, Value};
 
+use crate::context::Context;
 use crate::domain::contacts::{DataPatch, subscription};
 use crate::error::Error;
 use crate::infra::clock::{is_date_only, parse_rfc3339};
-use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::contacts::{Contact, ContactQuery, ContactWrite, WriteResult};
 use crate::store::events::Event;
@@ -25,14 +25,14 @@ fn email_taken(email: &str) -> Error {
 }
 
 /// A page of contacts (the query's limit), and the number that match (only when `count`).
-pub async fn list(st: &AppState, project: &str, q: &ContactQuery, count: bool) -> Result<(Vec<Contact>, i64), Error> {
+pub async fn list(st: &Context, project: &str, q: &ContactQuery, count: bool) -> Result<(Vec<Contact>, i64), Error> {
     let rows = st.store.list_contacts(project, q).await?;
     let total = if count { st.store.count_contacts(project, q.search.as_deref(), q.subscribed).await? } else { 0 };
     Ok((rows, total))
 }
 
 /// One contact of the project (404 otherwise).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<Contact, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<Contact, Error> {
     st.store.contact(project, id).await?.ok_or_else(|| not_found(id))
 }
 
@@ -46,7 +46,7 @@ pub struct ContactChange {
 /// Changes a contact: its email (409 when another contact has it), its subscription (a flip records
 /// `contact.subscribed` / `contact.unsubscribed`) and its data; again on a fresh read when it changed
 /// meanwhile. Answers the contact as it now is.
-pub async fn update(st: &AppState, project: &str, id: &str, change: &ContactChange) -> Result<Contact, Error> {
+pub async fn update(st: &Context, project: &str, id: &str, change: &ContactChange) -> Result<Contact, Error> {
     for _ in 0..16 {
         let now = st.clock.now_ms();
         let c = get(st, project, id).await?;
@@ -88,7 +88,7 @@ pub async fn update(st: &AppState, project: &str, id: &str, change: &ContactChan
 }
 
 /// Deletes a contact and its events (404 when it is not the project's).
-pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error> {
+pub async fn delete(st: &Context, project: &str, id: &str) -> Result<(), Error> {
     if !st.store.delete_contact(project, id).await? {
         return Err(not_found(id));
     }
@@ -96,7 +96,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error>
 }
 
 /// Which of these (normalised) emails have a contact in the project.
-pub async fn existing_emails(st: &AppState, project: &str, emails: &[String]) -> Result<HashSet<String>, Error> {
+pub async fn existing_emails(st: &Context, project: &str, emails: &[String]) -> Result<HashSet<String>, Error> {
     Ok(st.store.existing_emails(project, emails).await?.into_iter().collect())
 }
 
@@ -124,7 +124,7 @@ pub struct FieldInfo {
 }
 
 /// The standard fields, then every custom field with its type and coverage.
-pub async fn fields(st: &AppState, project: &str) -> Result<Vec<FieldInfo>, Error> {
+pub async fn fields(st: &Context, project: &str) -> Result<Vec<FieldInfo>, Error> {
     let all = st.store.all_contact_data(project).await?;
     let total = all.len();
     // key -> (contacts having it, counts per type)
@@ -150,7 +150,7 @@ pub async fn fields(st: &AppState, project: &str) -> Result<Vec<FieldInfo>, Erro
 }
 
 /// Distinct values of a custom field, at most `limit`.
-pub async fn field_values(st: &AppState, project: &str, name: &str, limit: usize) -> Result<Vec<Value>, Error> {
+pub async fn field_values(st: &Context, project: &str, name: &str, limit: usize) -> Result<Vec<Value>, Error> {
     let mut values: Vec<Value> = Vec::new();
     let mut seen = HashSet::new();
     for data in st.store.all_contact_data(project).await? {
@@ -184,7 +184,7 @@ impl FieldUsage {
 }
 
 /// Where a custom field is used and how many contacts have it.
-pub async fn field_usage(st: &AppState, project: &str, name: &str) -> Result<FieldUsage, Error> {
+pub async fn field_usage(st: &Context, project: &str, name: &str) -> Result<FieldUsage, Error> {
     let contact_count = st.store.all_contact_data(project).await?.iter().filter(|d| d.contains_key(name)).count();
     let segments = st.store.segments_using_field(project, name).await?;
     let workflows = st
@@ -199,7 +199,7 @@ pub async fn field_usage(st: &AppState, project: &str, name: &str) -> Result<Fie
 
 /// Deletes a custom field on every contact of the project; 409 while something uses it. Returns the
 /// number of contacts changed.
-pub async fn delete_field(st: &AppState, project: &str, name: &str) -> Result<i64, Error> {
+pub async fn delete_field(st: &Context, project: &str, name: &str) -> Result<i64, Error> {
     if !field_usage(st, project, name).await?.can_delete() {
         return Err(Error::Conflict(format!("data.{name} is used by segments, campaigns or workflows")));
     }

@@ -4,13 +4,13 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::state::AppState;
 use crate::store::idempotency::ClaimResult;
 
 /// Claims `key` for `request` (`"POST /v1/send"`); 409 `IDEMPOTENCY_KEY_REUSED` with the first request's
 /// details when the key is taken (its status is null while the first request still runs).
-pub async fn claim(st: &AppState, project: &str, key: &str, request: &str) -> Result<(), Error> {
+pub async fn claim(st: &Context, project: &str, key: &str, request: &str) -> Result<(), Error> {
     let ttl = st.config.idempotency_ttl_ms;
     match st.store.claim_idempotency_key(project, key, request, st.clock.now_ms(), ttl).await? {
         ClaimResult::Taken(c) => Err(Error::IdempotencyKeyReused {
@@ -25,7 +25,7 @@ pub async fn claim(st: &AppState, project: &str, key: &str, request: &str) -> Re
 
 /// Records the outcome of the work a claimed key ran: a client error (4xx) frees the key, anything else
 /// keeps it with its status. A failure to record is logged, not answered: the work is done.
-pub async fn finish(st: &AppState, project: &str, key: &str, status: u16) {
+pub async fn finish(st: &Context, project: &str, key: &str, status: u16) {
     let recorded = if (400..500).contains(&status) {
         st.store.release_idempotency_key(project, key).await
     } else {

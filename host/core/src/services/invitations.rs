@@ -10,21 +10,15 @@
 //! Must not import: salvo, surrealdb.
 
 use super::account_mail::{link, live, new_token, queue};
+use crate::context::Context;
 use crate::error::{Code, Error};
 use crate::infra::security;
-use crate::state::AppState;
 use crate::store::account_tokens::{AccountToken, NewToken, Purpose};
 use crate::store::accounts::{Role, User};
 
 /// How long an invitation works.
 pub const INVITE_TTL_MS: i64 = 7 * 24 * 3_600_000;
-/// Invitations one user may send per [`INVITER_WINDOW_MS`].
-pub const PER_INVITER: u32 = 20;
-pub const INVITER_WINDOW_MS: i64 = 3_600_000;
-/// Invitations one project may send, and one address may receive, per [`DAY_MS`].
-pub const PER_PROJECT: u32 = 50;
-pub const PER_ADDRESS: u32 = 5;
-pub const DAY_MS: i64 = 24 * 3_600_000;
+pub use super::throttles::{DAY_MS, INVITER_WINDOW_MS, PER_ADDRESS, PER_INVITER, PER_PROJECT};
 /// Longest name quoted in an invitation.
 const QUOTED_CHARS: usize = 100;
 
@@ -78,7 +72,7 @@ pub fn quoted(name: &str) -> String {
 }
 
 /// Counts an invitation against its three throttles; 429 when one of them is spent.
-fn throttle(st: &AppState, inviter: &str, project: &str, email: &str) -> Result<(), Error> {
+fn throttle(st: &Context, inviter: &str, project: &str, email: &str) -> Result<(), Error> {
     let t = &st.account_mail;
     let keys = [
         (&t.invites_by_inviter, format!("inviter:{inviter}"), PER_INVITER),
@@ -100,13 +94,7 @@ fn throttle(st: &AppState, inviter: &str, project: &str, email: &str) -> Result<
 /// a member): a link that adds the logged-in user with that address, with `role`. A second invitation
 /// of the address to the project replaces the first. 403 `EMAIL_NOT_VERIFIED` for an inviter whose own
 /// address is not verified.
-pub async fn invite(
-    st: &AppState,
-    project: &str,
-    inviter: &User,
-    email: &str,
-    role: Role,
-) -> Result<Invitation, Error> {
+pub async fn invite(st: &Context, project: &str, inviter: &User, email: &str, role: Role) -> Result<Invitation, Error> {
     if inviter.email_verified_at.is_none() {
         return Err(Error::refused(
             Code::EmailNotVerified,
@@ -155,7 +143,7 @@ pub async fn invite(
 
 /// `POST /auth/accept-invitation`: the logged-in user joins the project the token invites their
 /// address to. 403 when the invitation is for another address (the token stays valid for its owner).
-pub async fn accept(st: &AppState, user: &User, token: &str) -> Result<(String, Role), Error> {
+pub async fn accept(st: &Context, user: &User, token: &str) -> Result<(String, Role), Error> {
     let digest = security::key_digest(token);
     let now = st.clock.now_ms();
     let t = st.store.token(&digest).await?.filter(|t| t.purpose == Purpose::Invite.as_str());
@@ -175,13 +163,13 @@ pub async fn accept(st: &AppState, user: &User, token: &str) -> Result<(String, 
 }
 
 /// A project's open invitations.
-pub async fn list(st: &AppState, project: &str) -> Result<Vec<Invitation>, Error> {
+pub async fn list(st: &Context, project: &str) -> Result<Vec<Invitation>, Error> {
     Ok(st.store.invitations(project, st.clock.now_ms()).await?.iter().map(Invitation::from).collect())
 }
 
 /// Withdraws the invitation of an address (OWNER or ADMIN); 404 when there is none.
-pub async fn withdraw(st: &AppState, project: &str, role: Role, email: &str) -> Result<(), Error> {
-    crate::services::accounts::need(role, Role::Admin, "withdraw invitations")?;
+pub async fn withdraw(st: &Context, project: &str, role: Role, email: &str) -> Result<(), Error> {
+    crate::services::roles::need(role, Role::Admin, "withdraw invitations")?;
     if st.store.withdraw_invitation(project, email).await? {
         Ok(())
     } else {

@@ -7,8 +7,6 @@
 //!
 //! Must not import: salvo, surrealdb.
 
-use std::time::Duration;
-
 use jsonwebtoken::{DecodingKey, Validation, decode, decode_header, jwk::JwkSet};
 use oauth2::basic::{
     BasicErrorResponse, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenType,
@@ -22,9 +20,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::OAuthProvider;
+use crate::context::Context;
 use crate::error::{Code, Error};
 use crate::infra::security;
-use crate::state::AppState;
+use crate::services::oauth_documents::{failed, http};
 use crate::store::accounts::User;
 
 /// How long a sign-in may take between the redirect and the callback.
@@ -52,25 +51,6 @@ type Client = oauth2::Client<
     EndpointSet,
 >;
 
-/// The HTTP client of the flow: no redirects followed (a provider cannot bounce Herald elsewhere), 10 s.
-fn http() -> Result<reqwest::Client, Error> {
-    static HTTP: std::sync::OnceLock<Result<reqwest::Client, String>> = std::sync::OnceLock::new();
-    HTTP.get_or_init(|| {
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(10))
-            .user_agent(concat!("Herald/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| e.to_string())
-    })
-    .clone()
-    .map_err(Error::Internal)
-}
-
-fn failed(message: impl Into<String>) -> Error {
-    Error::refused(Code::OauthFailed, message)
-}
-
 fn mismatch() -> Error {
     Error::refused(
         Code::OauthStateMismatch,
@@ -79,7 +59,7 @@ fn mismatch() -> Error {
 }
 
 /// A configured provider as `/auth/oauth-config` lists it: (key, display name, kind).
-pub fn providers(st: &AppState) -> Vec<(String, String, String)> {
+pub fn providers(st: &Context) -> Vec<(String, String, String)> {
     st.config
         .oauth
         .iter()
@@ -90,7 +70,7 @@ pub fn providers(st: &AppState) -> Vec<(String, String, String)> {
         .collect()
 }
 
-fn provider<'a>(st: &'a AppState, key: &str) -> Result<&'a OAuthProvider, Error> {
+fn provider<'a>(st: &'a Context, key: &str) -> Result<&'a OAuthProvider, Error> {
     st.config
         .oauth
         .get(key)
@@ -113,35 +93,7 @@ pub const DOCUMENT_TTL_MS: i64 = 3_600_000;
 /// often, so ID tokens naming made-up keys cannot make Herald fetch it on every callback.
 pub const JWKS_REFRESH_MS: i64 = 60_000;
 
-/// Discovery documents and key sets by URL, with when they were fetched (per process).
-#[derive(Default)]
-pub struct Documents(std::sync::Mutex<std::collections::HashMap<String, (i64, Value)>>);
-
-impl Documents {
-    /// The JSON at `url`, from the cache when it was fetched less than `max_age_ms` ago.
-    async fn get(&self, st: &AppState, url: &str, max_age_ms: i64) -> Result<Value, Error> {
-        let now = st.clock.now_ms();
-        let cached = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(url).cloned();
-        if let Some((at, doc)) = cached
-            && (0..max_age_ms).contains(&(now - at))
-        {
-            return Ok(doc);
-        }
-        let res = http()?.get(url).send().await.map_err(|e| failed(format!("{url} did not answer: {e}")))?;
-        if !res.status().is_success() {
-            return Err(failed(format!("{url} answered {}", res.status())));
-        }
-        let doc: Value = res.json().await.map_err(|e| failed(format!("{url} is not JSON: {e}")))?;
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() > 64 {
-            map.clear();
-        }
-        map.insert(url.to_string(), (now, doc.clone()));
-        Ok(doc)
-    }
-}
-
-async fn endpoints(st: &AppState, p: &OAuthProvider) -> Result<Endpoints, Error> {
+async fn endpoints(st: &Context, p: &OAuthProvider) -> Result<Endpoints, Error> {
     if p.kind == "github" {
         return Ok(Endpoints {
             authorize: p.authorize_url.clone().unwrap_or_else(|| "https://github.com/login/oauth/authorize".into()),
@@ -157,7 +109,7 @@ async fn endpoints(st: &AppState, p: &OAuthProvider) -> Result<Endpoints, Error>
         (Some(_), Some(_), Some(_)) => Value::Null,
         _ => {
             let url = format!("{issuer}/.well-known/openid-configuration");
-            let doc = st.oauth_documents.get(st, &url, DOCUMENT_TTL_MS).await?;
+            let doc = st.oauth_documents.get(st.clock.now_ms(), &url, DOCUMENT_TTL_MS).await?;
             // OpenID Connect Discovery: the document's issuer is the one it was fetched for, exactly, so a
             // document served elsewhere cannot speak for this provider.
             let named = doc.get("issuer").and_then(Value::as_str).map(|i| i.trim_end_matches('/'));
@@ -183,7 +135,7 @@ async fn endpoints(st: &AppState, p: &OAuthProvider) -> Result<Endpoints, Error>
     })
 }
 
-fn client(st: &AppState, key: &str, p: &OAuthProvider, e: &Endpoints) -> Result<Client, Error> {
+fn client(st: &Context, key: &str, p: &OAuthProvider, e: &Endpoints) -> Result<Client, Error> {
     let redirect = format!("{}/auth/oauth/{key}/callback", st.config.public_url);
     let bad = |what: &str, err: oauth2::url::ParseError| failed(format!("the provider's {what} is not a URL: {err}"));
     Ok(oauth2::Client::new(ClientId::new(p.client_id.clone()))
@@ -207,7 +159,7 @@ struct Flow {
     exp: i64,
 }
 
-fn flow_key(st: &AppState) -> [u8; 32] {
+fn flow_key(st: &Context) -> [u8; 32] {
     let mut k = [0u8; 32];
     let d = security::derive_key_from(&st.session_key, "herald-oauth-flow-v1");
     k.copy_from_slice(&d[..32]);
@@ -215,7 +167,7 @@ fn flow_key(st: &AppState) -> [u8; 32] {
 }
 
 /// Where to send the browser to sign in with `key`, and the flow cookie to set.
-pub async fn start(st: &AppState, key: &str) -> Result<(String, String), Error> {
+pub async fn start(st: &Context, key: &str) -> Result<(String, String), Error> {
     let p = provider(st, key)?;
     let e = endpoints(st, p).await?;
     let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
@@ -253,7 +205,7 @@ struct Identity {
 
 /// The callback: checks the flow, exchanges the code and signs in (or up) the user with the verified
 /// email the provider reports.
-pub async fn finish(st: &AppState, key: &str, code: &str, state: &str, cookie: Option<&str>) -> Result<User, Error> {
+pub async fn finish(st: &Context, key: &str, code: &str, state: &str, cookie: Option<&str>) -> Result<User, Error> {
     let p = provider(st, key)?;
     let flow: Flow = cookie
         .and_then(|c| crate::infra::dkim::open(&flow_key(st), c).ok())
@@ -328,7 +280,7 @@ struct Claims {
 /// OpenID Connect: the ID token, signed by one of the provider's keys, for this client, from this
 /// issuer, unexpired, with this flow's nonce; its email when verified (else the userinfo endpoint's).
 async fn oidc_identity(
-    st: &AppState,
+    st: &Context,
     p: &OAuthProvider,
     e: &Endpoints,
     id_token: Option<&str>,
@@ -345,10 +297,10 @@ async fn oidc_identity(
         Some(kid) => keys.find(kid).cloned(),
         None => keys.keys.first().cloned(),
     };
-    let mut jwk = find(&key_set(st.oauth_documents.get(st, jwks_url, DOCUMENT_TTL_MS).await?)?);
+    let mut jwk = find(&key_set(st.oauth_documents.get(st.clock.now_ms(), jwks_url, DOCUMENT_TTL_MS).await?)?);
     if jwk.is_none() {
         // Perhaps the provider rotated its keys since the set was fetched.
-        jwk = find(&key_set(st.oauth_documents.get(st, jwks_url, JWKS_REFRESH_MS).await?)?);
+        jwk = find(&key_set(st.oauth_documents.get(st.clock.now_ms(), jwks_url, JWKS_REFRESH_MS).await?)?);
     }
     let jwk = jwk.ok_or_else(|| failed("the ID token names a key the provider does not publish"))?;
     let key = DecodingKey::from_jwk(&jwk).map_err(|x| failed(format!("the provider's key is unusable: {x}")))?;
@@ -395,7 +347,7 @@ fn identity(email: &str, name: Option<&str>) -> Result<Identity, Error> {
 /// one whose address nobody ever verified is taken over by the provider's identity: its password is
 /// replaced and every earlier session ends, so whoever registered the address first (and knows that
 /// password, or holds those sessions) is out (docs/security.md#sessions).
-async fn sign_in(st: &AppState, who: Identity) -> Result<User, Error> {
+async fn sign_in(st: &Context, who: Identity) -> Result<User, Error> {
     let now = st.clock.now_ms();
     let user = match st.store.user_by_email(&who.email).await? {
         Some(u) if u.email_verified_at.is_some() => u,

@@ -8,9 +8,9 @@
 use serde_json::Value;
 
 use crate::config::Plan;
+use crate::context::Context;
 use crate::error::{Code, Error};
 use crate::infra::stripe::{Stripe, verify_signature};
-use crate::state::AppState;
 use crate::store::accounts::{Role, User};
 use crate::store::billing::{EventOrder, PaymentAccount};
 
@@ -28,8 +28,8 @@ fn provider(e: String) -> Error {
 }
 
 /// The Stripe client, after the OWNER check: payments are the OWNER's business.
-fn stripe(st: &AppState, role: Role) -> Result<&Stripe, Error> {
-    crate::services::accounts::need(role, Role::Owner, "manage payments")?;
+fn stripe(st: &Context, role: Role) -> Result<&Stripe, Error> {
+    crate::services::roles::need(role, Role::Owner, "manage payments")?;
     st.stripe.as_deref().ok_or_else(disabled)
 }
 
@@ -41,7 +41,7 @@ const EVENT_IDS_KEPT_MS: i64 = 30 * 86_400_000;
 /// billing portal's link while the project has an active or trialing subscription: that is where a
 /// plan is changed, and a second checkout would start a second subscription.
 pub async fn checkout(
-    st: &AppState,
+    st: &Context,
     project: &str,
     role: Role,
     owner: &User,
@@ -90,7 +90,7 @@ pub async fn checkout(
 }
 
 /// A billing portal session for the project's customer; 409 before the project has one.
-pub async fn portal(st: &AppState, project: &str, role: Role) -> Result<String, Error> {
+pub async fn portal(st: &Context, project: &str, role: Role) -> Result<String, Error> {
     let stripe = stripe(st, role)?;
     let customer = st.store.payment_account(project).await?.and_then(|a| a.customer).ok_or_else(|| {
         Error::Conflict("This project has no subscription yet: start one with POST .../checkout".into())
@@ -100,7 +100,7 @@ pub async fn portal(st: &AppState, project: &str, role: Role) -> Result<String, 
 }
 
 /// The project's invoices at Stripe (none before it has a customer).
-pub async fn invoices(st: &AppState, project: &str, role: Role) -> Result<Vec<Value>, Error> {
+pub async fn invoices(st: &Context, project: &str, role: Role) -> Result<Vec<Value>, Error> {
     let stripe = stripe(st, role)?;
     match st.store.payment_account(project).await?.and_then(|a| a.customer) {
         None => Ok(vec![]),
@@ -121,7 +121,7 @@ pub enum Applied {
 /// is missing, forged or outside the 5-minute tolerance), then the event's id: an event received before
 /// (within 30 days, however it is signed) is a replay, refused with the same 400. Then applies it; an
 /// id whose event could not be applied is forgotten, so the provider's retry gets through.
-pub async fn webhook(st: &AppState, signature: Option<&str>, body: &[u8]) -> Result<Applied, Error> {
+pub async fn webhook(st: &Context, signature: Option<&str>, body: &[u8]) -> Result<Applied, Error> {
     let config = st.config.stripe.as_ref().ok_or_else(disabled)?;
     let invalid = |m: String| Error::refused(Code::InvalidSignature, m);
     let header = signature.ok_or_else(|| invalid("The Stripe-Signature header is missing".into()))?;
@@ -142,7 +142,7 @@ pub async fn webhook(st: &AppState, signature: Option<&str>, body: &[u8]) -> Res
 }
 
 /// Applies one event (already checked and remembered): see [`webhook`].
-async fn apply(st: &AppState, id: &str, event: &Value, now: i64) -> Result<Applied, Error> {
+async fn apply(st: &Context, id: &str, event: &Value, now: i64) -> Result<Applied, Error> {
     let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
     let obj = event.pointer("/data/object").cloned().unwrap_or(Value::Null);
     let text = |p: &str| obj.pointer(p).and_then(Value::as_str).map(str::to_string);

@@ -34,13 +34,13 @@ pub const RESET_PROJECT_JOB: &str = "project.reset";
 /// `confirm` must be the project's name (422 naming `confirm`); 409 while a campaign sends. Queues the
 /// job that deletes in batches what the purge of a deleted project deletes, and answers its id.
 pub async fn reset(
-    st: &crate::state::AppState,
+    st: &crate::context::Context,
     id: &str,
     role: crate::store::accounts::Role,
     confirm: &str,
 ) -> Result<String, crate::error::Error> {
     use crate::error::Error;
-    crate::services::accounts::need(role, crate::store::accounts::Role::Owner, "reset a project")?;
+    crate::services::roles::need(role, crate::store::accounts::Role::Owner, "reset a project")?;
     let project = st
         .store
         .project(id)
@@ -124,7 +124,7 @@ async fn purge_all(ctx: &JobContext, uploads_dir: &std::path::Path) -> Result<()
 
 /// A project's onboarding checklist (docs/behaviour.md#project-setup-and-security).
 pub async fn setup_state(
-    st: &crate::state::AppState,
+    st: &crate::context::Context,
     project: &str,
 ) -> Result<crate::store::project_state::SetupState, crate::error::Error> {
     Ok(st.store.setup_state(project).await?)
@@ -171,7 +171,7 @@ pub struct Security {
 /// How many past suspensions the security figures list.
 pub const SUSPENSIONS_LISTED: usize = 10;
 
-pub async fn security(st: &crate::state::AppState, project: &str) -> Result<Security, crate::error::Error> {
+pub async fn security(st: &crate::context::Context, project: &str) -> Result<Security, crate::error::Error> {
     use crate::domain::activity::{DAY_MS, HOUR_MS, bucket};
     let now = st.clock.now_ms();
     let to = bucket(now, HOUR_MS) + HOUR_MS;

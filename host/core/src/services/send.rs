@@ -8,6 +8,7 @@
 
 use serde_json::Value;
 
+use crate::context::Context;
 use crate::domain::billing::Category;
 use crate::domain::contacts::DataPatch;
 use crate::domain::templating::{Mode, TemplateIssue};
@@ -15,7 +16,6 @@ use crate::domain::tracking::tracked;
 use crate::error::Error;
 use crate::services::accept::{self, AcceptError, Accepted, SendRequest};
 use crate::services::delivery::StoredAttachment;
-use crate::state::AppState;
 
 /// The largest message: subject, body and attachments together.
 pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
@@ -48,7 +48,12 @@ pub struct SendCommand {
 
 /// Accepts a send: every rule checked before anything is written, then each recipient's contact,
 /// email record and delivery job written together. Returns one [`Accepted`] per recipient, in order.
-pub async fn send(st: &AppState, cmd: SendCommand) -> Result<Vec<Accepted>, Error> {
+pub async fn send(
+    st: &Context,
+    composer: &std::sync::Arc<crate::services::compose::Composer>,
+    accepter: &crate::services::accept::Accepter,
+    cmd: SendCommand,
+) -> Result<Vec<Accepted>, Error> {
     let project = cmd.project.as_str();
     let template = match &cmd.template {
         Some(id) => Some(crate::services::templates::get(st, project, id).await?),
@@ -61,7 +66,7 @@ pub async fn send(st: &AppState, cmd: SendCommand) -> Result<Vec<Accepted>, Erro
         return Err(Error::field("body", "too_big", "the message is larger than 40 MB", Value::Null));
     }
     // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
-    let composer = st.composer.clone();
+    let composer = composer.clone();
     let (subject, html) = crate::services::compose::off_async(move || {
         (composer.templates.prepare(&subject_src, Mode::Text), composer.templates.prepare(&html_src, Mode::Html))
     })
@@ -134,7 +139,7 @@ pub async fn send(st: &AppState, cmd: SendCommand) -> Result<Vec<Accepted>, Erro
         headers: cmd.headers,
         attachments: serde_json::to_string(&cmd.attachments).unwrap_or_else(|_| "[]".into()).into(),
     };
-    let accepted = st.accepter.submit(request).await.map_err(|e| match e {
+    let accepted = accepter.submit(request).await.map_err(|e| match e {
         AcceptError::Render(issue) => Error::Invalid(format!("cannot render the template: {issue}")),
         AcceptError::Billing(refusal) => refusal,
         AcceptError::Store(e) => e.into(),

@@ -8,11 +8,11 @@
 //! Must not import: salvo, surrealdb.
 
 use crate::config::Config;
+use crate::context::Context;
 use crate::domain::activity::{DAY_MS, HOUR_MS, bucket};
 use crate::error::{Code, Error};
 use crate::infra::jobs::{JobContext, Registry};
 use crate::services::projects::Window;
-use crate::state::AppState;
 use crate::store::accounts::{Role, User};
 use crate::store::{Store, StoreError};
 
@@ -117,8 +117,8 @@ pub async fn ensure_active(store: &Store, project: &str) -> Result<(), Error> {
 /// (`HERALD_SELF_UNSUSPEND_AFTER_HOURS`; unset: never): before it, or without it, 403
 /// `UNSUSPEND_NOT_ALLOWED` saying who can lift it and from when. 409 when the project is not
 /// suspended. Answers how many held delivery jobs went back to the queue.
-pub async fn unsuspend(st: &AppState, project: &str, role: Role, user: &User) -> Result<u64, Error> {
-    crate::services::accounts::need(role, Role::Owner, "lift a suspension")?;
+pub async fn unsuspend(st: &Context, project: &str, role: Role, user: &User) -> Result<u64, Error> {
+    crate::services::roles::need(role, Role::Owner, "lift a suspension")?;
     let Some(s) = st.store.project(project).await?.and_then(|p| p.suspended) else {
         return Err(not_suspended(project));
     };
@@ -144,7 +144,7 @@ pub async fn unsuspend(st: &AppState, project: &str, role: Role, user: &User) ->
 }
 
 /// Lifts a suspension for the operator (`herald project unsuspend`), at any time.
-pub async fn operator_unsuspend(st: &AppState, project: &str) -> Result<u64, Error> {
+pub async fn operator_unsuspend(st: &Context, project: &str) -> Result<u64, Error> {
     lift(st, project, "operator", None).await
 }
 
@@ -152,7 +152,7 @@ fn not_suspended(project: &str) -> Error {
     Error::Conflict(format!("Project {project} is not suspended"))
 }
 
-async fn lift(st: &AppState, project: &str, by: &str, began_by: Option<i64>) -> Result<u64, Error> {
+async fn lift(st: &Context, project: &str, by: &str, began_by: Option<i64>) -> Result<u64, Error> {
     let released = st
         .store
         .unsuspend_project(project, by, began_by, st.clock.now_ms())

@@ -2,16 +2,16 @@
 //!
 //! Must not import: salvo, surrealdb.
 
-use crate::state::AppState;
+use crate::context::Context;
 
 /// Whether the database answers.
-pub async fn database_reachable(st: &AppState) -> bool {
+pub async fn database_reachable(st: &Context) -> bool {
     st.store.health().await.is_ok()
 }
 
 /// The Prometheus text of every metric: the process's own counters, the job queue by state (counted at
 /// most every two seconds) and the plugins'.
-pub async fn metrics_text(st: &AppState) -> String {
+pub async fn metrics_text(st: &Context) -> String {
     let counts = st.store.job_counts_cached().await.unwrap_or_default();
     let mut body = crate::infra::metrics::render(&counts);
     body.push_str(&st.plugins.render_metrics());

@@ -3,9 +3,9 @@
 //!
 //! Must not import: salvo, surrealdb.
 
+use crate::context::Context;
 use crate::error::Error;
 use crate::services::sending_domains::require_sender;
-use crate::state::AppState;
 use crate::store::templates::{TemplateQuery, TemplateRow};
 
 /// Longest template name, in characters.
@@ -16,23 +16,23 @@ fn not_found(id: &str) -> Error {
 }
 
 /// One template of the project (404 otherwise).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<TemplateRow, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<TemplateRow, Error> {
     st.store.template(project, id).await?.ok_or_else(|| not_found(id))
 }
 
 /// A page of the project's templates and the total that match.
-pub async fn list(st: &AppState, project: &str, q: &TemplateQuery) -> Result<(Vec<TemplateRow>, i64), Error> {
+pub async fn list(st: &Context, project: &str, q: &TemplateQuery) -> Result<(Vec<TemplateRow>, i64), Error> {
     Ok(st.store.list_templates(project, q).await?)
 }
 
 /// Saves a new template (its fields checked by the caller) after the sender check.
-pub async fn create(st: &AppState, project: &str, t: &TemplateRow) -> Result<(), Error> {
+pub async fn create(st: &Context, project: &str, t: &TemplateRow) -> Result<(), Error> {
     require_sender(&st.store, project, &t.from).await?;
     Ok(st.store.save_template(project, t).await?)
 }
 
 /// Saves a changed template; the sender check runs again when the sender changed.
-pub async fn update(st: &AppState, project: &str, t: &mut TemplateRow, before_from: &str) -> Result<(), Error> {
+pub async fn update(st: &Context, project: &str, t: &mut TemplateRow, before_from: &str) -> Result<(), Error> {
     if t.from != before_from {
         require_sender(&st.store, project, &t.from).await?;
     }
@@ -42,7 +42,7 @@ pub async fn update(st: &AppState, project: &str, t: &mut TemplateRow, before_fr
 
 /// The SEND_EMAIL steps that use a template: (workflow id, workflow name, step id, step name).
 pub async fn workflow_steps(
-    st: &AppState,
+    st: &Context,
     project: &str,
     id: &str,
     enabled_only: bool,
@@ -57,7 +57,7 @@ pub async fn workflow_steps(
 }
 
 /// Deletes a template (404 when it is not the project's; 409 while an enabled workflow sends it).
-pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error> {
+pub async fn delete(st: &Context, project: &str, id: &str) -> Result<(), Error> {
     get(st, project, id).await?;
     let users = workflow_steps(st, project, id, true).await?;
     if !users.is_empty() {
@@ -76,7 +76,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error>
 }
 
 /// Copies a template as `<name> (Copy)` (the name cut to its last 200 characters).
-pub async fn duplicate(st: &AppState, project: &str, id: &str) -> Result<TemplateRow, Error> {
+pub async fn duplicate(st: &Context, project: &str, id: &str) -> Result<TemplateRow, Error> {
     let t = get(st, project, id).await?;
     let now = st.clock.now_ms();
     let name = crate::domain::text::copy_name(&t.name, MAX_NAME_CHARS);
@@ -86,7 +86,7 @@ pub async fn duplicate(st: &AppState, project: &str, id: &str) -> Result<Templat
 }
 
 /// How many emails were rendered from the template (404 when it is not the project's).
-pub async fn emails_sent(st: &AppState, project: &str, id: &str) -> Result<i64, Error> {
+pub async fn emails_sent(st: &Context, project: &str, id: &str) -> Result<i64, Error> {
     get(st, project, id).await?;
     Ok(st.store.template_emails(project, id).await?)
 }

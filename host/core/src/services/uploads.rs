@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use crate::context::Context;
 use crate::domain::images::{self, KINDS};
 use crate::error::Error;
-use crate::state::AppState;
 use crate::store::Store;
 use crate::store::uploads::Recorded;
 
@@ -35,7 +35,7 @@ pub struct Uploaded {
 /// Stores an image for `project` (415 for anything that is not wholly a PNG, JPEG, GIF or WebP by its
 /// bytes; 403 `QUOTA_EXCEEDED` when it would take the project's stored bytes past the quota). The same
 /// image twice is one file and one URL, and counts once for a project.
-pub async fn store_image(st: &AppState, project: &str, bytes: &[u8]) -> Result<Uploaded, Error> {
+pub async fn store_image(st: &Context, project: &str, bytes: &[u8]) -> Result<Uploaded, Error> {
     let info = images::check(bytes).map_err(|refusal| Error::UnsupportedType(refusal.message()))?;
     let name = format!("{}.{}", hex::encode(Sha256::digest(bytes)), info.ext);
     let dir = st.config.uploads_dir.clone();
@@ -166,7 +166,7 @@ impl Stored {
 /// The stored image with this name, opened; None for a name Herald never gives out (only
 /// `<64 hex digits>.<png|jpg|gif|webp>`: nothing else of the disk is reachable) or one not stored.
 /// Files stored before uploads were recorded per project are served the same way.
-pub async fn open_image(st: &AppState, name: &str) -> Option<Stored> {
+pub async fn open_image(st: &Context, name: &str) -> Option<Stored> {
     let content_type = content_type_of(name)?;
     let path: PathBuf = st.config.uploads_dir.join(name);
     let file = tokio::fs::File::open(path).await.ok()?;

@@ -295,6 +295,46 @@ pub(crate) fn tally_statements(t: &Tally) -> (String, Vec<(&'static str, Value)>
     (sql, vec![("hours", Value::Array(hours)), ("camps", Value::Array(camps)), ("names", Value::Array(names))])
 }
 
+/// The outbox's hand-outs, counted: the analytics counters move in the transaction that records how far
+/// the subscribers got (so each event is counted once).
+impl Store {
+    /// Deletes the outbox rows whose events every subscriber has had, and adds those events to the
+    /// analytics counters, in one transaction (so each event is counted once).
+    pub async fn outbox_done(&self, ids: &[String], tally: &Tally) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let (count, bind) = tally_statements(tally);
+        let sql = format!(
+            "BEGIN TRANSACTION;
+             DELETE array::map($ids, |$i| type::record('outbox', $i)) RETURN NONE;
+             {count}COMMIT TRANSACTION;"
+        );
+        let mut v = vars! { "ids": ids };
+        for (k, b) in bind {
+            v[k] = b;
+        }
+        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
+    }
+
+    /// Records how far the subscribers got through an outbox row: `left` are the ids still to hand
+    /// out (none left deletes the row); `tally` counts the events handed out, in the same transaction.
+    pub async fn outbox_progress(&self, id: &str, left: &[String], tally: &Tally) -> Result<(), StoreError> {
+        let (count, bind) = tally_statements(tally);
+        let change = if left.is_empty() {
+            "DELETE type::record('outbox', $id) RETURN NONE;"
+        } else {
+            "UPDATE type::record('outbox', $id) SET events = $left RETURN NONE;"
+        };
+        let sql = format!("BEGIN TRANSACTION;\n{change}\n{count}COMMIT TRANSACTION;");
+        let mut v = vars! { "id": id, "left": left };
+        for (k, b) in bind {
+            v[k] = b;
+        }
+        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
+    }
+}
+
 /// Creates a campaign milestone (bound as `$milestone`) in a transaction that changes the campaign.
 pub(crate) const MILESTONE_INSERT: &str = "CREATE type::record('milestone', $milestone.id) CONTENT {
     project: $milestone.project, type: $milestone.type, campaign: $milestone.campaign, data: $milestone.data,

@@ -10,10 +10,8 @@
 
 use serde_json::Value;
 
-use super::emails::EmailRow;
 use super::{Store, StoreError};
 use crate::domain::billing::{Category, Limits, month_key};
-use crate::domain::status::EmailStatus;
 use crate::vars;
 
 /// Shards of one (project, month, category) counter that writers without a limit add to.
@@ -40,14 +38,12 @@ pub struct Counted {
     pub limit: Option<i64>,
 }
 
-/// The counts of `rows` that go to delivery (PENDING), per project and month written, as `$usage` for
-/// `EmailDocs::INSERTS`.
-pub(crate) fn usage_docs<'a>(rows: impl IntoIterator<Item = &'a EmailRow>, counted: Counted) -> Value {
+/// The counts of the emails that go to delivery (their project and when each was written), per project
+/// and month, as `$usage` for `EmailDocs::INSERTS`.
+pub(crate) fn usage_docs<'a>(pending: impl IntoIterator<Item = (&'a str, i64)>, counted: Counted) -> Value {
     let mut per: std::collections::BTreeMap<(&str, String), i64> = Default::default();
-    for r in rows {
-        if r.status == EmailStatus::Pending {
-            *per.entry((r.project.as_str(), month_key(r.created_at))).or_default() += 1;
-        }
+    for (project, created_at) in pending {
+        *per.entry((project, month_key(created_at))).or_default() += 1;
     }
     // Round robin within the process: unlimited writers committing at the same moment (the group-commit
     // lanes, campaign batches) take different shards, so they never conflict on a counter. Limited ones
@@ -273,6 +269,8 @@ pub struct PaymentAccount {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::domain::status::EmailStatus;
+    use crate::store::emails::EmailRow;
 
     fn email(project: &str, at: i64) -> EmailRow {
         EmailRow {

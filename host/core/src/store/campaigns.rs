@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::emails::EmailRow;
+use super::jobs::NewJob;
 use super::{Store, StoreError};
 use crate::domain::status::CampaignStatus;
 use crate::vars;
@@ -162,6 +163,76 @@ fn is_state_error(e: &StoreError) -> bool {
     e.thrown(STATE)
 }
 
+/// A campaign's move from one state to the next, with the jobs that carry it on (see
+/// [`Store::transition_campaign`]).
+#[derive(Debug, Clone)]
+pub struct CampaignMove<'a> {
+    /// The states it may move from.
+    pub from: &'a [CampaignStatus],
+    /// The run it must be at.
+    pub run: i64,
+    /// Only while the run's audience is not resolved yet.
+    pub unresolved: bool,
+    pub change: CampaignChange,
+    /// Enqueued in the same transaction.
+    pub jobs: Vec<NewJob>,
+    pub now: i64,
+}
+
+/// What a campaign's move changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CampaignChange {
+    /// A DRAFT's new run `run`: SENDING now, or SCHEDULED for `scheduled_for`; counters from zero.
+    Start { run: i64, scheduled_for: Option<i64> },
+    /// A SCHEDULED campaign's time came: SENDING.
+    Sending,
+    /// The run's audience is resolved: its size and its batches (jobs of the same move).
+    Resolved { recipients: usize, batches: usize },
+    /// Every email of the run is settled: SENT.
+    Sent,
+}
+
+impl CampaignChange {
+    /// The status it moves to, if it changes the status.
+    pub fn status(&self) -> Option<CampaignStatus> {
+        match self {
+            CampaignChange::Start { scheduled_for: Some(_), .. } => Some(CampaignStatus::Scheduled),
+            CampaignChange::Start { scheduled_for: None, .. } | CampaignChange::Sending => {
+                Some(CampaignStatus::Sending)
+            }
+            CampaignChange::Resolved { .. } => None,
+            CampaignChange::Sent => Some(CampaignStatus::Sent),
+        }
+    }
+
+    /// The fields it writes (merged into the campaign's row) at `now`.
+    fn fields(&self, now: i64) -> Value {
+        let mut set = match *self {
+            CampaignChange::Start { run, scheduled_for } => {
+                let mut set = vars! {
+                    "run": run, "resolved": false, "batches_left": 0, "total_recipients": 0, "sent_count": 0,
+                    "delivered_count": 0, "opened_count": 0, "clicked_count": 0, "bounced_count": 0,
+                };
+                match scheduled_for {
+                    Some(at) => set["scheduled_for"] = at.into(),
+                    None => set["sent_at"] = now.into(),
+                }
+                set
+            }
+            CampaignChange::Sending => vars! { "sent_at": now },
+            CampaignChange::Resolved { recipients, batches } => {
+                vars! { "resolved": true, "total_recipients": recipients, "batches_left": batches }
+            }
+            CampaignChange::Sent => vars! {},
+        };
+        if let Some(status) = self.status() {
+            set["status"] = serde_json::to_value(status).unwrap_or(Value::Null);
+        }
+        set["updated_at"] = now.into();
+        set
+    }
+}
+
 impl Store {
     /// Creates a campaign.
     pub async fn create_campaign(&self, c: &CampaignRow) -> Result<(), StoreError> {
@@ -271,20 +342,13 @@ impl Store {
         })
     }
 
-    /// Moves a campaign from one of `from` at `run` (and, with `unresolved`, whose audience is not
-    /// resolved yet) to the fields of `set` (merged), and enqueues `jobs`, in one transaction. False when
-    /// the campaign was not in that state.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn transition_campaign(
-        &self,
-        project: &str,
-        id: &str,
-        from: &[CampaignStatus],
-        run: i64,
-        set: Value,
-        jobs: &[Value],
-        unresolved: bool,
-    ) -> Result<bool, StoreError> {
+    /// Moves a campaign (docs/behaviour.md#campaigns) from one of `m.from` at run `m.run` (and, with
+    /// `m.unresolved`, whose audience is not resolved yet) by `m.change`, and enqueues `m.jobs`, in one
+    /// transaction. False when the campaign was not in that state.
+    pub async fn transition_campaign(&self, project: &str, id: &str, m: &CampaignMove<'_>) -> Result<bool, StoreError> {
+        let (from, run, jobs, unresolved) = (m.from, m.run, &m.jobs, m.unresolved);
+        let set = m.change.fields(m.now);
+        let jobs: Vec<Value> = jobs.iter().map(|j| j.doc(m.now)).collect();
         let mut sql = String::from(
             "BEGIN TRANSACTION;
              LET $r = (UPDATE type::record('campaign', $id) MERGE $set
@@ -295,7 +359,7 @@ impl Store {
         if !jobs.is_empty() {
             sql.push_str("INSERT INTO job $jobs RETURN NONE;\n");
         }
-        let status = set.get("status").and_then(Value::as_str).and_then(CampaignStatus::parse);
+        let status = m.change.status();
         // A run that starts sending opens the campaign's gate: its emails may be claimed for hand-over.
         if status == Some(CampaignStatus::Sending) {
             sql.push_str("UPSERT type::record('campaign_gate', $id) SET project = $p, open = true RETURN NONE;\n");
@@ -303,13 +367,10 @@ impl Store {
         // A new status is a milestone of the activity feed.
         let milestone = status.filter(|s| !from.contains(s)).map(|s| {
             let mut data = Map::new();
-            if let Some(at) =
-                set.get("scheduled_for").and_then(Value::as_i64).filter(|_| s == CampaignStatus::Scheduled)
-            {
+            if let CampaignChange::Start { scheduled_for: Some(at), .. } = m.change {
                 data.insert("scheduledFor".into(), crate::infra::clock::rfc3339(at).into());
             }
-            let at = set.get("updated_at").and_then(Value::as_i64).unwrap_or_default();
-            super::activity::milestone(project, &format!("campaign.{}", s.as_str().to_lowercase()), id, data, at)
+            super::activity::milestone(project, &format!("campaign.{}", s.as_str().to_lowercase()), id, data, m.now)
         });
         if milestone.is_some() {
             sql.push_str(super::activity::MILESTONE_INSERT);

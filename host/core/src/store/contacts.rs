@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::events::{Event, OUTBOX_INSERT, outbox_row};
-use super::{Store, StoreError};
+use super::{Store, StoreError, count_of};
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -285,9 +285,4 @@ impl Store {
 fn order_parts(sort_email: bool, ascending: bool) -> (&'static str, &'static str, &'static str) {
     let field = if sort_email { "email" } else { "created_at" };
     if ascending { (field, ">", "ASC") } else { (field, "<", "DESC") }
-}
-
-/// `count() ... GROUP ALL` answers `[{n}]`, or `[]` when nothing matched.
-pub(crate) fn count_of(v: Value) -> Result<i64, StoreError> {
-    Ok(v.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0))
 }

@@ -244,7 +244,9 @@ pub(crate) fn email_docs(
             })
         })
         .collect();
-    let usage = match counted.map(|c| super::billing::usage_docs(emails, c)) {
+    let pending =
+        || emails.iter().filter(|r| r.status == EmailStatus::Pending).map(|r| (r.project.as_str(), r.created_at));
+    let usage = match counted.map(|c| super::billing::usage_docs(pending(), c)) {
         Some(Value::Array(a)) => a,
         _ => vec![],
     };

@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::contacts::count_of;
-use super::{Store, StoreError};
-use crate::domain::activity::Tally;
+use super::{Store, StoreError, count_of};
 use crate::vars;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -262,41 +260,5 @@ impl Store {
     /// The events no subscriber has been handed yet, oldest first (up to about `limit`).
     pub async fn undispatched_events(&self, limit: usize) -> Result<Vec<Event>, StoreError> {
         Ok(self.outbox(limit).await?.into_iter().flat_map(|e| e.events).collect())
-    }
-
-    /// Deletes the outbox rows whose events every subscriber has had, and adds those events to the
-    /// analytics counters, in one transaction (so each event is counted once).
-    pub async fn outbox_done(&self, ids: &[String], tally: &Tally) -> Result<(), StoreError> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let (count, bind) = super::activity::tally_statements(tally);
-        let sql = format!(
-            "BEGIN TRANSACTION;
-             DELETE array::map($ids, |$i| type::record('outbox', $i)) RETURN NONE;
-             {count}COMMIT TRANSACTION;"
-        );
-        let mut v = vars! { "ids": ids };
-        for (k, b) in bind {
-            v[k] = b;
-        }
-        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
-    }
-
-    /// Records how far the subscribers got through an outbox row: `left` are the ids still to hand
-    /// out (none left deletes the row); `tally` counts the events handed out, in the same transaction.
-    pub async fn outbox_progress(&self, id: &str, left: &[String], tally: &Tally) -> Result<(), StoreError> {
-        let (count, bind) = super::activity::tally_statements(tally);
-        let change = if left.is_empty() {
-            "DELETE type::record('outbox', $id) RETURN NONE;"
-        } else {
-            "UPDATE type::record('outbox', $id) SET events = $left RETURN NONE;"
-        };
-        let sql = format!("BEGIN TRANSACTION;\n{change}\n{count}COMMIT TRANSACTION;");
-        let mut v = vars! { "id": id, "left": left };
-        for (k, b) in bind {
-            v[k] = b;
-        }
-        self.write(|| async { self.query(&sql, v.clone()).await }).await.map(|_| ())
     }
 }

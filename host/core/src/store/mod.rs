@@ -247,6 +247,11 @@ enum Conn {
     Any(Surreal<Any>),
 }
 
+/// `count() ... GROUP ALL` answers `[{n}]`, or `[]` when nothing matched.
+pub(crate) fn count_of(v: Value) -> Result<i64, StoreError> {
+    Ok(v.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0))
+}
+
 fn decode<T: DeserializeOwned>(v: Value) -> Result<T, StoreError> {
     serde_json::from_value(v).map_err(|e| StoreError::Decode(e.to_string()))
 }
@@ -414,6 +419,23 @@ impl Store {
         {
             tracing::warn!(error = %e, "closing the embedded database failed");
         }
+    }
+
+    /// Closes the store as the last of its handles, inside the runtime: waits (at most `wait`) for the
+    /// tasks that held the other handles (group-commit lanes, the delivery ledger, job handlers) to end
+    /// once their owner was dropped, closes the datastore, then gives the connection's own task a moment
+    /// to let go of it, so nothing of the engine is dropped after the runtime stops.
+    pub async fn close_last(self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        while Arc::strong_count(&self.cache) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if Arc::strong_count(&self.cache) > 1 {
+            tracing::warn!("closing the store while other handles of it are still alive");
+        }
+        self.close().await;
+        drop(self);
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     /// Checks that the database answers.

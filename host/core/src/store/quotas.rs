@@ -1,8 +1,7 @@
 //! What the per-project and per-user ceilings count (docs/security.md#quotas): each a count over an
 //! index of the owner's rows.
 
-use super::contacts::count_of;
-use super::{Store, StoreError};
+use super::{Store, StoreError, count_of};
 use crate::vars;
 
 impl Store {

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::workflow_runs::ExecutionRow;
 use super::{Store, StoreError};
 use crate::vars;
 
@@ -80,28 +79,6 @@ impl Store {
             .await?
             .all(0)?;
         Ok(rows.into_iter().map(|r| (r.k.1, Used { starts: r.starts, emails: r.emails })).collect())
-    }
-
-    /// Writes executions that were stopped before they ran (EXITED, with the reason): only their rows,
-    /// no re-entry entry, job or event. One already written (the same event handed over again) stays.
-    pub async fn write_stopped(&self, project: &str, rows: &[ExecutionRow]) -> Result<(), StoreError> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let docs: Vec<Value> = rows
-            .iter()
-            .map(|e| {
-                let mut d = super::workflow_runs::exec_doc(project, e, &[]);
-                d["id"] = Value::String(e.id.clone());
-                d
-            })
-            .collect();
-        self.write(|| async {
-            self.query("INSERT IGNORE INTO workflow_execution $execs RETURN NONE;", vars! { "execs": docs.clone() })
-                .await
-        })
-        .await
-        .map(|_| ())
     }
 }
 

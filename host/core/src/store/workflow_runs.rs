@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::events::{Event, OUTBOX_INSERT, outbox_row};
+use super::jobs::NewJob;
 use super::{Store, StoreError};
 use crate::domain::status::{ExecutionStatus, StepRunStatus};
 use crate::vars;
@@ -94,8 +95,8 @@ pub(super) fn exec_doc(project: &str, e: &ExecutionRow, more: &[StepRunRow]) -> 
 #[derive(Debug, Clone, Default)]
 pub struct Effects {
     pub runs: Vec<StepRunRow>,
-    /// job rows (`NewJob::doc`)
-    pub jobs: Vec<Value>,
+    /// jobs to queue (each written as created at its `run_at`)
+    pub jobs: Vec<NewJob>,
     pub events: Vec<Event>,
     pub emails: Vec<NewEmail>,
     /// a plugin step's change to the contact, written only over the version it was planned from
@@ -109,8 +110,8 @@ pub struct Effects {
 impl Effects {
     /// The kinds of the jobs these effects queue that are due by `now` (a worker is woken for them).
     pub fn kinds_due(&self, now: i64) -> impl Iterator<Item = &str> {
-        let jobs = self.jobs.iter().filter(move |j| j["run_at"].as_i64().is_some_and(|at| at <= now));
-        jobs.filter_map(|j| j["kind"].as_str()).chain(self.emails.iter().map(|e| e.job_kind))
+        let jobs = self.jobs.iter().filter(move |j| j.run_at <= now);
+        jobs.map(|j| j.kind.as_str()).chain(self.emails.iter().map(|e| e.job_kind))
     }
 
     /// Adds the effects of a later step: a later contact change replaces the earlier one's state and is
@@ -208,7 +209,7 @@ fn timer_jobs(project: &str, items: &[(&ExecutionRow, &Effects)]) -> Vec<Value> 
     }
     due.into_iter()
         .map(|(at, timers)| {
-            let mut j = super::jobs::NewJob::new(TIMER_KIND, vars! { "project": project, "timers": timers }, at);
+            let mut j = NewJob::new(TIMER_KIND, vars! { "project": project, "timers": timers }, at);
             j.priority = JOB_PRIORITY;
             j.max_attempts = JOB_ATTEMPTS;
             j.doc(at)
@@ -231,7 +232,7 @@ fn effects(
     let mut contacts = Vec::new();
     let mut leaves = Vec::new();
     for (e, fx) in items {
-        jobs.extend(fx.jobs.iter().cloned());
+        jobs.extend(fx.jobs.iter().map(|j| j.doc(j.run_at)));
         events.extend(fx.events.iter());
         emails.extend(fx.emails.iter());
         if let Some(c) = &fx.contact {
@@ -633,5 +634,29 @@ impl Store {
             })
             .await?;
         Ok(v.as_i64().unwrap_or(0))
+    }
+}
+
+impl Store {
+    /// Writes executions that were stopped before they ran (EXITED, with the reason): only their rows,
+    /// no re-entry entry, job or event. One already written (the same event handed over again) stays.
+    pub async fn write_stopped(&self, project: &str, rows: &[ExecutionRow]) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let docs: Vec<Value> = rows
+            .iter()
+            .map(|e| {
+                let mut d = exec_doc(project, e, &[]);
+                d["id"] = Value::String(e.id.clone());
+                d
+            })
+            .collect();
+        self.write(|| async {
+            self.query("INSERT IGNORE INTO workflow_execution $execs RETURN NONE;", vars! { "execs": docs.clone() })
+                .await
+        })
+        .await
+        .map(|_| ())
     }
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::jobs::NewJob;
 use super::{Store, StoreError};
 use crate::domain::workflows::Graph;
 use crate::vars;
@@ -197,16 +198,18 @@ impl Store {
             .collect())
     }
 
-    /// Moves a schedule from `due` to `next` and queues its enrollment job in the same transaction, if no
-    /// other process moved it first: true when this call fired the tick.
+    /// Moves a schedule from `due` to `next` and queues its enrollment job in the same transaction (at
+    /// `now`), if no other process moved it first: true when this call fired the tick.
     pub async fn fire_schedule(
         &self,
         project: &str,
         id: &str,
         due: i64,
         next: Option<i64>,
-        job: &Value,
+        job: &NewJob,
+        now: i64,
     ) -> Result<bool, StoreError> {
+        let job = job.doc(now);
         // A schedule that never comes due again keeps no time (NONE, not a bound null).
         let set = if next.is_some() { "next_at = $next" } else { "next_at = NONE" };
         let v = self

@@ -6,12 +6,12 @@
 
 use serde_json::Value;
 
+use crate::context::Context;
 use crate::domain::campaigns::{Action, allowed};
 use crate::error::Error;
 use crate::services::campaigns::CampaignError;
 use crate::services::segments::SegmentError;
 use crate::services::sending_domains::require_sender;
-use crate::state::AppState;
 use crate::store::campaigns::{CampaignQuery, CampaignRow};
 
 /// Longest campaign name, in characters.
@@ -37,39 +37,51 @@ impl From<CampaignError> for Error {
 
 /// Sends a DRAFT campaign now (`at` none) or schedules it: the state rule, the project's suspension and
 /// the sender check first (docs/behaviour.md#campaigns).
-pub async fn send(st: &AppState, project: &str, id: &str, at: Option<i64>) -> Result<CampaignRow, Error> {
+pub async fn send(
+    st: &Context,
+    campaigns: &super::Campaigns,
+    project: &str,
+    id: &str,
+    at: Option<i64>,
+) -> Result<CampaignRow, Error> {
     let c = get(st, project, id).await?;
     allowed(Action::Send, c.status).map_err(Error::Conflict)?;
     crate::services::suspension::ensure_active(&st.store, project).await?;
     require_sender(&st.store, project, &c.from).await?;
     Ok(match at {
-        None => st.campaigns.send_now(project, id).await?,
-        Some(at) => st.campaigns.schedule(project, id, at).await?,
+        None => campaigns.send_now(project, id).await?,
+        Some(at) => campaigns.schedule(project, id, at).await?,
     })
 }
 
 /// Sends the campaign once to `to` (a member of the project who verified their address): the
 /// project's suspension and the sender check first. Returns the email's id.
-pub async fn test_send(st: &AppState, project: &str, id: &str, to: &str) -> Result<String, Error> {
+pub async fn test_send(
+    st: &Context,
+    campaigns: &super::Campaigns,
+    project: &str,
+    id: &str,
+    to: &str,
+) -> Result<String, Error> {
     let c = get(st, project, id).await?;
     crate::services::suspension::ensure_active(&st.store, project).await?;
     require_sender(&st.store, project, &c.from).await?;
-    Ok(st.campaigns.test_send(project, id, to).await?)
+    Ok(campaigns.test_send(project, id, to).await?)
 }
 
 /// One campaign of the project (404 otherwise).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<CampaignRow, Error> {
     st.store.campaign(project, id).await?.ok_or_else(|| not_found(id))
 }
 
 /// A page of the project's campaigns and the total that match.
-pub async fn list(st: &AppState, project: &str, q: &CampaignQuery) -> Result<(Vec<CampaignRow>, i64), Error> {
+pub async fn list(st: &Context, project: &str, q: &CampaignQuery) -> Result<(Vec<CampaignRow>, i64), Error> {
     Ok(st.store.list_campaigns(project, q).await?)
 }
 
 /// The checks a campaign's fields pass before it is saved: the audience's segment exists in the project,
 /// its condition is valid, and the sender passes the sender check (403).
-pub async fn check(st: &AppState, project: &str, c: &CampaignRow) -> Result<(), Error> {
+pub async fn check(st: &Context, campaigns: &super::Campaigns, project: &str, c: &CampaignRow) -> Result<(), Error> {
     if let Some(seg) = &c.segment
         && st.store.segment(project, seg).await?.is_none()
     {
@@ -81,7 +93,7 @@ pub async fn check(st: &AppState, project: &str, c: &CampaignRow) -> Result<(), 
         ));
     }
     if let Some(cond) = &c.audience_condition
-        && let Err(e) = st.segments.check(project, cond, None).await
+        && let Err(e) = campaigns.segments.check(project, cond, None).await
     {
         return Err(match e {
             SegmentError::Invalid(m) => Error::field("audienceCondition", "invalid_condition", &m, cond.clone()),
@@ -94,15 +106,20 @@ pub async fn check(st: &AppState, project: &str, c: &CampaignRow) -> Result<(), 
 }
 
 /// Saves a new DRAFT campaign (its fields read into `c` by the caller) after [`check`].
-pub async fn create(st: &AppState, project: &str, c: &CampaignRow) -> Result<(), Error> {
-    check(st, project, c).await?;
+pub async fn create(st: &Context, campaigns: &super::Campaigns, project: &str, c: &CampaignRow) -> Result<(), Error> {
+    check(st, campaigns, project, c).await?;
     Ok(st.store.create_campaign(c).await?)
 }
 
 /// Replaces a campaign's fields (`c` as read by [`get`], found [`replaceable`], then changed): 409 when
 /// its state moved meanwhile.
-pub async fn replace(st: &AppState, project: &str, c: &mut CampaignRow) -> Result<(), Error> {
-    check(st, project, c).await?;
+pub async fn replace(
+    st: &Context,
+    campaigns: &super::Campaigns,
+    project: &str,
+    c: &mut CampaignRow,
+) -> Result<(), Error> {
+    check(st, campaigns, project, c).await?;
     c.updated_at = st.clock.now_ms();
     if !st.store.replace_campaign(c).await? {
         let now = get(st, project, &c.id).await?;
@@ -118,7 +135,7 @@ pub fn replaceable(c: &CampaignRow) -> Result<(), Error> {
 }
 
 /// Deletes a campaign; 409 while it is SCHEDULED or SENDING.
-pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error> {
+pub async fn delete(st: &Context, project: &str, id: &str) -> Result<(), Error> {
     match st.store.delete_campaign(project, id).await? {
         None => Err(not_found(id)),
         Some(false) => {
@@ -135,7 +152,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error>
 
 /// Copies a campaign as a DRAFT named `<name> (Copy)`: content and audience carry over; status, schedule,
 /// run and counters start afresh.
-pub async fn duplicate(st: &AppState, project: &str, id: &str) -> Result<CampaignRow, Error> {
+pub async fn duplicate(st: &Context, project: &str, id: &str) -> Result<CampaignRow, Error> {
     let c = get(st, project, id).await?;
     let now = st.clock.now_ms();
     let name = crate::domain::text::copy_name(&c.name, MAX_NAME_CHARS);

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::domain::campaigns::{audience_tree, email_id};
-use crate::domain::status::{CampaignStatus, EmailStatus, JobStatus};
+use crate::domain::status::{CampaignStatus, EmailStatus};
 use crate::domain::templating::{Mode, Prepared};
 use crate::domain::tracking::tracked;
 use crate::infra::clock::SharedClock;
@@ -35,7 +35,8 @@ use crate::infra::jobs::{JobContext, JobError, Registry};
 use crate::services::compose::{Composer, Message, Recipient};
 use crate::services::delivery::{DELIVER_ATTEMPTS, DELIVER_CAMPAIGN_JOB, DELIVER_JOB};
 use crate::services::segments::{self, SegmentError};
-use crate::store::campaigns::{CampaignRow, Cancelled, EmailCounts};
+use crate::store::campaigns::{CampaignChange, CampaignMove, CampaignRow, Cancelled, EmailCounts};
+use crate::store::jobs::NewJob;
 use crate::store::{Store, StoreError};
 
 pub const START_JOB: &str = "campaign.start";
@@ -157,12 +158,14 @@ fn campaign_message<'a>(
     }
 }
 
-fn job_doc(kind: &str, payload: Value, run_at: i64, unique_key: String, now: i64) -> Value {
-    json!({
-        "id": uuid::Uuid::now_v7().to_string(), "kind": kind, "payload": payload.to_string(), "status": JobStatus::Queued,
-        "priority": JOB_PRIORITY, "run_at": run_at, "attempts": 0, "max_attempts": JOB_ATTEMPTS,
-        "unique_key": unique_key, "created_at": now, "updated_at": now,
-    })
+/// A campaign job of one run, unique by `unique_key`, due at `run_at`.
+fn job(kind: &str, payload: Value, run_at: i64, unique_key: String) -> NewJob {
+    NewJob {
+        priority: JOB_PRIORITY,
+        max_attempts: JOB_ATTEMPTS,
+        unique_key: Some(unique_key),
+        ..NewJob::new(kind, payload, run_at)
+    }
 }
 
 impl Campaigns {
@@ -207,26 +210,22 @@ impl Campaigns {
 
     /// Immediate send: DRAFT → SENDING, a new run, and its resolve job. Answers the campaign after.
     pub async fn send_now(&self, project: &str, id: &str) -> Result<CampaignRow, CampaignError> {
-        let now = self.clock.now_ms();
-        self.start_run(project, id, RESOLVE_JOB, now, json!({ "status": CampaignStatus::Sending, "sent_at": now }))
-            .await
+        self.start_run(project, id, RESOLVE_JOB, None).await
     }
 
     /// Scheduled send: DRAFT → SCHEDULED, a new run, and its start job at `at` (at once when past).
     pub async fn schedule(&self, project: &str, id: &str, at: i64) -> Result<CampaignRow, CampaignError> {
-        self.start_run(project, id, START_JOB, at, json!({ "status": CampaignStatus::Scheduled, "scheduled_for": at }))
-            .await
+        self.start_run(project, id, START_JOB, Some(at)).await
     }
 
-    /// Starts a new run of a DRAFT campaign: `fields` merged over a fresh run's, and the run's first job
-    /// (`kind` at `run_at`) in the same transaction.
+    /// Starts a new run of a DRAFT campaign, sending now or scheduled for `at`, with the run's first job
+    /// (`kind`, due now or at `at`) in the same transaction.
     async fn start_run(
         &self,
         project: &str,
         id: &str,
         kind: &str,
-        run_at: i64,
-        fields: Value,
+        at: Option<i64>,
     ) -> Result<CampaignRow, CampaignError> {
         let c = self.load(project, id).await?;
         crate::domain::campaigns::allowed(crate::domain::campaigns::Action::Send, c.status)
@@ -234,12 +233,16 @@ impl Campaigns {
         let now = self.clock.now_ms();
         let run = c.run + 1;
         let payload = json!(RunPayload { campaign: id.into(), project: project.into(), run });
-        let job = job_doc(kind, payload, run_at, format!("campaign:{id}:{run}:{kind}"), now);
-        let mut set = fresh_run(run, now);
-        for (k, v) in fields.as_object().into_iter().flatten() {
-            set[k] = v.clone();
-        }
-        if !self.store.transition_campaign(project, id, &[CampaignStatus::Draft], c.run, set, &[job], false).await? {
+        let first = job(kind, payload, at.unwrap_or(now), format!("campaign:{id}:{run}:{kind}"));
+        let m = CampaignMove {
+            from: &[CampaignStatus::Draft],
+            run: c.run,
+            unresolved: false,
+            change: CampaignChange::Start { run, scheduled_for: at },
+            jobs: vec![first],
+            now,
+        };
+        if !self.store.transition_campaign(project, id, &m).await? {
             return Err(CampaignError::State("the campaign changed meanwhile; read it again".into()));
         }
         self.wake(kind);
@@ -335,11 +338,16 @@ impl Campaigns {
         }
         let now = self.clock.now_ms();
         let payload = json!(RunPayload { campaign: c.id.clone(), project: c.project.clone(), run: c.run });
-        let job = job_doc(RESOLVE_JOB, payload, now, format!("campaign:{}:{}:{RESOLVE_JOB}", c.id, c.run), now);
-        let set = json!({ "status": CampaignStatus::Sending, "sent_at": now, "updated_at": now });
-        self.store
-            .transition_campaign(&c.project, &c.id, &[CampaignStatus::Scheduled], c.run, set, &[job], false)
-            .await?;
+        let resolve = job(RESOLVE_JOB, payload, now, format!("campaign:{}:{}:{RESOLVE_JOB}", c.id, c.run));
+        let m = CampaignMove {
+            from: &[CampaignStatus::Scheduled],
+            run: c.run,
+            unresolved: false,
+            change: CampaignChange::Sending,
+            jobs: vec![resolve],
+            now,
+        };
+        self.store.transition_campaign(&c.project, &c.id, &m).await?;
         self.wake(RESOLVE_JOB);
         Ok(())
     }
@@ -373,7 +381,7 @@ impl Campaigns {
             }
             Err(e) => return Err(e),
         };
-        let jobs: Vec<Value> = ids
+        let jobs: Vec<NewJob> = ids
             .chunks(self.batch_size.max(1))
             .enumerate()
             .map(|(index, chunk)| {
@@ -384,13 +392,18 @@ impl Campaigns {
                     index,
                     contacts: chunk.to_vec(),
                 });
-                job_doc(BATCH_JOB, payload, now, format!("campaign:{}:{}:batch:{index}", c.id, c.run), now)
+                job(BATCH_JOB, payload, now, format!("campaign:{}:{}:batch:{index}", c.id, c.run))
             })
             .collect();
-        let set = json!({
-            "resolved": true, "total_recipients": ids.len(), "batches_left": jobs.len(), "updated_at": now,
-        });
-        self.store.transition_campaign(&c.project, &c.id, &[CampaignStatus::Sending], c.run, set, &jobs, true).await?;
+        let m = CampaignMove {
+            from: &[CampaignStatus::Sending],
+            run: c.run,
+            unresolved: true,
+            change: CampaignChange::Resolved { recipients: ids.len(), batches: jobs.len() },
+            jobs,
+            now,
+        };
+        self.store.transition_campaign(&c.project, &c.id, &m).await?;
         self.wake(BATCH_JOB);
         Ok(())
     }
@@ -522,12 +535,15 @@ impl Campaigns {
             }
             if finished && counts.pending + counts.sending == 0 {
                 let now = self.clock.now_ms();
-                let set = json!({ "status": CampaignStatus::Sent, "updated_at": now });
-                if self
-                    .store
-                    .transition_campaign(&c.project, &c.id, &[CampaignStatus::Sending], c.run, set, &[], false)
-                    .await?
-                {
+                let m = CampaignMove {
+                    from: &[CampaignStatus::Sending],
+                    run: c.run,
+                    unresolved: false,
+                    change: CampaignChange::Sent,
+                    jobs: vec![],
+                    now,
+                };
+                if self.store.transition_campaign(&c.project, &c.id, &m).await? {
                     self.recounted.forget(&c.id);
                     done += 1;
                 }
@@ -596,12 +612,4 @@ impl Campaigns {
         self.wake(DELIVER_JOB);
         Ok(email)
     }
-}
-
-/// The fields a new run starts from.
-fn fresh_run(run: i64, now: i64) -> Value {
-    json!({
-        "run": run, "resolved": false, "batches_left": 0, "total_recipients": 0, "sent_count": 0,
-        "delivered_count": 0, "opened_count": 0, "clicked_count": 0, "bounced_count": 0, "updated_at": now,
-    })
 }

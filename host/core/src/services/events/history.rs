@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::state::AppState;
 use crate::store::events::{Event, EventQuery};
 
 const DAY_MS: i64 = 86_400_000;
@@ -17,7 +17,7 @@ pub const MAX_WINDOW_DAYS: i64 = 366;
 /// A page of events (the query's limit) with the email of each event's contact, and the number that
 /// match (only when `count`).
 pub async fn page(
-    st: &AppState,
+    st: &Context,
     project: &str,
     q: &EventQuery,
     count: bool,
@@ -32,7 +32,7 @@ pub async fn page(
 }
 
 /// Whether the contact exists in the project (its events are listed only then).
-pub async fn contact_exists(st: &AppState, project: &str, id: &str) -> Result<bool, Error> {
+pub async fn contact_exists(st: &Context, project: &str, id: &str) -> Result<bool, Error> {
     Ok(st.store.contact(project, id).await?.is_some())
 }
 
@@ -45,7 +45,7 @@ pub struct Stats {
 }
 
 /// Totals over `[from, to)`; 400 when the window is empty or longer than [`MAX_WINDOW_DAYS`].
-pub async fn stats(st: &AppState, project: &str, from: i64, to: i64) -> Result<Stats, Error> {
+pub async fn stats(st: &Context, project: &str, from: i64, to: i64) -> Result<Stats, Error> {
     if from >= to {
         return Err(Error::Invalid("from must be before to".into()));
     }
@@ -75,7 +75,7 @@ pub fn days_before(to: i64, days: i64) -> i64 {
 }
 
 /// Distinct event names with their count and last time, most frequent first.
-pub async fn names(st: &AppState, project: &str) -> Result<Vec<(String, i64, i64)>, Error> {
+pub async fn names(st: &Context, project: &str) -> Result<Vec<(String, i64, i64)>, Error> {
     let mut rows = st.store.event_names(project).await?;
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     Ok(rows)
@@ -91,7 +91,7 @@ pub struct EventUsage {
 }
 
 /// How many events have this name, and the segments and workflows that name it.
-pub async fn usage(st: &AppState, project: &str, name: &str) -> Result<EventUsage, Error> {
+pub async fn usage(st: &Context, project: &str, name: &str) -> Result<EventUsage, Error> {
     let count = st.store.count_events(project, Some(name), None).await?;
     let segments = st.store.segments_using_event(project, name).await?;
     let workflows = st.store.workflows_using_event(project, name).await?;
@@ -99,6 +99,6 @@ pub async fn usage(st: &AppState, project: &str, name: &str) -> Result<EventUsag
 }
 
 /// Deletes every event with this name; returns how many.
-pub async fn delete_named(st: &AppState, project: &str, name: &str) -> Result<i64, Error> {
+pub async fn delete_named(st: &Context, project: &str, name: &str) -> Result<i64, Error> {
     Ok(st.store.delete_events_named(project, name).await?)
 }

@@ -5,11 +5,11 @@
 
 use serde_json::{Value, json};
 
+use crate::context::Context;
 use crate::domain::conditions::Tree;
 use crate::domain::contacts::DataPatch;
 use crate::error::Error;
 use crate::services::ingest::{Upsert, upsert};
-use crate::state::AppState;
 use crate::store::segments::{Segment, SegmentWrite};
 
 fn not_found(id: &str) -> Error {
@@ -17,12 +17,12 @@ fn not_found(id: &str) -> Error {
 }
 
 /// One segment of the project (404 otherwise).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<Segment, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<Segment, Error> {
     st.store.segment(project, id).await?.ok_or_else(|| not_found(id))
 }
 
 /// Every segment of the project, newest first.
-pub async fn list(st: &AppState, project: &str) -> Result<Vec<Segment>, Error> {
+pub async fn list(st: &Context, project: &str) -> Result<Vec<Segment>, Error> {
     Ok(st.store.list_segments(project).await?)
 }
 
@@ -63,11 +63,11 @@ pub struct NewSegment {
 
 /// Creates a segment and counts its members. A DYNAMIC segment's condition is checked first (400 naming
 /// the filter).
-pub async fn create(st: &AppState, project: &str, new: NewSegment) -> Result<Segment, Error> {
+pub async fn create(st: &Context, segments: &super::Engine, project: &str, new: NewSegment) -> Result<Segment, Error> {
     crate::services::quotas::room_for_segment(&st.store, &st.quotas, project).await?;
     let condition = match (new.kind.as_str(), new.condition) {
         ("DYNAMIC", Some(v)) => {
-            let tree = st.segments.check(project, &v, None).await?;
+            let tree = segments.check(project, &v, None).await?;
             Some((v, tree))
         }
         _ => None,
@@ -77,7 +77,7 @@ pub async fn create(st: &AppState, project: &str, new: NewSegment) -> Result<Seg
     let w = write_of(new.name, new.description, &new.kind, condition, new.track);
     st.store.create_segment(project, &id, &w, now).await?;
     let s = get(st, project, &id).await?;
-    let n = st.segments.refresh(&s, now).await?;
+    let n = segments.refresh(&s, now).await?;
     Ok(Segment { member_count: n, ..s })
 }
 
@@ -94,7 +94,13 @@ pub struct SegmentPatch {
 
 /// Changes a segment (as read by [`get`]). A static segment takes no condition (400); a dynamic segment's new condition is
 /// checked, must not reference the segment itself (directly or through others), and recounts it.
-pub async fn update(st: &AppState, project: &str, s: Segment, patch: SegmentPatch) -> Result<Segment, Error> {
+pub async fn update(
+    st: &Context,
+    segments: &super::Engine,
+    project: &str,
+    s: Segment,
+    patch: SegmentPatch,
+) -> Result<Segment, Error> {
     let id = s.id.as_str();
     let name = patch.name.unwrap_or_else(|| s.name.clone());
     let description = patch.description.unwrap_or_else(|| s.description.clone());
@@ -116,7 +122,7 @@ pub async fn update(st: &AppState, project: &str, s: Segment, patch: SegmentPatc
             return Err(Error::Invalid("A static segment has no condition; manage its members instead".into()));
         }
         Some(v @ Value::Object(_)) => {
-            let tree = st.segments.check(project, &v, Some(id)).await?;
+            let tree = segments.check(project, &v, Some(id)).await?;
             write_of(name, description, &s.kind, Some((v, tree)), track)
         }
         Some(_) => return Err(Error::Invalid("condition must be a condition object".into())),
@@ -127,14 +133,14 @@ pub async fn update(st: &AppState, project: &str, s: Segment, patch: SegmentPatc
     }
     let mut s = get(st, project, id).await?;
     if changed_condition {
-        s.member_count = st.segments.refresh(&s, now).await?;
+        s.member_count = segments.refresh(&s, now).await?;
     }
     Ok(s)
 }
 
 /// Deletes a segment and its memberships; 409 while another segment's condition or the audience of a
 /// campaign that may still send (DRAFT, SCHEDULED or SENDING) references it.
-pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error> {
+pub async fn delete(st: &Context, project: &str, id: &str) -> Result<(), Error> {
     get(st, project, id).await?;
     let users = st.store.segments_referencing_segment(project, id).await?;
     if !users.is_empty() {
@@ -207,7 +213,7 @@ pub struct MembersChange {
 /// Adds contacts to a static segment (as read by [`get`]) by email: `emails` are (as given, normalised) pairs. With
 /// `create_missing`, unknown emails become contacts (subscribed per `subscribed`, default true).
 pub async fn add_members(
-    st: &AppState,
+    st: &Context,
     project: &str,
     s: &Segment,
     emails: &[(String, String)],
@@ -254,7 +260,7 @@ pub async fn add_members(
 
 /// Removes contacts from a static segment by email.
 pub async fn remove_members(
-    st: &AppState,
+    st: &Context,
     project: &str,
     s: &Segment,
     emails: &[(String, String)],

@@ -108,11 +108,8 @@ fn event(project: &str, e: &ExecutionRow, name: &str, extra: Map<String, Value>,
     Event::new(project, &e.contact, name, data, "system", now).at_depth(Some(e.depth.unwrap_or(0)))
 }
 
-pub(super) fn job(kind: &str, payload: Value, run_at: i64) -> Value {
-    let mut j = NewJob::new(kind, payload, run_at);
-    j.priority = JOB_PRIORITY;
-    j.max_attempts = JOB_ATTEMPTS;
-    j.doc(run_at)
+pub(super) fn job(kind: &str, payload: Value, run_at: i64) -> NewJob {
+    NewJob { priority: JOB_PRIORITY, max_attempts: JOB_ATTEMPTS, ..NewJob::new(kind, payload, run_at) }
 }
 
 pub(super) fn new_id() -> String {

@@ -6,9 +6,9 @@
 use serde_json::Value;
 
 use super::manage;
+use crate::context::Context;
 use crate::domain::status::ExecutionStatus;
 use crate::error::Error;
-use crate::state::AppState;
 use crate::store::workflow_runs::{ExecutionRow, StartRefused, StepRunRow};
 
 /// Executions cancelled per transaction by cancel-all.
@@ -21,7 +21,8 @@ fn not_found(id: &str) -> Error {
 /// Starts an execution for a contact (MANUAL start, any trigger type): 400 when the workflow is
 /// disabled, 404 for a contact not in the project, 409 when the re-entry rules refuse it.
 pub async fn start(
-    st: &AppState,
+    st: &Context,
+    workflows: &super::engine::Engine,
     project: &str,
     workflow: &str,
     contact: &str,
@@ -36,7 +37,7 @@ pub async fn start(
     if st.store.contact(project, contact).await?.is_none() {
         return Err(Error::not_found("CONTACT_NOT_FOUND", format!("Contact {contact} not found")));
     }
-    match st.workflows.start(project, &w, contact, context, None).await? {
+    match workflows.start(project, &w, contact, context, None).await? {
         Ok(e) => Ok(e),
         Err(StartRefused::Reentry) => Err(Error::Conflict(if w.allow_reentry {
             format!("Contact {contact} is in this workflow now (an execution is RUNNING or WAITING)")
@@ -49,7 +50,7 @@ pub async fn start(
 
 /// A page of a workflow's executions (newest first) and the total.
 pub async fn list(
-    st: &AppState,
+    st: &Context,
     project: &str,
     workflow: &str,
     status: Option<ExecutionStatus>,
@@ -62,7 +63,7 @@ pub async fn list(
 
 /// One execution of the workflow with the runs of its steps, in order.
 pub async fn get(
-    st: &AppState,
+    st: &Context,
     project: &str,
     workflow: &str,
     id: &str,
@@ -76,7 +77,7 @@ pub async fn get(
 }
 
 /// Cancels a RUNNING or WAITING execution (409 otherwise); its pending timer does nothing after.
-pub async fn cancel(st: &AppState, project: &str, workflow: &str, id: &str) -> Result<ExecutionRow, Error> {
+pub async fn cancel(st: &Context, project: &str, workflow: &str, id: &str) -> Result<ExecutionRow, Error> {
     let (e, _) = get(st, project, workflow, id).await?;
     let refused = |s: ExecutionStatus| {
         Error::Conflict(format!("Execution {id} is {s}: only RUNNING or WAITING executions can be cancelled"))
@@ -93,7 +94,7 @@ pub async fn cancel(st: &AppState, project: &str, workflow: &str, id: &str) -> R
 }
 
 /// Cancels every RUNNING or WAITING execution of a workflow, a batch per transaction; answers how many.
-pub async fn cancel_all(st: &AppState, project: &str, workflow: &str) -> Result<i64, Error> {
+pub async fn cancel_all(st: &Context, project: &str, workflow: &str) -> Result<i64, Error> {
     manage::get(st, project, workflow).await?;
     let mut total = 0;
     // Bounded even while new executions keep starting: at most 10,000 batches per call.

@@ -6,9 +6,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::context::Context;
 use crate::error::Error;
 use crate::services::contacts::{fields as contact_fields, type_of};
-use crate::state::AppState;
 use crate::store::events::EventQuery;
 
 /// How many recent events the event fields are sampled from.
@@ -27,7 +27,7 @@ pub struct WorkflowField {
 }
 
 /// The contact fields, then the event fields (of events named `event` only, when given), sorted.
-pub async fn fields(st: &AppState, project: &str, event: Option<&str>) -> Result<Vec<WorkflowField>, Error> {
+pub async fn fields(st: &Context, project: &str, event: Option<&str>) -> Result<Vec<WorkflowField>, Error> {
     let mut out: Vec<WorkflowField> = contact_fields(st, project)
         .await?
         .into_iter()

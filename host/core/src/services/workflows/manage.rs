@@ -7,10 +7,10 @@
 
 use serde_json::Value;
 
+use crate::context::Context;
 use crate::domain::workflows::steps::{self, Problem};
 use crate::domain::workflows::{self as wf, Graph, Position, Step, Transition, WaitOutcome};
 use crate::error::{Error, FieldError};
-use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::workflows::{Refs, WorkflowItem, WorkflowQuery, WorkflowRow};
 
@@ -41,12 +41,12 @@ fn problems(list: Vec<Problem>) -> Error {
 }
 
 /// One workflow of the project (404 otherwise).
-pub async fn get(st: &AppState, project: &str, id: &str) -> Result<WorkflowRow, Error> {
+pub async fn get(st: &Context, project: &str, id: &str) -> Result<WorkflowRow, Error> {
     st.store.workflow(project, id).await?.ok_or_else(|| not_found(id))
 }
 
 /// A page of the project's workflows and the total that match.
-pub async fn list(st: &AppState, project: &str, q: &WorkflowQuery) -> Result<(Vec<WorkflowItem>, i64), Error> {
+pub async fn list(st: &Context, project: &str, q: &WorkflowQuery) -> Result<(Vec<WorkflowItem>, i64), Error> {
     Ok(st.store.list_workflows(project, q).await?)
 }
 
@@ -63,7 +63,12 @@ pub struct NewWorkflow {
 }
 
 /// Creates a workflow, disabled, with an EVENT trigger and its TRIGGER step.
-pub async fn create(st: &AppState, project: &str, new: NewWorkflow) -> Result<WorkflowRow, Error> {
+pub async fn create(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    new: NewWorkflow,
+) -> Result<WorkflowRow, Error> {
     crate::services::quotas::room_for_workflow(&st.store, &st.quotas, project).await?;
     let now = st.clock.now_ms();
     let trigger = Step {
@@ -91,7 +96,7 @@ pub async fn create(st: &AppState, project: &str, new: NewWorkflow) -> Result<Wo
         next_at: None,
     };
     st.store.create_workflow(project, &w, &refs(&w.graph)).await?;
-    st.workflows.invalidate(project);
+    workflows.invalidate(project);
     Ok(w)
 }
 
@@ -99,7 +104,8 @@ pub async fn create(st: &AppState, project: &str, new: NewWorkflow) -> Result<Wo
 /// newest version when another edit came first. `structural`: refused (409) while the workflow is
 /// enabled and has active executions.
 async fn edit<T>(
-    st: &AppState,
+    st: &Context,
+    workflows: &super::engine::Engine,
     project: &str,
     id: &str,
     structural: bool,
@@ -123,7 +129,7 @@ async fn edit<T>(
         };
         match st.store.update_workflow(project, &w, &refs(&w.graph), from, structural).await {
             Ok(true) => {
-                st.workflows.invalidate(project);
+                workflows.invalidate(project);
                 return Ok((w, out));
             }
             Ok(false) => continue,
@@ -156,7 +162,12 @@ pub fn scheduled(w: &WorkflowRow) -> Option<crate::domain::workflows::schedule::
 }
 
 /// Checks a SCHEDULE trigger's audience: its segment exists, or its condition is a valid one.
-pub async fn check_audience(st: &AppState, project: &str, config: &Value) -> Result<(), Error> {
+pub async fn check_audience(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    config: &Value,
+) -> Result<(), Error> {
     use crate::domain::workflows::schedule::{Audience, parse};
     let Ok((s, _)) = parse(Some(config)) else { return Ok(()) };
     match s.audience {
@@ -171,7 +182,7 @@ pub async fn check_audience(st: &AppState, project: &str, config: &Value) -> Res
             }
         }
         Audience::Condition(c) => {
-            st.segments.check(project, &c, None).await.map_err(|e| match Error::from(e) {
+            workflows.segments.check(project, &c, None).await.map_err(|e| match Error::from(e) {
                 Error::Invalid(m) => {
                     Error::field("triggerConfig.audience.condition", "invalid_condition", &m, c.clone())
                 }
@@ -210,14 +221,20 @@ pub fn check_trigger(kind: &str, config: Option<&Value>) -> Result<Option<Value>
 
 /// Changes a workflow. A new trigger is a structural edit (409 while enabled with active executions);
 /// the TRIGGER step's config follows it.
-pub async fn update(st: &AppState, project: &str, id: &str, patch: WorkflowPatch) -> Result<WorkflowRow, Error> {
+pub async fn update(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    id: &str,
+    patch: WorkflowPatch,
+) -> Result<WorkflowRow, Error> {
     let structural = patch.trigger.is_some();
     if let Some((kind, Some(config))) = &patch.trigger
         && kind == "SCHEDULE"
     {
-        check_audience(st, project, config).await?;
+        check_audience(st, workflows, project, config).await?;
     }
-    let (w, ()) = edit(st, project, id, structural, |w| {
+    let (w, ()) = edit(st, workflows, project, id, structural, |w| {
         if let Some(n) = &patch.name {
             w.name = n.clone();
         }
@@ -250,10 +267,10 @@ pub async fn update(st: &AppState, project: &str, id: &str, patch: WorkflowPatch
 }
 
 /// Deletes a workflow with its executions: 409 while executions are active.
-pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error> {
+pub async fn delete(st: &Context, workflows: &super::engine::Engine, project: &str, id: &str) -> Result<(), Error> {
     match st.store.delete_workflow(project, id).await {
         Ok(true) => {
-            st.workflows.invalidate(project);
+            workflows.invalidate(project);
             Ok(())
         }
         Ok(false) => Err(not_found(id)),
@@ -264,7 +281,7 @@ pub async fn delete(st: &AppState, project: &str, id: &str) -> Result<(), Error>
 
 /// Checks a step's type, config and template; answers the config to store.
 async fn check_step(
-    st: &AppState,
+    st: &Context,
     project: &str,
     kind: &str,
     config: &Value,
@@ -342,7 +359,13 @@ pub struct NewStep {
 }
 
 /// Adds a step (and, with `auto_connect`, the link to it).
-pub async fn add_step(st: &AppState, project: &str, id: &str, new: NewStep) -> Result<(WorkflowRow, Step), Error> {
+pub async fn add_step(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    id: &str,
+    new: NewStep,
+) -> Result<(WorkflowRow, Step), Error> {
     get(st, project, id).await?;
     let config = check_step(st, project, &new.kind, &new.config, new.template_id.as_deref()).await?;
     let now = st.clock.now_ms();
@@ -358,7 +381,7 @@ pub async fn add_step(st: &AppState, project: &str, id: &str, new: NewStep) -> R
         created_at: now,
         updated_at: now,
     };
-    edit(st, project, id, true, |w| {
+    edit(st, workflows, project, id, true, |w| {
         let parent = if new.auto_connect { w.graph.auto_parent() } else { None };
         w.graph.steps.push(step.clone());
         if let Some((from, branch, wait_outcome)) = parent {
@@ -388,7 +411,8 @@ pub struct StepPatch {
 /// Changes a step. Name and position are layout (always editable); config and template are structural.
 /// The TRIGGER step's config changes only with the workflow's trigger.
 pub async fn update_step(
-    st: &AppState,
+    st: &Context,
+    workflows: &super::engine::Engine,
     project: &str,
     id: &str,
     step_id: &str,
@@ -411,7 +435,7 @@ pub async fn update_step(
         None
     };
     let now = st.clock.now_ms();
-    edit(st, project, id, structural, |w| {
+    edit(st, workflows, project, id, structural, |w| {
         let s = w.graph.step_mut(step_id).ok_or_else(|| step_not_found(step_id))?;
         if let Some(n) = &patch.name {
             s.name = n.clone();
@@ -431,8 +455,15 @@ pub async fn update_step(
 
 /// Deletes a step: `splice` reconnects its parents to its one child; otherwise the step goes with
 /// what only it leads to.
-pub async fn delete_step(st: &AppState, project: &str, id: &str, step_id: &str, splice: bool) -> Result<(), Error> {
-    edit(st, project, id, true, |w| {
+pub async fn delete_step(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    id: &str,
+    step_id: &str,
+    splice: bool,
+) -> Result<(), Error> {
+    edit(st, workflows, project, id, true, |w| {
         if w.graph.step(step_id).is_none() {
             return Err(step_not_found(step_id));
         }
@@ -451,7 +482,13 @@ pub struct NewTransition {
 }
 
 /// Adds a transition; the graph rules decide (400 naming the steps).
-pub async fn add_transition(st: &AppState, project: &str, id: &str, new: NewTransition) -> Result<Transition, Error> {
+pub async fn add_transition(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    id: &str,
+    new: NewTransition,
+) -> Result<Transition, Error> {
     let now = st.clock.now_ms();
     let t = Transition {
         id: uuid::Uuid::now_v7().to_string(),
@@ -461,7 +498,7 @@ pub async fn add_transition(st: &AppState, project: &str, id: &str, new: NewTran
         wait_outcome: new.wait_outcome,
         created_at: now,
     };
-    let (_, t) = edit(st, project, id, true, |w| {
+    let (_, t) = edit(st, workflows, project, id, true, |w| {
         for end in [&t.from, &t.to] {
             if w.graph.step(end).is_none() {
                 return Err(step_not_found(end));
@@ -475,8 +512,14 @@ pub async fn add_transition(st: &AppState, project: &str, id: &str, new: NewTran
 }
 
 /// Deletes a transition (404 when the workflow has none with this id).
-pub async fn delete_transition(st: &AppState, project: &str, id: &str, transition_id: &str) -> Result<(), Error> {
-    edit(st, project, id, true, |w| {
+pub async fn delete_transition(
+    st: &Context,
+    workflows: &super::engine::Engine,
+    project: &str,
+    id: &str,
+    transition_id: &str,
+) -> Result<(), Error> {
+    edit(st, workflows, project, id, true, |w| {
         let before = w.graph.transitions.len();
         w.graph.transitions.retain(|t| t.id != transition_id);
         if w.graph.transitions.len() == before {

@@ -72,7 +72,7 @@ impl Engine {
             let mut job = NewJob::new(ENROLL_JOB, json!({ "project": project, "workflow": w.id, "tick": due }), now);
             job.priority = JOB_PRIORITY;
             job.unique_key = Some(format!("{ENROLL_JOB}:{}:{due}", w.id));
-            if self.store.fire_schedule(&project, &w.id, due, sched.next_after(now), &job.doc(now)).await.map_err(s)? {
+            if self.store.fire_schedule(&project, &w.id, due, sched.next_after(now), &job, now).await.map_err(s)? {
                 fired += 1;
             }
         }
