@@ -75,7 +75,7 @@ fn token_of(f: &mut Fields) -> Option<String> {
 /// whether or not such an account exists (and sends nothing when its email is verified already).
 #[endpoint(tags("auth"), request_body = EmailBody, responses((status_code = 200, body = OkOut)))]
 pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let session = match req.cookie(COOKIE) {
@@ -94,8 +94,7 @@ pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Resul
             account_mail::request_verification(&st, &email).await?;
         }
         Reply::ok(&OkOut::yes())
-    });
-    fut.await
+    })
 }
 
 /// Follows a sign-up or verification link, with the account's password: a sign-up link creates the
@@ -105,7 +104,7 @@ pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Resul
 /// 409 when the address got an account since the sign-up.
 #[endpoint(tags("auth"), request_body = VerifyBody, responses((status_code = 200, body = UserOut)))]
 pub async fn verify_email(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
@@ -118,15 +117,14 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot, res: &mut Respon
         let user = account_mail::verify_email(&st, &token, &password).await?;
         res.add_cookie(session_cookie(&st, &user));
         Reply::ok(&UserOut::from(&user))
-    });
-    fut.await
+    })
 }
 
 /// Mails a password-reset link (valid one hour) to the account with `email`. Answers 200 whether or
 /// not such an account exists.
 #[endpoint(tags("auth"), request_body = EmailBody, responses((status_code = 200, body = OkOut)))]
 pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
@@ -137,15 +135,14 @@ pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Res
             account_mail::request_password_reset(&st, &email).await?;
         }
         Reply::ok(&OkOut::yes())
-    });
-    fut.await
+    })
 }
 
 /// Sets a new password with the token of a reset link; every earlier session of the user ends, and
 /// this answer logs the user in (sets the session cookie).
 #[endpoint(tags("auth"), request_body = ResetBody, responses((status_code = 200, body = UserOut)))]
 pub async fn reset_password(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
@@ -158,15 +155,14 @@ pub async fn reset_password(req: &mut Request, depot: &mut Depot, res: &mut Resp
         let user = account_mail::reset_password(&st, &token, &password).await?;
         res.add_cookie(session_cookie(&st, &user));
         Reply::ok(&UserOut::from(&user))
-    });
-    fut.await
+    })
 }
 
 /// Joins the project an invitation link was sent for; the logged-in user must have the invited address
 /// (403 otherwise). 400 `INVALID_TOKEN` when it was used, withdrawn, replaced or expired (7 days).
 #[endpoint(tags("auth"), security(("session" = [])), request_body = TokenBody, responses((status_code = 200, body = JoinedOut)))]
 pub async fn accept_invitation(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let user = session_user(req, &st).await?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
@@ -176,6 +172,5 @@ pub async fn accept_invitation(req: &mut Request, depot: &mut Depot) -> Result<R
         let token = token.ok_or_else(|| Error::Internal("validated token missing".into()))?;
         let (project_id, role) = invitations::accept(&st, &user, &token).await?;
         Reply::ok(&JoinedOut { project_id, role: role.as_str().to_string() })
-    });
-    fut.await
+    })
 }

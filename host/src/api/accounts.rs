@@ -176,28 +176,25 @@ pub fn router() -> Router {
 /// The logged-in user.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UserOut)))]
 pub async fn me(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { Reply::ok(&UserOut::from(&user(depot)?)) });
-    fut.await
+    boxed!({ Reply::ok(&UserOut::from(&user(depot)?)) })
 }
 
 /// Projects the user belongs to, newest membership first, with the user's role.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = Vec<ProjectOut>)))]
 pub async fn list_projects(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let list = accounts::projects_of_user(&st, &u.id).await?;
         let out: Vec<ProjectOut> = list.iter().map(|p| ProjectOut::new(&p.project, Some(p.role), None)).collect();
         Reply::ok(&out)
-    });
-    fut.await
+    })
 }
 
 /// Creates a project with the user as OWNER; the answer carries the new key pair, shown only now.
 #[endpoint(tags("account"), security(("session" = [])), request_body = ProjectBody, responses((status_code = 201, body = ProjectOut)))]
 pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let body = json_object(req).await?;
@@ -209,14 +206,13 @@ pub async fn create_project(req: &mut Request, depot: &mut Depot) -> Result<Repl
         crate::services::quotas::room_for_project(&st.store, &st.quotas, &u.id).await?;
         let (project, keys) = accounts::create_project(&st, &name, Some(&u.id)).await?;
         Reply::created(&ProjectOut::new(&project, Some(Role::Owner), Some(&keys)))
-    });
-    fut.await
+    })
 }
 
 /// Changes a project's name, tracking mode or delivery transport (OWNER or ADMIN).
 #[endpoint(tags("account"), security(("session" = [])), request_body = ProjectPatchBody, responses((status_code = 200, body = ProjectOut)))]
 pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -251,22 +247,20 @@ pub async fn update_project(id: PathParam<String>, req: &mut Request, depot: &mu
         let change = accounts::ProjectChange { name, tracking, transport };
         let project = accounts::update_project(&st, &id, role, change).await?;
         Reply::ok(&ProjectOut::new(&project, Some(role), None))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a project and its data (OWNER only). Its keys stop working at once.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = DeletedOut)))]
 pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
         accounts::delete_project(&st, &id, role).await?;
         Reply::ok(&DeletedOut { success: true })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -290,7 +284,7 @@ pub struct ResetOut {
 /// keys stay. 409 while a campaign is sending.
 #[endpoint(tags("account"), security(("session" = [])), request_body = ResetBody, responses((status_code = 202, body = ResetOut)))]
 pub async fn reset_project(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -303,36 +297,33 @@ pub async fn reset_project(id: PathParam<String>, req: &mut Request, depot: &mut
         let confirm = confirm.ok_or_else(|| Error::Internal("validated confirm missing".into()))?;
         let job_id = crate::services::projects::reset(&st, &id, role, &confirm).await?;
         Reply::with(salvo::http::StatusCode::ACCEPTED, &ResetOut { success: true, job_id })
-    });
-    fut.await
+    })
 }
 
 /// Replaces both keys (OWNER or ADMIN). The old pair stops working immediately, with no grace period.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = ProjectOut)))]
 pub async fn regenerate_keys(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
         let (project, keys) = accounts::regenerate_keys(&st, &id, role).await?;
         Reply::ok(&ProjectOut::new(&project, Some(role), Some(&keys)))
-    });
-    fut.await
+    })
 }
 
 /// Members of a project (any member may list them).
 #[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = Vec<MemberOut>)))]
 pub async fn list_members(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
         role_in(&st, &id, &u).await?;
         let members = accounts::members(&st, &id).await?;
         Reply::ok(&members.iter().map(MemberOut::from).collect::<Vec<_>>())
-    });
-    fut.await
+    })
 }
 
 fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
@@ -346,7 +337,7 @@ fn parse_role(f: &mut Fields, required: bool) -> Option<Role> {
 /// throttles.
 #[endpoint(tags("members"), security(("session" = [])), request_body = InviteBody, responses((status_code = 202, body = InvitationOut)))]
 pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
@@ -361,22 +352,20 @@ pub async fn add_member(id: PathParam<String>, req: &mut Request, depot: &mut De
         let email = email.ok_or_else(|| Error::Internal("validated email missing".into()))?;
         let invited = accounts::add_member(&st, &id, role, &u, &email, new_role).await?;
         Reply::with(StatusCode::ACCEPTED, &InvitationOut::from(&invited))
-    });
-    fut.await
+    })
 }
 
 /// A project's open invitations, oldest first (any member may list them).
 #[endpoint(tags("members"), security(("session" = [])), responses((status_code = 200, body = Vec<InvitationOut>)))]
 pub async fn list_invitations(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
         role_in(&st, &id, &u).await?;
         let list = invitations::list(&st, &id).await?;
         Reply::ok(&list.iter().map(InvitationOut::from).collect::<Vec<_>>())
-    });
-    fut.await
+    })
 }
 
 /// Withdraws the open invitation of an address (OWNER or ADMIN): its link stops working.
@@ -386,15 +375,14 @@ pub async fn withdraw_invitation(
     email: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
         invitations::withdraw(&st, &id, role, &email.into_inner().trim().to_ascii_lowercase()).await?;
         Reply::ok(&DeletedOut { success: true })
-    });
-    fut.await
+    })
 }
 
 /// Changes a member's role (OWNER or ADMIN; an ADMIN cannot touch an OWNER or grant OWNER; the last
@@ -406,7 +394,7 @@ pub async fn update_member(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
@@ -419,8 +407,7 @@ pub async fn update_member(
         let new_role = new_role.ok_or_else(|| Error::Internal("validated role missing".into()))?;
         let m = accounts::change_role(&st, &id, role, &target, new_role).await?;
         Reply::ok(&MemberOut::from(&m))
-    });
-    fut.await
+    })
 }
 
 /// Removes a member. Anyone may leave; OWNER or ADMIN remove others (only an OWNER removes an OWNER);
@@ -431,13 +418,12 @@ pub async fn remove_member(
     user_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let (id, target) = (id.into_inner(), user_id.into_inner());
         let role = role_in(&st, &id, &u).await?;
         accounts::remove_member(&st, &id, &u.id, role, &target).await?;
         Reply::ok(&DeletedOut { success: true })
-    });
-    fut.await
+    })
 }

@@ -151,7 +151,7 @@ pub(crate) fn window_params(req: &Request, now: i64) -> Result<(i64, i64), ApiEr
     responses((status_code = 200, body = ActivityPage))
 )]
 pub async fn feed(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let cursor = match query_str(req, "cursor").as_deref().map(decode_cursor).transpose()? {
@@ -175,8 +175,7 @@ pub async fn feed(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             data: page.items.into_iter().map(ActivityOut::from).collect(),
             cursor,
         })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -208,7 +207,7 @@ pub struct ActivityStatsOut {
     responses((status_code = 200, body = ActivityStatsOut))
 )]
 pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (from, to) = window_params(req, st.clock.now_ms())?;
@@ -219,8 +218,7 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
             total: counts.iter().map(|(_, n)| n).sum(),
             types: counts.into_iter().map(|(t, count)| TypeCount { kind: t.to_string(), count }).collect(),
         })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -239,14 +237,13 @@ pub struct RecentCountOut {
     responses((status_code = 200, body = RecentCountOut))
 )]
 pub async fn recent_count(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let since = time_param(req, "since")?.unwrap_or(st.clock.now_ms() - 60_000);
         let (count, capped) = activity::recent_count(&st, &ctx.project_id, since).await?;
         Reply::ok(&RecentCountOut { count, since: rfc3339(since), capped })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -257,13 +254,12 @@ pub struct TypesOut {
 /// The activity types the project has any item of.
 #[endpoint(tags("activity"), security(("bearer" = [])), responses((status_code = 200, body = TypesOut)))]
 pub async fn types(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let found = activity::types_present(&st, &ctx.project_id).await?;
         Reply::ok(&TypesOut { types: found.into_iter().map(str::to_string).collect() })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -298,7 +294,7 @@ pub struct UpcomingOut {
 /// (with the next time one resumes).
 #[endpoint(tags("activity"), security(("bearer" = [])), responses((status_code = 200, body = UpcomingOut)))]
 pub async fn upcoming(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (campaigns, workflows) = activity::upcoming(&st, &st.segments, &ctx.project_id).await?;
@@ -322,6 +318,5 @@ pub async fn upcoming(depot: &mut Depot) -> Result<Reply, ApiError> {
                 })
                 .collect(),
         })
-    });
-    fut.await
+    })
 }

@@ -52,7 +52,7 @@ pub struct SeriesOut {
     responses((status_code = 200, body = SeriesOut))
 )]
 pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let metrics = analytics::parse_metrics(&list_param(req, "metric"))?;
@@ -83,8 +83,7 @@ pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, A
             metrics: metrics.iter().map(|m| m.to_string()).collect(),
             series,
         })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -158,15 +157,14 @@ pub struct TopCampaignsOut {
     responses((status_code = 200, body = TopCampaignsOut))
 )]
 pub async fn top_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let metric = query_str(req, "metric").unwrap_or_else(|| "opens".into());
         let n = limit(req, 10, 50)?;
         let top = analytics::top_campaigns(&st, &ctx.project_id, &metric, n).await?;
         Reply::ok(&TopCampaignsOut { metric, campaigns: top.iter().map(CampaignStatsOut::from).collect() })
-    });
-    fut.await
+    })
 }
 
 /// One campaign's figures with their rates.
@@ -177,7 +175,7 @@ pub async fn top_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply
     responses((status_code = 200, body = CampaignStatsOut))
 )]
 pub async fn campaign_stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let Some(id) = query_str(req, "campaignId") else {
@@ -185,8 +183,7 @@ pub async fn campaign_stats(req: &mut Request, depot: &mut Depot) -> Result<Repl
         };
         let figures = analytics::campaign_stats(&st, &ctx.project_id, &id).await?;
         Reply::ok(&CampaignStatsOut::from(&figures))
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -215,7 +212,7 @@ pub struct TopEventsOut {
     responses((status_code = 200, body = TopEventsOut))
 )]
 pub async fn top_events(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (from, to) = window_params(req, st.clock.now_ms())?;
@@ -226,6 +223,5 @@ pub async fn top_events(req: &mut Request, depot: &mut Depot) -> Result<Reply, A
             to: rfc3339(to),
             events: top.into_iter().map(|(name, count)| EventCount { name, count }).collect(),
         })
-    });
-    fut.await
+    })
 }

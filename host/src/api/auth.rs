@@ -107,7 +107,7 @@ pub fn session_cookie(st: &AppState, user: &User) -> Cookie<'static> {
 /// deployment disabled sign-ups; 429 for a client that asked too often.
 #[endpoint(tags("auth"), request_body = SignupBody, responses((status_code = 202, body = OkOut)))]
 pub async fn signup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         if st.config.disable_signups {
             return Err(Error::Forbidden("Sign-ups are disabled on this Herald server".into()).into());
@@ -124,14 +124,13 @@ pub async fn signup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         let send = crate::services::account_mail::throttle(&st, &email, &client_ip(req))?;
         crate::services::account_mail::sign_up(&st, &email, &password, name.as_deref(), send).await?;
         Reply::with(StatusCode::ACCEPTED, &OkOut::yes())
-    });
-    fut.await
+    })
 }
 
 /// Log in with email and password; sets the session cookie.
 #[endpoint(tags("auth"), request_body = LoginBody, responses((status_code = 200, body = UserOut)))]
 pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let body = json_object_max(req, AUTH_MAX_BODY).await?;
         let mut f = Fields::new(&body);
@@ -162,8 +161,7 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
                 Err(Error::Unauthenticated("Invalid email or password".into()).into())
             }
         }
-    });
-    fut.await
+    })
 }
 
 /// A real hash of a random password: login against an unknown email costs the same as a wrong password.
@@ -173,7 +171,7 @@ static DUMMY_HASH: std::sync::LazyLock<String> =
 /// Log out: clears the session cookie.
 #[endpoint(tags("auth"), responses((status_code = 200, body = OkOut)))]
 pub async fn logout(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         // The token dies with the logout, not only the cookie: a copy of it is refused from now on.
         let st = state(depot)?;
         let token = req.cookie(COOKIE).map(|c| c.value().to_string());
@@ -185,8 +183,7 @@ pub async fn logout(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
         let expired = Cookie::build((COOKIE, "")).http_only(true).path("/").max_age(CookieDuration::ZERO).build();
         res.add_cookie(expired);
         Reply::ok(&OkOut { success: true })
-    });
-    fut.await
+    })
 }
 
 /// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one. A request that
@@ -252,15 +249,14 @@ pub(crate) fn client_ip(req: &Request) -> String {
 /// Rate limit for unauthenticated account endpoints, per client address.
 #[handler]
 async fn rate_limit_by_ip(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    boxed!(() => {
         let Ok(st) = state(depot) else { return };
         let key = format!("ip:{}", client_ip(req));
         if let Err(e) = apply_rate_limit(&st, &key, res) {
             e.write(req, depot, res).await;
             ctrl.skip_rest();
         }
-    });
-    fut.await
+    })
 }
 
 /// The project a request acts on, once authenticated.
@@ -376,7 +372,7 @@ pub fn project(depot: &Depot) -> Result<ProjectCtx, ApiError> {
 /// Middleware: requires a dashboard session and applies the rate limit per user.
 #[handler]
 pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    boxed!(() => {
         let result = async {
             let st = state(depot)?;
             let user = session_user(req, &st).await?;
@@ -393,8 +389,7 @@ pub async fn require_session(req: &mut Request, depot: &mut Depot, res: &mut Res
                 ctrl.skip_rest();
             }
         }
-    });
-    fut.await
+    })
 }
 
 /// The logged-in user of this request (set by [`require_session`]).

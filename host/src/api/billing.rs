@@ -83,18 +83,17 @@ pub fn router() -> Router {
 /// The project's monthly limits (OWNER or ADMIN).
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = LimitsOut)))]
 pub async fn get_limits(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let (st, _, id, role) = caller(id, depot).await?;
         Reply::ok(&LimitsOut::from(&billing::limits(&st, &id, role).await?))
-    });
-    fut.await
+    })
 }
 
 /// Sets limits (OWNER only): each category in the body is set (an integer 0 to 1,000,000,000, or null
 /// for unlimited); categories left out keep their limit.
 #[endpoint(tags("billing"), security(("session" = [])), request_body = LimitsOut, responses((status_code = 200, body = LimitsOut)))]
 pub async fn put_limits(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let (st, _, id, role) = caller(id, depot).await?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
@@ -113,14 +112,13 @@ pub async fn put_limits(id: PathParam<String>, req: &mut Request, depot: &mut De
         }
         f.finish()?;
         Reply::ok(&LimitsOut::from(&billing::set_limits(&st, &id, role, &changes).await?))
-    });
-    fut.await
+    })
 }
 
 /// This calendar month's consumption per category (OWNER or ADMIN), counted as emails are accepted.
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = ConsumptionOut)))]
 pub async fn consumption(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let (st, _, id, role) = caller(id, depot).await?;
         let c = billing::consumption(&st, &id, role).await?;
         let usage = c
@@ -130,8 +128,7 @@ pub async fn consumption(id: PathParam<String>, depot: &mut Depot) -> Result<Rep
             .collect();
         debug_assert_eq!(c.usage.len(), CATEGORIES.len());
         Reply::ok(&ConsumptionOut { period: PeriodOut { start: rfc3339(c.start), end: rfc3339(c.end) }, usage })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -200,7 +197,7 @@ pub struct ReceivedOut {
 /// `BILLING_DISABLED` without a provider; 422 naming `plan` for an unknown one).
 #[endpoint(tags("billing"), security(("session" = [])), request_body = CheckoutBody, responses((status_code = 200, body = RedirectOut)))]
 pub async fn checkout(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let (st, u, id, role) = caller(id, depot).await?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
@@ -209,30 +206,27 @@ pub async fn checkout(id: PathParam<String>, req: &mut Request, depot: &mut Depo
         f.finish()?;
         let (session, url) = payments::checkout(&st, &id, role, &u, plan.as_deref()).await?;
         Reply::ok(&RedirectOut { url, session_id: Some(session) })
-    });
-    fut.await
+    })
 }
 
 /// Opens the payment provider's billing portal for the project (OWNER only; 409 before a checkout).
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = RedirectOut)))]
 pub async fn portal(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let (st, _, id, role) = caller(id, depot).await?;
         let url = payments::portal(&st, &id, role).await?;
         Reply::ok(&RedirectOut { url, session_id: None })
-    });
-    fut.await
+    })
 }
 
 /// The project's invoices at the payment provider, newest first (OWNER only).
 #[endpoint(tags("billing"), security(("session" = [])), responses((status_code = 200, body = InvoicesOut)))]
 pub async fn invoices(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let (st, _, id, role) = caller(id, depot).await?;
         let list = payments::invoices(&st, &id, role).await?;
         Reply::ok(&InvoicesOut { data: list.iter().map(InvoiceOut::from).collect() })
-    });
-    fut.await
+    })
 }
 
 /// Billing events of the payment provider (Stripe), checked by their `Stripe-Signature`: subscription
@@ -240,7 +234,7 @@ pub async fn invoices(id: PathParam<String>, depot: &mut Depot) -> Result<Reply,
 /// `INVALID_SIGNATURE` for a missing, forged, stale or replayed signature.
 #[endpoint(tags("billing"), responses((status_code = 200, body = ReceivedOut)))]
 pub async fn payment_webhook(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let signature: Option<String> = req.header("stripe-signature");
         let body = req
@@ -250,8 +244,7 @@ pub async fn payment_webhook(req: &mut Request, depot: &mut Depot) -> Result<Rep
             .to_vec();
         payments::webhook(&st, signature.as_deref(), &body).await?;
         Reply::ok(&ReceivedOut { received: true })
-    });
-    fut.await
+    })
 }
 
 /// Largest payment event accepted.

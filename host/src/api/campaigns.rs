@@ -265,7 +265,7 @@ fn read_campaign(st: &AppState, body: &Map<String, Value>, c: &mut CampaignRow) 
 /// sender domain.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 201, body = Wrapped)))]
 pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -274,8 +274,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
         read_campaign(&st, &body, &mut c)?;
         manage::create(&st, &st.campaigns, &ctx.project_id, &c).await?;
         Reply::created(&Wrapped { success: true, data: CampaignOut::from(&c) })
-    });
-    fut.await
+    })
 }
 
 /// Lists campaigns: `page`, `pageSize` (1 to 100), `status` (400 when unknown), `search` (name, subject,
@@ -294,7 +293,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = CampaignPage))
 )]
 pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -323,15 +322,14 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
             page_size,
             total_pages,
         })
-    });
-    fut.await
+    })
 }
 
 /// One campaign, its counters recounted from its email records (a big campaign's at most every so often:
 /// docs/behaviour.md#campaigns).
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -340,14 +338,13 @@ pub async fn get_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Re
             c = load(&st, &ctx.project_id, &id).await?;
         }
         Reply::ok(&CampaignOut::from(&c))
-    });
-    fut.await
+    })
 }
 
 /// Replaces a DRAFT or SCHEDULED campaign's fields (the same checks as create); 409 otherwise.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = CampaignBody, responses((status_code = 200, body = CampaignOut)))]
 pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -357,42 +354,39 @@ pub async fn replace_campaign(id: PathParam<String>, req: &mut Request, depot: &
         read_campaign(&st, &body, &mut c)?;
         manage::replace(&st, &st.campaigns, &ctx.project_id, &mut c).await?;
         Reply::ok(&CampaignOut::from(&c))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a campaign (204); 409 while it is SCHEDULED or SENDING.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_campaign(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         manage::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// Copies a campaign as a DRAFT named `<name> (Copy)`, with no schedule and zero counters (201).
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 201, body = CampaignOut)))]
 pub async fn duplicate_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         let copy = manage::duplicate(&st, &ctx.project_id, &id).await?;
         Reply::created(&CampaignOut::from(&copy))
-    });
-    fut.await
+    })
 }
 
 /// Sends a DRAFT campaign now (SENDING) or at `scheduledFor` (SCHEDULED; any date form the parser
 /// accepts, 400 when none does). 409 when not DRAFT, 403 when the sender domain is not verified.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = SendOut)))]
 pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -419,28 +413,26 @@ pub async fn send_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
             },
             message,
         })
-    });
-    fut.await
+    })
 }
 
 /// Cancels a SCHEDULED or SENDING campaign: back to DRAFT when no email reached a
 /// transport, else CANCELLED with every email not yet handed over cancelled. 409 in other states.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = CampaignOut)))]
 pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let c = st.campaigns.cancel(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
         Reply::ok(&CampaignOut::from(&c))
-    });
-    fut.await
+    })
 }
 
 /// Sends the campaign once to `email`, an address of a member of the project: subject
 /// prefixed `[TEST] `, header `X-Herald-Test: true`, no tracking, not counted.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = TestOut)))]
 pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -455,15 +447,14 @@ pub async fn test_campaign(id: PathParam<String>, req: &mut Request, depot: &mut
             data: TestData { email_id, to: to.clone() },
             message: format!("Test sent to {to}"),
         })
-    });
-    fut.await
+    })
 }
 
 /// Counts of the campaign's emails by outcome, recounted from the records (a big campaign's at most every
 /// so often: docs/behaviour.md#campaigns), with rates as percentages of the sent count.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = StatsOut)))]
 pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -491,6 +482,5 @@ pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<
             unsubscribe_rate: rate(n.unsubscribed, n.sent),
             complaint_rate: rate(n.complained, n.sent),
         })
-    });
-    fut.await
+    })
 }

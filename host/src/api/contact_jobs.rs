@@ -151,38 +151,31 @@ async fn queue(req: &mut Request, depot: &mut Depot, op: BulkOp) -> Result<Reply
 /// `contact.subscribed`.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = BulkBody, responses((status_code = 202, body = JobIdOut)))]
 pub async fn bulk_subscribe(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { queue(req, depot, BulkOp::Subscribe).await });
-    fut.await
+    boxed!({ queue(req, depot, BulkOp::Subscribe).await })
 }
 
 /// Unsubscribes up to 1,000 contacts, as a job: 202 with its id. A real change records
 /// `contact.unsubscribed`.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = BulkBody, responses((status_code = 202, body = JobIdOut)))]
 pub async fn bulk_unsubscribe(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { queue(req, depot, BulkOp::Unsubscribe).await });
-    fut.await
+    boxed!({ queue(req, depot, BulkOp::Unsubscribe).await })
 }
 
 /// Deletes up to 1,000 contacts with their events, as a job: 202 with its id.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = BulkBody, responses((status_code = 202, body = JobIdOut)))]
 pub async fn bulk_delete(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { queue(req, depot, BulkOp::Delete).await });
-    fut.await
+    boxed!({ queue(req, depot, BulkOp::Delete).await })
 }
 
 /// Where a bulk job is: state, progress and what it did so far (404 for another project's job).
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactJobOut)))]
 pub async fn get_bulk_job(job_id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let row = contact_jobs::get(&st, &ctx.project_id, &job_id.into_inner()).await?;
         Reply::ok(&ContactJobOut::from(&row))
-    });
-    fut.await
+    })
 }
 
 /// A `true`/`false` form field (`default` when absent).
@@ -216,7 +209,7 @@ pub struct ImportForm {
     responses((status_code = 202, body = JobIdOut))
 )]
 pub async fn import_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (form, bytes) = multipart_file(req, MAX_FILE_BYTES).await?;
@@ -226,18 +219,16 @@ pub async fn import_contacts(req: &mut Request, depot: &mut Depot) -> Result<Rep
         };
         let job_id = contact_import::start(&st, &ctx.project_id, &bytes, opts).await?;
         Reply::with(StatusCode::ACCEPTED, &JobIdOut { job_id })
-    });
-    fut.await
+    })
 }
 
 /// Where an import is: state, progress (rows) and what it did so far (404 for another project's job).
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactJobOut)))]
 pub async fn get_import_job(job_id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let row = contact_import::get(&st, &ctx.project_id, &job_id.into_inner()).await?;
         Reply::ok(&ContactJobOut::from(&row))
-    });
-    fut.await
+    })
 }

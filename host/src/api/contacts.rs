@@ -192,7 +192,7 @@ pub fn data_patch(f: &mut Fields, body: &Map<String, Value>, one_off: bool) -> D
     responses((status_code = 200, body = ContactPage))
 )]
 pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let limit = limit(req, 20, 100)?;
@@ -214,8 +214,7 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
             encode_cursor(&v, &last.id)
         });
         Reply::ok(&ContactPage { data: rows.iter().map(ContactOut::from).collect(), cursor: next, has_more, total })
-    });
-    fut.await
+    })
 }
 
 /// Creates or updates a contact by email: 201 for a new contact, 200 for an update, both with `_meta`.
@@ -226,7 +225,7 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
     responses((status_code = 201, body = ContactOut), (status_code = 200, body = ContactOut))
 )]
 pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -258,28 +257,26 @@ pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let mut out = ContactOut::from(&up.contact);
         out.meta = Some(MetaOut { is_new: up.is_new, is_update: !up.is_new });
         Reply::with(if up.is_new { StatusCode::CREATED } else { StatusCode::OK }, &out)
-    });
-    fut.await
+    })
 }
 
 /// One contact.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = ContactOut)))]
 pub async fn get_contact(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         let c = contacts::get(&st, &ctx.project_id, &id).await?;
         Reply::ok(&ContactOut::from(&c))
-    });
-    fut.await
+    })
 }
 
 /// Updates a contact: email (409 when another contact has it), subscribed (a flip emits its event),
 /// data (null deletes a key, "" is ignored, reserved keys are dropped).
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = ContactBody, responses((status_code = 200, body = ContactOut)))]
 pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -292,28 +289,26 @@ pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut
         let change = contacts::ContactChange { email, subscribed: requested, patch };
         let c = contacts::update(&st, &ctx.project_id, &id, &change).await?;
         Reply::ok(&ContactOut::from(&c))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a contact and its events: 204 with an empty body.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_contact(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         contacts::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// Bulk existence check of up to 500 emails; echoes the caller's strings.
 #[endpoint(tags("contacts"), security(("bearer" = [])), request_body = LookupBody, responses((status_code = 200, body = LookupOut)))]
 pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -356,14 +351,13 @@ pub async fn lookup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
             if existing.contains(&norm) { found.push(orig) } else { not_found.push(orig) }
         }
         Reply::ok(&LookupOut { found, not_found })
-    });
-    fut.await
+    })
 }
 
 /// Standard fields, then every `data.<key>` with its inferred type and coverage in percent.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldsOut)))]
 pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let fields: Vec<FieldInfo> = contacts::fields(&st, &ctx.project_id)
@@ -373,8 +367,7 @@ pub async fn list_fields(depot: &mut Depot) -> Result<Reply, ApiError> {
             .collect();
         let count = fields.len();
         Reply::ok(&FieldsOut { fields, count })
-    });
-    fut.await
+    })
 }
 
 /// `plan` and `data.plan` both name the custom field `plan`.
@@ -397,28 +390,26 @@ fn custom_field(raw: &str) -> Result<String, ApiError> {
     responses((status_code = 200, body = FieldValuesOut))
 )]
 pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
         let limit = limit(req, 100, 1000)?;
         let values = contacts::field_values(&st, &ctx.project_id, &name, limit).await?;
         Reply::ok(&FieldValuesOut { field: format!("data.{name}"), count: values.len(), values, limit })
-    });
-    fut.await
+    })
 }
 
 /// Where a custom field is used, how many contacts have it, and whether it can be deleted.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldUsageOut)))]
 pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
         let usage = field_usage_of(&st, &ctx.project_id, &name).await?;
         Reply::ok(&usage)
-    });
-    fut.await
+    })
 }
 
 async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<FieldUsageOut, ApiError> {
@@ -437,12 +428,11 @@ async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<F
 /// Deletes a custom field on every contact of the project; 409 while something uses it.
 #[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldDeletedOut)))]
 pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = custom_field(&field.into_inner())?;
         let n = contacts::delete_field(&st, &ctx.project_id, &name).await?;
         Reply::ok(&FieldDeletedOut { field: format!("data.{name}"), contacts_updated: n })
-    });
-    fut.await
+    })
 }

@@ -168,7 +168,7 @@ fn domain_error(e: DomainError) -> Error {
     responses((status_code = 201, body = DomainOut))
 )]
 pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         // Credentials first, and a small body: nothing large is read for a caller who is not let in.
         if req.headers().contains_key("authorization") {
@@ -185,8 +185,7 @@ pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response
         let name = name.ok_or_else(|| Error::Internal("validated domain missing".into()))?;
         let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
         Reply::created(&DomainOut::from(&d))
-    });
-    fut.await
+    })
 }
 
 /// The project's domains, verified and pending, newest first.
@@ -197,14 +196,13 @@ pub async fn list_domains(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let wanted = project_id.into_inner();
         let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
         let list = sending_domains::list(&st.store, &project_id).await?;
         Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
-    });
-    fut.await
+    })
 }
 
 async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainRow, ApiError> {
@@ -216,21 +214,20 @@ async fn own_domain(st: &AppState, project_id: &str, id: &str) -> Result<DomainR
 /// Checks the domain's DNS records now and answers the domain with each record's status.
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainOut)))]
 pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let d = own_domain(&st, &ctx.project_id, &id.into_inner()).await?;
         let checked = st.domains.check(&st.store, &d, st.clock.now_ms()).await.map_err(domain_error)?;
         Reply::ok(&DomainOut::from(&checked))
-    });
-    fut.await
+    })
 }
 
 /// Removes a domain; 409 while a template or a campaign not sent yet (DRAFT, SCHEDULED or SENDING) sends
 /// from it.
 #[endpoint(tags("domains"), security(("bearer" = [])), responses((status_code = 200, body = DomainDeletedOut)))]
 pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -245,14 +242,13 @@ pub async fn delete_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
             }
         }
         Reply::ok(&DomainDeletedOut { id, deleted: true })
-    });
-    fut.await
+    })
 }
 
 /// Verifies an email address: syntax, disposable, alias, typo, and DNS (NS, A/AAAA, MX).
 #[endpoint(tags("verify"), security(("bearer" = [])), request_body = VerifyBody, responses((status_code = 200, body = VerifyOut)))]
 pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
@@ -270,6 +266,5 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot) -> Result<Reply,
         }
         let v = crate::services::verify::verify(&st.domains.dns, &email).await;
         Reply::ok(&serde_json::json!({ "success": true, "data": v }))
-    });
-    fut.await
+    })
 }

@@ -168,17 +168,13 @@ pub fn router() -> Router {
     responses((status_code = 200, body = TrackOut))
 )]
 pub async fn track(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { track_request(req, depot).await });
-    fut.await
+    boxed!({ track_request(req, depot).await })
 }
 
 /// Dashboard alias of `POST /v1/track`.
 #[endpoint(tags("events"), security(("bearer" = []), ("session" = [])), request_body = TrackBody, responses((status_code = 200, body = TrackOut)))]
 pub async fn track_alias(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { track_request(req, depot).await });
-    fut.await
+    boxed!({ track_request(req, depot).await })
 }
 
 async fn track_request(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -272,11 +268,10 @@ async fn page(
     responses((status_code = 200, body = EventPage))
 )]
 pub async fn list_events(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let name = query_str(req, "name");
         page(depot, req, name, None).await
-    });
-    fut.await
+    })
 }
 
 /// Every event of one contact, newest first, cursor-paginated.
@@ -294,7 +289,7 @@ pub async fn contact_events(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = contact_id.into_inner();
@@ -302,8 +297,7 @@ pub async fn contact_events(
             return Err(Error::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found")).into());
         }
         page(depot, req, None, Some(id)).await
-    });
-    fut.await
+    })
 }
 
 /// Totals per event name and per UTC day over a window: `days` (1 to 365, default 30) ending now, or
@@ -319,7 +313,7 @@ pub async fn contact_events(
     responses((status_code = 200, body = StatsOut))
 )]
 pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let now = st.clock.now_ms();
@@ -349,14 +343,13 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
             .map(|(d, count)| DayCount { date: rfc3339(d)[..10].to_string(), count })
             .collect();
         Reply::ok(&StatsOut { from: rfc3339(from), to: rfc3339(to), total: totals.total, by_name, by_day })
-    });
-    fut.await
+    })
 }
 
 /// Distinct event names with their count and last time, most frequent first.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = NamesOut)))]
 pub async fn event_names(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let rows = history::names(&st, &ctx.project_id).await?;
@@ -366,14 +359,13 @@ pub async fn event_names(depot: &mut Depot) -> Result<Reply, ApiError> {
             .collect();
         let count = names.len();
         Reply::ok(&NamesOut { names, count })
-    });
-    fut.await
+    })
 }
 
 /// Where an event name is referenced: segment filters, workflow triggers and conditions.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = EventUsageOut)))]
 pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
@@ -389,19 +381,17 @@ pub async fn usage(event_name: PathParam<String>, depot: &mut Depot) -> Result<R
             used_in_campaigns: vec![],
             event_count: found.count,
         })
-    });
-    fut.await
+    })
 }
 
 /// Deletes every event with this name in the project.
 #[endpoint(tags("events"), security(("bearer" = [])), responses((status_code = 200, body = EventsDeletedOut)))]
 pub async fn delete_named(event_name: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let name = event_name.into_inner();
         let deleted = history::delete_named(&st, &ctx.project_id, &name).await?;
         Reply::ok(&EventsDeletedOut { event: name, deleted })
-    });
-    fut.await
+    })
 }

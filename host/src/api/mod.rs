@@ -3,6 +3,19 @@
 //!
 //! Must not import: surrealdb.
 
+/// A handler's body, run as one [`HandlerFuture`] boxed in the handler's own function (see there why):
+/// `boxed!({ ... })` for a body that answers `Result<Reply, ApiError>`, `boxed!(T => { ... })` for
+/// another output `T`.
+macro_rules! boxed {
+    ($out:ty => { $($body:tt)* }) => {{
+        let fut: $crate::api::HandlerFuture<'_, $out> = Box::pin(async move { $($body)* });
+        fut.await
+    }};
+    ({ $($body:tt)* }) => {
+        boxed!(Result<$crate::api::body::Reply, $crate::api::errors::ApiError> => { $($body)* })
+    };
+}
+
 pub mod account_mail;
 pub mod accounts;
 pub mod activity;
@@ -76,7 +89,7 @@ pub fn state(depot: &Depot) -> Result<Arc<AppState>, ApiError> {
 /// Request id, `X-Request-ID` header, one log line and metrics per request.
 #[handler]
 async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
-    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    boxed!(() => {
         let started = Instant::now();
         let incoming: Option<String> = req.header("x-request-id");
         let id = incoming
@@ -102,15 +115,14 @@ async fn request_context(req: &mut Request, depot: &mut Depot, res: &mut Respons
             request_id = %id,
             "request"
         );
-    });
-    fut.await
+    })
 }
 
 /// Gives every error response without a body the envelope: unknown routes (404), wrong methods (405),
 /// panics (500).
 #[handler]
 async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) {
-    let fut: crate::api::HandlerFuture<'_, ()> = Box::pin(async move {
+    boxed!(() => {
         let status = res.status_code.unwrap_or(StatusCode::NOT_FOUND);
         let err = match status {
             StatusCode::NOT_FOUND => {
@@ -132,8 +144,7 @@ async fn catch_errors(req: &mut Request, depot: &mut Depot, res: &mut Response) 
         }
         res.status_code(if status == StatusCode::METHOD_NOT_ALLOWED { status } else { errors::status(&err) });
         res.render(Json(json));
-    });
-    fut.await
+    })
 }
 
 /// All API routes (the ones that appear in the OpenAPI document).

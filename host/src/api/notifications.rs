@@ -73,7 +73,7 @@ pub fn sign(key: &[u8], timestamp: i64, body: &[u8]) -> String {
     responses((status_code = 200, body = NotificationOut))
 )]
 pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ts_header: Option<String> = req.header("x-herald-timestamp");
         let sig_header: Option<String> = req.header("x-herald-signature");
@@ -134,8 +134,7 @@ pub async fn notify(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         .await?
         .ok_or_else(|| Error::not_found("EMAIL_NOT_FOUND", format!("No email has the Message-ID {}", n.message_id)))?;
         Reply::ok(&NotificationOut { success: true, email: id })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -161,7 +160,7 @@ pub async fn notify_transport(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let transport = transport.into_inner();
         if st.plugins.transport(&transport).is_none() {
@@ -212,6 +211,5 @@ pub async fn notify_transport(
             }
         }
         Reply::ok(&PluginNotificationsOut { success: true, received: parsed.len(), emails, duplicate: false })
-    });
-    fut.await
+    })
 }

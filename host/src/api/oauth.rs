@@ -36,13 +36,12 @@ pub fn router() -> Router {
 /// The OAuth providers this server signs in with (`[]` when none is configured).
 #[endpoint(tags("auth"), responses((status_code = 200, body = Vec<ProviderOut>)))]
 pub async fn oauth_config(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let out: Vec<ProviderOut> =
             oauth::providers(&st).into_iter().map(|(id, name, kind)| ProviderOut { id, name, r#type: kind }).collect();
         Reply::ok(&out)
-    });
-    fut.await
+    })
 }
 
 fn flow_cookie(value: String, max_age: CookieDuration, secure: bool) -> Cookie<'static> {
@@ -59,15 +58,14 @@ fn flow_cookie(value: String, max_age: CookieDuration, secure: bool) -> Cookie<'
 /// Connect, a nonce; 404 `OAUTH_PROVIDER_NOT_FOUND` for a provider that is not configured.
 #[endpoint(tags("auth"), responses((status_code = 302, description = "to the provider")))]
 pub async fn begin(provider: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let (url, flow) = oauth::start(&st, &provider.into_inner()).await?;
         let secure = st.config.public_url.starts_with("https://");
         res.add_cookie(flow_cookie(flow, CookieDuration::minutes(10), secure));
         res.render(Redirect::found(url));
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// The provider's callback: checks `state` against the flow cookie (400 `OAUTH_STATE_MISMATCH`),
@@ -80,7 +78,7 @@ pub async fn callback(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let key = provider.into_inner();
         if let Some(err) = req.query::<String>("error") {
@@ -107,6 +105,5 @@ pub async fn callback(
         res.add_cookie(session_cookie(&st, &user));
         res.render(Redirect::found(format!("{}/", st.config.public_url)));
         Ok(())
-    });
-    fut.await
+    })
 }

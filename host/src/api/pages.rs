@@ -118,39 +118,29 @@ async fn act(depot: &mut Depot, res: &mut Response, token: &str, subscribe: bool
 /// Unsubscribe page (a button; GET changes nothing).
 #[handler]
 pub async fn unsubscribe_page(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
-        Box::pin(async move { show(depot, res, &token.into_inner(), "unsubscribe").await });
-    fut.await
+    boxed!(Result<(), ApiError> => { show(depot, res, &token.into_inner(), "unsubscribe").await })
 }
 
 /// Unsubscribes: the page's button and the RFC 8058 one-click POST.
 #[handler]
 pub async fn unsubscribe_now(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
-        Box::pin(async move { act(depot, res, &token.into_inner(), false).await });
-    fut.await
+    boxed!(Result<(), ApiError> => { act(depot, res, &token.into_inner(), false).await })
 }
 
 /// Subscribe page.
 #[handler]
 pub async fn subscribe_page(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
-        Box::pin(async move { show(depot, res, &token.into_inner(), "subscribe").await });
-    fut.await
+    boxed!(Result<(), ApiError> => { show(depot, res, &token.into_inner(), "subscribe").await })
 }
 
 /// Subscribes again.
 #[handler]
 pub async fn subscribe_now(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
-        Box::pin(async move { act(depot, res, &token.into_inner(), true).await });
-    fut.await
+    boxed!(Result<(), ApiError> => { act(depot, res, &token.into_inner(), true).await })
 }
 
 /// The preferences page.
 #[handler]
 pub async fn manage_page(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> =
-        Box::pin(async move { show(depot, res, &token.into_inner(), "manage").await });
-    fut.await
+    boxed!(Result<(), ApiError> => { show(depot, res, &token.into_inner(), "manage").await })
 }

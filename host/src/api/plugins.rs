@@ -49,7 +49,7 @@ pub fn router() -> Router {
 /// Lists the plugins of this server.
 #[endpoint(tags("plugins"), security(("session" = []), ("bearer" = [])), responses((status_code = 200, body = PluginsOut)))]
 pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         if req.headers().contains_key(salvo::http::header::AUTHORIZATION) {
             authenticate(req, &st, KeyRule::SecretOnly).await?;
@@ -79,6 +79,5 @@ pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply,
             supported_abi: crate::plugins::SUPPORTED_ABI.iter().map(|s| s.to_string()).collect(),
             plugins,
         })
-    });
-    fut.await
+    })
 }

@@ -43,7 +43,7 @@ pub struct SetupStateOut {
 /// What the project has set up so far (the onboarding checklist).
 #[endpoint(tags("projects"), security(("session" = [])), responses((status_code = 200, body = SetupStateOut)))]
 pub async fn setup_state(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let id = id.into_inner();
         role_in(&st, &id, &user(depot)?).await?;
@@ -57,8 +57,7 @@ pub async fn setup_state(id: PathParam<String>, depot: &mut Depot) -> Result<Rep
             has_workflow: s.workflow,
             completed: s.verified_domain && s.template && s.contacts && s.sent_email && s.campaign && s.workflow,
         })
-    });
-    fut.await
+    })
 }
 
 #[derive(Serialize, ToSchema)]
@@ -163,29 +162,24 @@ async fn security_of(id: String, depot: &mut Depot) -> Result<Reply, ApiError> {
 /// again and the held deliveries go out.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = UnsuspendOut)))]
 pub async fn unsuspend(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let u = user(depot)?;
         let id = id.into_inner();
         let role = role_in(&st, &id, &u).await?;
         let released_jobs = crate::services::suspension::unsuspend(&st, &id, role, &u).await?;
         Reply::ok(&UnsuspendOut { success: true, released_jobs })
-    });
-    fut.await
+    })
 }
 
 /// Bounce and complaint rates over the last 7 and 30 days against the project's thresholds.
 #[endpoint(tags("projects"), security(("session" = [])), responses((status_code = 200, body = SecurityOut)))]
 pub async fn security(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { security_of(id.into_inner(), depot).await });
-    fut.await
+    boxed!({ security_of(id.into_inner(), depot).await })
 }
 
 /// The same as `GET /projects/:id/security`, under the account's projects.
 #[endpoint(tags("account"), security(("session" = [])), responses((status_code = 200, body = SecurityOut)))]
 pub async fn account_security(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> =
-        Box::pin(async move { security_of(id.into_inner(), depot).await });
-    fut.await
+    boxed!({ security_of(id.into_inner(), depot).await })
 }

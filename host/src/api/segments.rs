@@ -171,13 +171,12 @@ async fn load(st: &crate::state::AppState, project_id: &str, id: &str) -> Result
 /// Every segment of the project, newest first (a bare array).
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = Vec<SegmentOut>)))]
 pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let list = manage::list(&st, &ctx.project_id).await?;
         Reply::ok(&list.iter().map(SegmentOut::from).collect::<Vec<_>>())
-    });
-    fut.await
+    })
 }
 
 /// Creates a segment (201). A DYNAMIC segment needs an object condition (else a bare 400); a STATIC
@@ -189,7 +188,7 @@ pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
     responses((status_code = 201, body = SegmentOut))
 )]
 pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -208,27 +207,25 @@ pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let new = manage::NewSegment { name, description, kind, condition, track };
         let s = manage::create(&st, &st.segments, &ctx.project_id, new).await?;
         Reply::created(&SegmentOut::from(&s))
-    });
-    fut.await
+    })
 }
 
 /// One segment with its cached `memberCount`.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = SegmentOut)))]
 pub async fn get_segment(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
         Reply::ok(&SegmentOut::from(&s))
-    });
-    fut.await
+    })
 }
 
 /// Updates name, description, condition (dynamic segments only) and trackMembership. A condition that
 /// references this segment, directly or through others, is refused.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = SegmentBody, responses((status_code = 200, body = SegmentOut)))]
 pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -250,23 +247,21 @@ pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut
         };
         let s = manage::update(&st, &st.segments, &ctx.project_id, s, patch).await?;
         Reply::ok(&SegmentOut::from(&s))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a segment and its memberships (204); 409 while another segment's condition or the audience
 /// of a campaign that may still send (DRAFT, SCHEDULED or SENDING) references it.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         manage::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
 
 fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> {
@@ -290,7 +285,7 @@ fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> 
     responses((status_code = 200, body = SegmentContactsOut))
 )]
 pub async fn segment_contacts(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -306,8 +301,7 @@ pub async fn segment_contacts(id: PathParam<String>, req: &mut Request, depot: &
             page_size,
             total_pages,
         })
-    });
-    fut.await
+    })
 }
 
 /// The `emails` of a members body, checked and normalised (in order, without repeats).
@@ -357,7 +351,7 @@ fn emails_of(body: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiErro
 /// `subscribed`, default true), otherwise they are reported in `notFound`.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
 pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -370,14 +364,13 @@ pub async fn add_members(id: PathParam<String>, req: &mut Request, depot: &mut D
         f.finish()?;
         let c = manage::add_members(&st, &ctx.project_id, &s, &emails, create_missing, subscribed).await?;
         Reply::ok(&MembersOut::from(c))
-    });
-    fut.await
+    })
 }
 
 /// Removes contacts from a static segment by email.
 #[endpoint(tags("segments"), security(("bearer" = [])), request_body = MembersBody, responses((status_code = 200, body = MembersOut)))]
 pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -386,15 +379,14 @@ pub async fn remove_members(id: PathParam<String>, req: &mut Request, depot: &mu
         let emails = emails_of(&body)?;
         let c = manage::remove_members(&st, &ctx.project_id, &s, &emails).await?;
         Reply::ok(&MembersOut::from(c))
-    });
-    fut.await
+    })
 }
 
 /// Recomputes a tracked dynamic segment's membership and emits `segment.<slug>.entry` / `.exit` for each
 /// change (exactly once); other segments are only recounted.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = ComputeOut)))]
 pub async fn compute(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
@@ -407,20 +399,18 @@ pub async fn compute(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, 
             exited: d.exited,
             computed_at: rfc3339(now),
         })
-    });
-    fut.await
+    })
 }
 
 /// Recounts `memberCount` only: no events, no membership writes.
 #[endpoint(tags("segments"), security(("bearer" = [])), responses((status_code = 200, body = RefreshOut)))]
 pub async fn refresh(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let s = load(&st, &ctx.project_id, &id.into_inner()).await?;
         let now = st.clock.now_ms();
         let n = st.segments.refresh(&s, now).await?;
         Reply::ok(&RefreshOut { id: s.id, member_count: n, refreshed_at: rfc3339(now) })
-    });
-    fut.await
+    })
 }

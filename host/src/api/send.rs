@@ -310,7 +310,7 @@ fn attachments(errors: &mut Vec<FieldError>, v: Option<&Value>) -> (Vec<StoredAt
     responses((status_code = 200, body = SendOut))
 )]
 pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let key = idempotency::key(req)?;
@@ -401,6 +401,5 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
             Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })
         })
         .await
-    });
-    fut.await
+    })
 }

@@ -52,7 +52,7 @@ pub fn router() -> Router {
 /// Liveness and database reachability: 200 when the database answers, 503 otherwise.
 #[endpoint(tags("system"), responses((status_code = 200, body = HealthOut), (status_code = 503, body = HealthOut)))]
 pub async fn health(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let db_ok = crate::services::system::database_reachable(&st).await;
         let out = HealthOut {
@@ -61,14 +61,13 @@ pub async fn health(depot: &mut Depot) -> Result<Reply, ApiError> {
             version: env!("CARGO_PKG_VERSION").into(),
         };
         Reply::with(if db_ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, &out)
-    });
-    fut.await
+    })
 }
 
 /// Public configuration: version and feature flags of the integrations that are on.
 #[endpoint(tags("system"), responses((status_code = 200, body = ConfigOut)))]
 pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         Reply::ok(&ConfigOut {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -82,15 +81,14 @@ pub async fn config(depot: &mut Depot) -> Result<Reply, ApiError> {
                 uploads: true,
             },
         })
-    });
-    fut.await
+    })
 }
 
 /// Prometheus metrics: requests by route and status, latency histogram, jobs by state (counted at most
 /// every two seconds).
 #[endpoint(tags("system"), responses((status_code = 200, description = "Prometheus text format")))]
 pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let body = crate::services::system::metrics_text(&st).await;
         res.headers_mut().insert(
@@ -99,6 +97,5 @@ pub async fn metrics(depot: &mut Depot, res: &mut Response) -> Result<(), ApiErr
         );
         res.write_body(body).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(())
-    });
-    fut.await
+    })
 }

@@ -170,7 +170,7 @@ fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow
 /// Creates a template. Missing `from`: a bare `{"error": "..."}` 400; an unverified sender domain: 403.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut)))]
 pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -196,8 +196,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
         f.finish()?;
         templates::create(&st, &ctx.project_id, &t).await?;
         Reply::created(&TemplateOut::new(&t, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// Lists templates: `page`, `pageSize` (1 to 100), `type`, `search` (name, description, subject),
@@ -216,7 +215,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = TemplatePage))
 )]
 pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -244,27 +243,25 @@ pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Repl
             page_size,
             total_pages,
         })
-    });
-    fut.await
+    })
 }
 
 /// One template.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = TemplateOut)))]
 pub async fn get_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         let t = templates::get(&st, &ctx.project_id, &id).await?;
         Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// Updates a template; the same checks as on create apply to the fields given.
 #[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 200, body = TemplateOut)))]
 pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -276,42 +273,39 @@ pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mu
         f.finish()?;
         templates::update(&st, &ctx.project_id, &mut t, &before_from).await?;
         Reply::ok(&TemplateOut::new(&t, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a template: 204.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_template(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         templates::delete(&st, &ctx.project_id, &id).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// Copies a template as `<name> (Copy)` and answers the new template.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 201, body = TemplateOut)))]
 pub async fn duplicate_template(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
         let copy = templates::duplicate(&st, &ctx.project_id, &id).await?;
         Reply::created(&TemplateOut::new(&copy, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// Campaigns and workflow steps that use the template (campaigns carry their own body, so none), and
 /// how many emails were rendered from it.
 #[endpoint(tags("templates"), security(("bearer" = [])), responses((status_code = 200, body = UsageOut)))]
 pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -322,6 +316,5 @@ pub async fn template_usage(id: PathParam<String>, depot: &mut Depot) -> Result<
             .map(|(w, wn, s, sn)| serde_json::json!({ "workflowId": w, "workflowName": wn, "stepId": s, "stepName": sn }))
             .collect();
         Reply::ok(&UsageOut { campaigns: vec![], workflow_steps, emails_sent })
-    });
-    fut.await
+    })
 }

@@ -40,7 +40,7 @@ fn claim(st: &AppState, token: &str) -> Option<Claim> {
 /// The tracking pixel: always the GIF; an open is recorded for a valid token.
 #[handler]
 pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         if let Some(c) = claim(&st, &token.into_inner()) {
             record(&st, &c, false).await?;
@@ -49,14 +49,13 @@ pub async fn track_open(token: PathParam<String>, depot: &mut Depot, res: &mut R
         res.headers_mut().insert(salvo::http::header::CACHE_CONTROL, salvo::http::HeaderValue::from_static("no-store"));
         res.write_body(GIF.to_vec()).map_err(|e| Error::Internal(e.to_string()))?;
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// A tracked link: records the click and redirects to the signed link; an invalid token is 404.
 #[handler]
 pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let Some(c) = claim(&st, &token.into_inner()) else {
             return Err(Error::not_found("LINK_NOT_FOUND", "This link is not valid").into());
@@ -70,6 +69,5 @@ pub async fn track_click(token: PathParam<String>, depot: &mut Depot, res: &mut 
             .map_err(|_| Error::not_found("LINK_NOT_FOUND", "This link is not valid"))?;
         res.headers_mut().insert(salvo::http::header::LOCATION, loc);
         Ok(())
-    });
-    fut.await
+    })
 }

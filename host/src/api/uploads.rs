@@ -51,7 +51,7 @@ pub fn router() -> Router {
     responses((status_code = 201, body = UploadOut))
 )]
 pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let project = project(depot)?.project_id;
         let (_, bytes) = multipart_file(req, st.config.upload_max_bytes).await?;
@@ -66,15 +66,14 @@ pub async fn upload_image(req: &mut Request, depot: &mut Depot) -> Result<Reply,
                 height: u.height,
             },
         )
-    });
-    fut.await
+    })
 }
 
 /// Serves an uploaded image (no authentication: it is meant for email bodies), cached for a year since
 /// its name is its content's hash, streamed from the disk, and sandboxed (docs/security.md#uploads).
 #[endpoint(tags("uploads"), responses((status_code = 200, description = "the image")))]
 pub async fn get_upload(name: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let name = name.into_inner();
         let Some(stored) = uploads::open_image(&st, &name).await else {
@@ -89,6 +88,5 @@ pub async fn get_upload(name: PathParam<String>, depot: &mut Depot, res: &mut Re
         h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; sandbox"));
         res.stream(stored.chunks());
         Ok(())
-    });
-    fut.await
+    })
 }

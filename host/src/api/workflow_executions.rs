@@ -141,7 +141,7 @@ pub fn routes() -> Vec<Router> {
 /// contact, 409 when the re-entry rules refuse it.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = StartBody, responses((status_code = 201, body = ExecutionOut)))]
 pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -163,8 +163,7 @@ pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &m
         let Some(contact) = contact else { return Err(Error::Invalid("contactId is required".into()).into()) };
         let e = executions::start(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &contact, context).await?;
         Reply::created(&ExecutionOut::new(&e, None))
-    });
-    fut.await
+    })
 }
 
 /// Lists a workflow's executions, newest first: `page`, `pageSize` (1 to 100), `status`.
@@ -179,7 +178,7 @@ pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &m
     responses((status_code = 200, body = ExecutionPage))
 )]
 pub async fn list_executions(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -199,8 +198,7 @@ pub async fn list_executions(id: PathParam<String>, req: &mut Request, depot: &m
             page_size: paging.page_size,
             total_pages: paging.total_pages(total),
         })
-    });
-    fut.await
+    })
 }
 
 /// One execution with `stepExecutions`: every step it ran or waits in (step, status, output, error,
@@ -211,13 +209,12 @@ pub async fn get_execution(
     execution_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let (e, runs) = executions::get(&st, &ctx.project_id, &id.into_inner(), &execution_id.into_inner()).await?;
         Reply::ok(&ExecutionOut::new(&e, Some(&runs)))
-    });
-    fut.await
+    })
 }
 
 /// Cancels a RUNNING or WAITING execution (409 otherwise) and answers it; its timers do nothing after.
@@ -227,23 +224,21 @@ pub async fn cancel_execution(
     execution_id: PathParam<String>,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let e = executions::cancel(&st, &ctx.project_id, &id.into_inner(), &execution_id.into_inner()).await?;
         Reply::ok(&ExecutionOut::new(&e, None))
-    });
-    fut.await
+    })
 }
 
 /// Cancels every RUNNING or WAITING execution of the workflow: `{cancelled: n}`.
 #[endpoint(tags("workflows"), security(("bearer" = [])), responses((status_code = 200, body = CancelledOut)))]
 pub async fn cancel_all(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let cancelled = executions::cancel_all(&st, &ctx.project_id, &id.into_inner()).await?;
         Reply::ok(&CancelledOut { cancelled })
-    });
-    fut.await
+    })
 }

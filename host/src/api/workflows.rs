@@ -297,7 +297,7 @@ pub struct FieldsOut {
     responses((status_code = 200, body = FieldsOut))
 )]
 pub async fn workflow_fields(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let event = query_str(req, "eventName");
@@ -315,8 +315,7 @@ pub async fn workflow_fields(req: &mut Request, depot: &mut Depot) -> Result<Rep
                 })
                 .collect(),
         })
-    });
-    fut.await
+    })
 }
 
 /// Lists workflows, newest first: `page`, `pageSize` (1 to 100), `search` (name, description), `enabled`.
@@ -332,7 +331,7 @@ pub async fn workflow_fields(req: &mut Request, depot: &mut Depot) -> Result<Rep
     responses((status_code = 200, body = WorkflowPage))
 )]
 pub async fn list_workflows(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
@@ -350,8 +349,7 @@ pub async fn list_workflows(req: &mut Request, depot: &mut Depot) -> Result<Repl
             page_size: paging.page_size,
             total_pages: paging.total_pages(total),
         })
-    });
-    fut.await
+    })
 }
 
 /// Reads `description` (null clears it).
@@ -366,7 +364,7 @@ fn description(f: &mut Fields, body: &Map<String, Value>) -> Option<Option<Strin
 /// Creates a workflow: disabled, with an EVENT trigger on `eventName` and its TRIGGER step.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = WorkflowBody, responses((status_code = 201, body = WorkflowOut)))]
 pub async fn create_workflow(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -387,20 +385,18 @@ pub async fn create_workflow(req: &mut Request, depot: &mut Depot) -> Result<Rep
         )
         .await?;
         Reply::created(&WorkflowOut::new(&w, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// One workflow with its steps (each with its incoming and outgoing transitions) and transitions.
 #[endpoint(tags("workflows"), security(("bearer" = [])), responses((status_code = 200, body = WorkflowOut)))]
 pub async fn get_workflow(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let w = manage::get(&st, &ctx.project_id, &id.into_inner()).await?;
         Reply::ok(&WorkflowOut::new(&w, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// Changes name, description, enabled, allowReentry, or the trigger (`triggerType` with
@@ -408,7 +404,7 @@ pub async fn get_workflow(id: PathParam<String>, depot: &mut Depot) -> Result<Re
 /// enabled and has RUNNING or WAITING executions.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = WorkflowBody, responses((status_code = 200, body = WorkflowOut)))]
 pub async fn patch_workflow(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -433,21 +429,19 @@ pub async fn patch_workflow(id: PathParam<String>, req: &mut Request, depot: &mu
         }
         let w = manage::update(&st, &st.workflows, &ctx.project_id, &id, patch).await?;
         Reply::ok(&WorkflowOut::new(&w, &ctx.project_id))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a workflow and its history: 204; 409 while it has RUNNING or WAITING executions.
 #[endpoint(tags("workflows"), security(("bearer" = [])), responses((status_code = 204, description = "deleted")))]
 pub async fn delete_workflow(id: PathParam<String>, depot: &mut Depot, res: &mut Response) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         manage::delete(&st, &st.workflows, &ctx.project_id, &id.into_inner()).await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// `{x, y}` numbers (finite).
@@ -478,7 +472,7 @@ fn object(f: &mut Fields, body: &Map<String, Value>, name: &str) -> Option<Value
 /// Adds a step: 201 with the step. Its config is checked for its type (422 naming the field).
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = StepBody, responses((status_code = 201, body = StepOut)))]
 pub async fn add_step(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let id = id.into_inner();
@@ -497,8 +491,7 @@ pub async fn add_step(id: PathParam<String>, req: &mut Request, depot: &mut Depo
         let new = NewStep { kind, name, position, config, template_id, auto_connect };
         let (w, step) = manage::add_step(&st, &st.workflows, &ctx.project_id, &id, new).await?;
         Reply::created(&StepOut::new(&step, &w.graph, &w.id))
-    });
-    fut.await
+    })
 }
 
 /// Changes a step's name, position, config or template (config and template: 409 while the workflow
@@ -510,7 +503,7 @@ pub async fn patch_step(
     req: &mut Request,
     depot: &mut Depot,
 ) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -530,8 +523,7 @@ pub async fn patch_step(
             manage::update_step(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &step_id.into_inner(), patch)
                 .await?;
         Reply::ok(&StepOut::new(&step, &w.graph, &w.id))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a step: 204. `splice=true` links its parents to its one child (400 when it has two);
@@ -549,7 +541,7 @@ pub async fn delete_step(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         let splice = bool_param(req, "splice")?.unwrap_or(false);
@@ -557,14 +549,13 @@ pub async fn delete_step(
             .await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
 
 /// Links two steps: 201 with the transition; a link that breaks a graph rule is 400 naming the steps.
 #[endpoint(tags("workflows"), security(("bearer" = [])), request_body = TransitionBody, responses((status_code = 201, body = TransitionOut)))]
 pub async fn add_transition(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<Reply, ApiError>> = Box::pin(async move {
+    boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
         let body = json_object(req).await?;
@@ -598,8 +589,7 @@ pub async fn add_transition(id: PathParam<String>, req: &mut Request, depot: &mu
         )
         .await?;
         Reply::created(&TransitionOut::from(&t))
-    });
-    fut.await
+    })
 }
 
 /// Deletes a transition: 204.
@@ -610,13 +600,12 @@ pub async fn delete_transition(
     depot: &mut Depot,
     res: &mut Response,
 ) -> Result<(), ApiError> {
-    let fut: crate::api::HandlerFuture<'_, Result<(), ApiError>> = Box::pin(async move {
+    boxed!(Result<(), ApiError> => {
         let st = state(depot)?;
         let ctx = project(depot)?;
         manage::delete_transition(&st, &st.workflows, &ctx.project_id, &id.into_inner(), &transition_id.into_inner())
             .await?;
         res.status_code(StatusCode::NO_CONTENT);
         Ok(())
-    });
-    fut.await
+    })
 }
