@@ -43,11 +43,13 @@ impl std::ops::DerefMut for Serving {
 /// Polls `/health` for up to ten seconds.
 /// A CLI command that succeeded and closed the store as the last of its handles, inside its runtime:
 /// the services' background tasks (group-commit lanes, the delivery ledger) had ended first, or the store
-/// warns that it closes under live handles (`Store::close_last`).
+/// warns that it closes under live handles (`Store::close_last`; docs/behaviour.md#command-line).
 fn closed_cleanly(out: &std::process::Output) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("other handles of it are still alive"), "closed under live handles: {stderr}");
+    // The storage engine warns when its last handle goes after the runtime, unclosed.
+    assert!(!stderr.contains("No runtime available"), "the store was dropped after the runtime: {stderr}");
 }
 
 pub async fn wait_until_up(base: &str) -> bool {
