@@ -158,24 +158,61 @@ async fn logout_revokes_the_session_token_itself() {
 }
 
 #[tokio::test]
-async fn cookie_authenticated_posts_must_be_json() {
+async fn cookie_authenticated_writes_from_another_origin_are_refused() {
     let s = Server::start().await;
     let c = signup(&s, "o@example.com").await;
-    // What a cross-site form or a `text/plain` fetch can send with the cookie.
-    let forged = c
+    let host = s.base.trim_start_matches("http://").to_string();
+    let post = |headers: Vec<(&'static str, String)>, body: Option<&'static str>| {
+        let mut r = c.http.post(format!("{}/users/@me/projects", s.base));
+        for (k, v) in headers {
+            r = r.header(k, v);
+        }
+        if let Some(b) = body {
+            r = r.header("content-type", "application/json").body(b);
+        }
+        async move {
+            let res = r.send().await.unwrap();
+            let status = res.status().as_u16();
+            (status, res.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let body = Some(r#"{"name": "forged"}"#);
+    // What a page on another site (or a sibling subdomain, which SameSite=Lax lets the cookie reach) sends.
+    for headers in [
+        vec![("sec-fetch-site", "cross-site".to_string())],
+        vec![("sec-fetch-site", "same-site".to_string())],
+        vec![("origin", "http://evil.test".to_string())],
+        vec![("origin", "null".to_string())],
+        vec![("origin", format!("http://{host}.evil.test"))],
+    ] {
+        let (status, json) = post(headers.clone(), body).await;
+        assert_eq!(status, 403, "{headers:?}: {json}");
+        assert_eq!(json["error"]["code"], "FORBIDDEN", "{json}");
+    }
+    let list = c.get("/users/@me/projects").await;
+    assert_eq!(list.json.as_array().map(Vec::len).or(list.json["data"].as_array().map(Vec::len)), Some(0));
+    // The browser's own pages: same origin by Sec-Fetch-Site or by Origin, and tools that send neither.
+    let (status, json) = post(vec![("sec-fetch-site", "same-origin".into())], Some(r#"{"name": "a"}"#)).await;
+    assert_eq!(status, 201, "{json}");
+    let (status, json) = post(vec![("origin", s.base.clone())], Some(r#"{"name": "b"}"#)).await;
+    assert_eq!(status, 201, "{json}");
+    assert_eq!(c.post("/users/@me/projects", json!({"name": "real"})).await.status, 201);
+    // A same-origin POST without a body (the dashboard's regenerate-keys button) goes through.
+    let id = json["id"].as_str().unwrap().to_string();
+    let res = c
         .http
-        .post(format!("{}/users/@me/projects", s.base))
-        .header("content-type", "text/plain")
-        .body(r#"{"name": "forged"}"#)
+        .post(format!("{}/users/@me/projects/{id}/regenerate-keys", s.base))
+        .header("sec-fetch-site", "same-origin")
+        .header("origin", s.base.clone())
         .send()
         .await
         .unwrap();
-    assert_eq!(forged.status(), 403);
-    let body: Value = forged.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "FORBIDDEN", "{body}");
-    let list = c.get("/users/@me/projects").await;
-    assert_eq!(list.json.as_array().map(Vec::len).or(list.json["data"].as_array().map(Vec::len)), Some(0));
-    assert_eq!(c.post("/users/@me/projects", json!({"name": "real"})).await.status, 201);
+    assert_eq!(res.status(), 200);
+    let keys: Value = res.json().await.unwrap();
+    assert!(keys["secret"].as_str().unwrap().starts_with("sk_"), "{keys}");
+    // Reads are never refused: a cross-site GET changes nothing.
+    let res = c.http.get(format!("{}/users/@me", s.base)).header("sec-fetch-site", "cross-site").send().await.unwrap();
+    assert_eq!(res.status(), 200);
 }
 
 #[tokio::test]

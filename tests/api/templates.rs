@@ -201,3 +201,38 @@ async fn duplicate_usage_and_project_isolation() {
     assert_envelope(&p.public.get("/templates").await, 401, "INVALID_API_KEY");
     s.stop().await;
 }
+
+#[tokio::test]
+async fn preview_renders_as_a_send_would_and_names_the_line_of_an_error() {
+    let s = Server::start().await;
+    let p = proj(&s, "preview@x.test").await;
+    // The session with the project header, as the dashboard calls it.
+    let mut dash = p.session.clone();
+    dash.project = Some(p.id.clone());
+    let body = "<p>Hi {{name}}</p>\n<p>{{plan ?? \"free\"}}</p>";
+    let r = dash
+        .post(
+            "/templates/preview",
+            json!({ "subject": "Hello {{name}}", "body": body, "data": { "name": "<b>Ada</b>" } }),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    // Subjects render as text, bodies escape variables, defaults apply.
+    assert_eq!(r.json["subject"], "Hello <b>Ada</b>");
+    assert_eq!(r.json["body"], "<p>Hi &lt;b&gt;Ada&lt;/b&gt;</p>\n<p>free</p>");
+
+    let r = dash.post("/templates/preview", json!({ "body": "<p>ok</p>\n<p>{{#if x}}unclosed</p>" })).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    let e = &r.json["error"]["errors"][0];
+    assert_eq!(e["field"], "body");
+    assert!(e["message"].as_str().unwrap().contains("line 2"), "{e}");
+
+    let r = dash.post("/templates/preview", json!({ "body": "x", "data": [1] })).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "data");
+    let r = p.secret.post("/templates/preview", json!({ "subject": "" })).await;
+    assert_eq!(r.json["error"]["errors"][0]["field"], "body", "{}", r.json);
+    // The public key renders nothing.
+    let r = p.public.post("/templates/preview", json!({ "body": "x" })).await;
+    assert_eq!(r.status, 401, "{}", r.json);
+}

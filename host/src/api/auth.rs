@@ -186,24 +186,12 @@ pub async fn logout(req: &mut Request, depot: &mut Depot, res: &mut Response) ->
     })
 }
 
-/// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one. A request that
-/// POSTs must say `Content-Type: application/json`: a cross-site form or `text/plain` fetch cannot
-/// (and PUT, PATCH and DELETE cannot be sent cross-site without the server's CORS consent), so the
-/// cookie alone (SameSite=Lax) never authorizes a forged write.
+/// The logged-in user, from the session cookie; 401 `UNAUTHORIZED` without a valid one, 403 for a
+/// cross-origin request that changes state ([`cross_origin`]): the cookie alone never authorizes a
+/// forged write (docs/security.md#sessions).
 pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError> {
-    let safe = *req.method() != salvo::http::Method::POST;
-    let json = req
-        .headers()
-        .get(salvo::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !safe && !json {
-        return Err(Error::Forbidden(
-            "Requests authenticated by the session cookie that change state must send Content-Type: application/json"
-                .into(),
-        )
-        .into());
+    if let Some(why) = cross_origin(req) {
+        return Err(Error::Forbidden(why).into());
     }
     let token = req
         .cookie(COOKIE)
@@ -213,6 +201,35 @@ pub async fn session_user(req: &Request, st: &AppState) -> Result<User, ApiError
     let claims = security::verify_session(&st.session_key, &token, st.clock.now_ms() / 1000)
         .ok_or_else(|| Error::Unauthenticated("The session is invalid or expired; log in again".into()))?;
     Ok(accounts::session_user(st, &claims.sid, &claims.sub, claims.ep).await?)
+}
+
+/// Why a request authenticated by the cookie is refused as cross-origin, or None to let it through. Safe
+/// methods (GET, HEAD, OPTIONS) always pass. Otherwise a browser's `Sec-Fetch-Site` decides: only
+/// `same-origin` and `none` (typed by the user) pass, so a sibling subdomain (`same-site`, which
+/// SameSite=Lax lets the cookie ride along with) is refused too. Without that header, an `Origin` must
+/// name this host; a request with neither comes from no browser (or one from before 2020 that sends
+/// the Lax cookie only from this site) and passes. The model is Go 1.25's `CrossOriginProtection`.
+pub fn cross_origin(req: &Request) -> Option<String> {
+    use salvo::http::Method;
+    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+        return None;
+    }
+    let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
+    if let Some(site) = header("sec-fetch-site") {
+        return match site.as_str() {
+            "same-origin" | "none" => None,
+            other => Some(format!(
+                "Cross-origin request refused: a request from another site ({other}) cannot change state with the session cookie"
+            )),
+        };
+    }
+    let origin = header("origin")?;
+    let host = header("host").unwrap_or_default();
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or("");
+    if !host.is_empty() && origin_host == host {
+        return None;
+    }
+    Some(format!("Cross-origin request refused: Origin {origin} is not this server ({host})"))
 }
 
 /// Applies the rate limit for `key` and writes the RateLimit headers.

@@ -26,6 +26,7 @@ pub mod body;
 pub mod campaigns;
 pub mod contact_jobs;
 pub mod contacts;
+pub mod dashboard;
 pub mod domains;
 pub mod errors;
 pub mod events;
@@ -178,7 +179,7 @@ pub fn openapi(router: &Router) -> OpenApi {
         .merge_router(router)
 }
 
-/// The whole service: routes, the OpenAPI document, the reference UI and the middleware.
+/// The whole service: routes, the OpenAPI document, the reference UI, the dashboard and the middleware.
 pub fn service(state: Arc<AppState>) -> Service {
     let api = api_router();
     let doc = openapi(&api);
@@ -186,6 +187,7 @@ pub fn service(state: Arc<AppState>) -> Service {
         .hoop(salvo::prelude::CatchPanic::new())
         .push(api)
         .push(pages::router())
+        .push(dashboard::router())
         .push(tracking::router())
         .push(doc.into_router("/openapi.json"))
         .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));

@@ -24,12 +24,15 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
+/// A contact page in the dashboard's look (its stylesheet, its security headers).
 fn page(res: &mut Response, status: StatusCode, title: &str, body: &str) {
+    super::dashboard::secure(res);
     res.status_code(status);
     res.render(Text::Html(format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width\">\
-         <title>{t}</title><style>body{{font-family:system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem}}\
-         button{{font-size:1rem;padding:.5rem 1rem}}</style></head><body><h1>{t}</h1>{body}</body></html>",
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <link rel=\"stylesheet\" href=\"/assets/app.css\"><link rel=\"icon\" href=\"/assets/favicon.svg\">\
+         <title>{t}</title></head><body class=\"public\"><main class=\"card narrow\"><h1>{t}</h1>{body}</main></body></html>",
         t = esc(title)
     )));
 }
@@ -66,7 +69,10 @@ async fn contact_of(st: &AppState, token: &str) -> Result<Option<Linked>, ApiErr
 }
 
 fn form(token: &str, action: &str, label: &str) -> String {
-    format!("<form method=\"post\" action=\"/{action}/{}\"><button type=\"submit\">{label}</button></form>", esc(token))
+    format!(
+        "<form method=\"post\" action=\"/{action}/{}\"><button type=\"submit\" class=\"primary\">{label}</button></form>",
+        esc(token)
+    )
 }
 
 async fn show(depot: &mut Depot, res: &mut Response, token: &str, action: &str) -> Result<(), ApiError> {

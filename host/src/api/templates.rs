@@ -14,7 +14,7 @@ use super::body::{Fields, Reply, json_object};
 use super::pagination::{OffsetPage, query_str, sort_and_dir};
 use super::state;
 use crate::api::errors::ApiError;
-use crate::domain::templating::Engine;
+use crate::domain::templating::{Engine, Mode};
 use crate::error::Error;
 use crate::infra::clock::rfc3339;
 use crate::services::templates;
@@ -109,9 +109,67 @@ pub fn router() -> Router {
         .hoop(ApiKeyAuth(KeyRule::SecretOnly))
         .get(list_templates)
         .post(create_template)
+        .push(Router::with_path("preview").post(preview_template))
         .push(Router::with_path("{id}/duplicate").post(duplicate_template))
         .push(Router::with_path("{id}/usage").get(template_usage))
         .push(Router::with_path("{id}").get(get_template).patch(patch_template).delete(delete_template))
+}
+
+/// A rendered preview: the subject as text, the body as the HTML an email would carry.
+#[derive(Serialize, ToSchema)]
+pub struct PreviewOut {
+    subject: String,
+    body: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PreviewBody {
+    /// the subject source (optional)
+    subject: Option<String>,
+    /// the body source
+    body: String,
+    /// the variables to render with, as a contact's data would give them
+    data: Option<Map<String, Value>>,
+}
+
+/// Largest preview answered: a body that renders to more is cut off with an error.
+const PREVIEW_MAX_BYTES: usize = 2 * 1024 * 1024;
+
+/// Renders a template with sample data, as sending would (docs/dashboard.md#template-preview). A syntax
+/// or render error is 422 on `subject` or `body`, its message naming the line and column.
+#[endpoint(
+    tags("templates"),
+    security(("bearer" = [])),
+    request_body = PreviewBody,
+    responses((status_code = 200, body = PreviewOut))
+)]
+pub async fn preview_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    boxed!({
+        let st = state(depot)?;
+        project(depot)?;
+        let body = json_object(req).await?;
+        let mut f = Fields::new(&body);
+        let subject = f.string("subject", false, 0, 998).unwrap_or_default();
+        let src = f.string("body", true, 1, 5 * 1024 * 1024).unwrap_or_default();
+        let vars = match body.get("data") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(Value::Object(m)) => Value::Object(m.clone()),
+            Some(other) => {
+                f.error("data", "invalid_type", "data must be an object");
+                other.clone()
+            }
+        };
+        f.finish()?;
+        let render = |field: &str, src: &str, mode: Mode| {
+            st.templates
+                .render(src, &vars, mode, PREVIEW_MAX_BYTES)
+                .map_err(|issue| Error::field(field, "invalid_template", &format!("{field}: {issue}"), Value::Null))
+        };
+        let subject = if subject.is_empty() { String::new() } else { render("subject", &subject, Mode::Text)? };
+        let body = render("body", &src, Mode::Html)?;
+        Reply::ok(&PreviewOut { subject, body })
+    })
 }
 
 /// Reads template fields over `base` (a new template, or the one being patched). `null` clears an
