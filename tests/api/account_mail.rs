@@ -8,7 +8,7 @@ use herald_host::infra::clock::ManualClock;
 use serde_json::json;
 
 use crate::harness::{Server, assert_envelope, join, signup, unverified_user};
-use crate::smtp_sink::{Received, SmtpSink};
+use crate::smtp_sink::{Received, SmtpSink, decoded, token_in};
 
 async fn env(config: impl FnOnce(&mut Config)) -> (Server, SmtpSink) {
     let sink = SmtpSink::start(0).await;
@@ -17,33 +17,6 @@ async fn env(config: impl FnOnce(&mut Config)) -> (Server, SmtpSink) {
     config(&mut c);
     let s = Server::start_with(c, Some(ManualClock::new(1_800_000_000_000))).await;
     (s, sink)
-}
-
-/// A quoted-printable body decoded (the mails are ASCII with lines longer than 76 characters).
-fn decoded(m: &Received) -> String {
-    let body = m.data.split_once("\r\n\r\n").map_or("", |(_, b)| b).replace("=\r\n", "");
-    let (mut out, mut rest) = (Vec::new(), body.as_bytes());
-    while let Some((&b, tail)) = rest.split_first() {
-        match (b, tail.get(..2).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())) {
-            (b'=', Some(v)) => {
-                out.push(v);
-                rest = &tail[2..];
-            }
-            _ => {
-                out.push(b);
-                rest = tail;
-            }
-        }
-    }
-    String::from_utf8(out).unwrap()
-}
-
-/// The token of the `/account/<page>` link in a mail.
-fn token_in(m: &Received, page: &str) -> String {
-    let text = decoded(m);
-    let marker = format!("/account/{page}?token=");
-    let at = text.find(&marker).unwrap_or_else(|| panic!("no {page} link in {text}")) + marker.len();
-    text[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect()
 }
 
 /// The system mails to `to`, oldest first, once there are `n` in all.

@@ -171,3 +171,30 @@ pub fn html_of(m: &Received) -> String {
     let parsed = mail_parser::MessageParser::default().parse(m.data.as_bytes()).unwrap();
     parsed.body_html(0).unwrap().to_string()
 }
+
+/// A quoted-printable body decoded (the mails are ASCII with lines longer than 76 characters).
+pub fn decoded(m: &Received) -> String {
+    let body = m.data.split_once("\r\n\r\n").map_or("", |(_, b)| b).replace("=\r\n", "");
+    let (mut out, mut rest) = (Vec::new(), body.as_bytes());
+    while let Some((&b, tail)) = rest.split_first() {
+        match (b, tail.get(..2).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())) {
+            (b'=', Some(v)) => {
+                out.push(v);
+                rest = &tail[2..];
+            }
+            _ => {
+                out.push(b);
+                rest = tail;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// The token of the `/account/<page>` link in a mail.
+pub fn token_in(m: &Received, page: &str) -> String {
+    let text = decoded(m);
+    let marker = format!("/account/{page}?token=");
+    let at = text.find(&marker).unwrap_or_else(|| panic!("no {page} link in {text}")) + marker.len();
+    text[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect()
+}
