@@ -453,3 +453,52 @@ async fn plugin_operators_run_in_host_batches_after_the_database_narrowed_the_se
     assert!(r.json["error"]["message"].as_str().unwrap().contains("groups[0].filters[0]"), "{}", r.json);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_condition_and_a_campaign_audience_are_counted_without_saving_anything() {
+    let s = Server::start().await;
+    let p = proj(&s, "count@x.test").await;
+    let c = &p.secret;
+    contact(c, "a@x.test", json!({ "plan": "pro" })).await;
+    contact(c, "b@x.test", json!({ "plan": "pro" })).await;
+    contact(c, "c@x.test", json!({ "plan": "free" })).await;
+    let r = c.post("/contacts", json!({ "email": "d@x.test", "subscribed": false, "data": { "plan": "pro" } })).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+
+    // A condition counts every contact it matches, subscribed or not.
+    let r = c.post("/segments/count", json!({ "condition": eq("data.plan", json!("pro")) })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    assert_eq!(r.json, json!({ "count": 3 }));
+    let r = c.post("/segments/count", json!({ "condition": { "logic": "AND", "groups": [] } })).await;
+    assert_eq!(r.json["count"], 4);
+    assert_eq!(c.get("/segments").await.json.as_array().unwrap().len(), 0, "nothing was saved");
+
+    // A campaign audience counts the subscribed contacts a send would reach.
+    let r = c.post("/campaigns/audience-count", json!({ "audienceType": "ALL" })).await;
+    assert_eq!(r.json, json!({ "count": 3 }), "{}", r.json);
+    let filtered = json!({ "audienceType": "FILTERED", "audienceCondition": eq("data.plan", json!("pro")) });
+    assert_eq!(c.post("/campaigns/audience-count", filtered).await.json["count"], 2);
+    let seg = segment(c, json!({ "name": "Pro", "condition": eq("data.plan", json!("pro")) })).await;
+    let r = c.post("/campaigns/audience-count", json!({ "audienceType": "SEGMENT", "segmentId": seg["id"] })).await;
+    assert_eq!(r.json["count"], 2, "{}", r.json);
+
+    // Bad input names what is wrong.
+    let r = c.post("/segments/count", json!({ "condition": 5 })).await;
+    assert_envelope(&r, 422, "VALIDATION_ERROR");
+    assert_eq!(r.json["error"]["errors"][0]["field"], "condition");
+    let bad = json!({ "condition": { "logic": "AND", "groups": [{ "filters": [{ "field": "data.plan", "operator": "like", "value": 1 }] }] } });
+    let r = c.post("/segments/count", bad).await;
+    assert_eq!(r.status, 400, "{}", r.json);
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("unknown operator"), "{}", r.json);
+    let r = c.post("/campaigns/audience-count", json!({ "audienceType": "FILTERED" })).await;
+    assert_eq!(r.json["error"]["errors"][0]["field"], "audienceCondition", "{}", r.json);
+    let r = c.post("/campaigns/audience-count", json!({ "audienceType": "SOME" })).await;
+    assert_eq!(r.json["error"]["errors"][0]["field"], "audienceType", "{}", r.json);
+
+    // Another project's segment is not found from here, and its contacts are not counted.
+    let q = proj(&s, "count-other@x.test").await;
+    let r =
+        q.secret.post("/campaigns/audience-count", json!({ "audienceType": "SEGMENT", "segmentId": seg["id"] })).await;
+    assert_eq!(r.status, 400, "{}", r.json);
+    assert_eq!(q.secret.post("/campaigns/audience-count", json!({ "audienceType": "ALL" })).await.json["count"], 0);
+}

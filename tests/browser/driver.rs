@@ -170,8 +170,10 @@ impl Browser {
         loop {
             let found = self.client.find_all(Locator::Css(scope)).await.unwrap_or_default();
             for el in found {
-                if el.text().await.unwrap_or_default().trim() == text && el.is_displayed().await.unwrap_or(false) {
-                    el.click().await.unwrap();
+                if el.text().await.unwrap_or_default().trim() == text
+                    && el.is_displayed().await.unwrap_or(false)
+                    && el.click().await.is_ok()
+                {
                     return;
                 }
             }
@@ -183,8 +185,19 @@ impl Browser {
         }
     }
 
+    /// Clicks the element matching `css`, once it is there and nothing covers it.
     pub async fn click(&self, css: &str) {
-        self.find(css).await.click().await.unwrap();
+        let started = Instant::now();
+        loop {
+            match self.find(css).await.click().await {
+                Ok(()) => return,
+                Err(_) if started.elapsed() < STEP => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => {
+                    self.shot("failure").await;
+                    panic!("cannot click {css} at {}: {e}", self.path().await)
+                }
+            }
+        }
     }
 
     /// Saves a screenshot as `<target>/screenshots/<name>.png`.

@@ -9,15 +9,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
 #[path = "../api/dns_server.rs"]
 mod dns_server;
-#[allow(dead_code)]
 #[path = "../api/harness.rs"]
 mod harness;
-#[allow(dead_code)]
 #[path = "../api/smtp_sink.rs"]
 mod smtp_sink;
 
+mod campaign;
 mod driver;
 mod journey;

@@ -10,6 +10,8 @@ import * as projectViews from './views/project.js';
 import * as domains from './views/domains.js';
 import * as contacts from './views/contacts.js';
 import * as templates from './views/templates.js';
+import * as segments from './views/segments.js';
+import * as campaigns from './views/campaigns.js';
 import * as activity from './views/activity.js';
 import * as settings from './views/settings.js';
 
@@ -34,6 +36,12 @@ const APP = [
   ['/app/templates', templates.list, 'templates'],
   ['/app/templates/new', templates.editor, 'templates'],
   ['/app/templates/:id', templates.editor, 'templates'],
+  ['/app/segments', segments.list, 'segments'],
+  ['/app/segments/new', segments.editor, 'segments'],
+  ['/app/segments/:id', segments.editor, 'segments'],
+  ['/app/campaigns', campaigns.list, 'campaigns'],
+  ['/app/campaigns/new', campaigns.editor, 'campaigns'],
+  ['/app/campaigns/:id', campaigns.editor, 'campaigns'],
   ['/app/events', activity.events, 'events'],
   ['/app/activity', activity.feed, 'activity'],
   ['/app/analytics', activity.analytics, 'analytics'],
@@ -45,6 +53,8 @@ const NAV = [
   ['overview', '/app', 'Overview'],
   ['contacts', '/app/contacts', 'Contacts'],
   ['templates', '/app/templates', 'Templates'],
+  ['segments', '/app/segments', 'Segments'],
+  ['campaigns', '/app/campaigns', 'Campaigns'],
   ['domains', '/app/domains', 'Domains'],
   ['events', '/app/events', 'Events'],
   ['activity', '/app/activity', 'Activity'],

@@ -157,11 +157,52 @@ pub fn router() -> Router {
         .hoop(ApiKeyAuth(KeyRule::SecretOnly))
         .get(list_segments)
         .post(create_segment)
+        .push(Router::with_path("count").post(count_condition))
         .push(Router::with_path("{id}/contacts").get(segment_contacts))
         .push(Router::with_path("{id}/members").post(add_members).delete(remove_members))
         .push(Router::with_path("{id}/compute").post(compute))
         .push(Router::with_path("{id}/refresh").post(refresh))
         .push(Router::with_path("{id}").get(get_segment).patch(patch_segment).delete(delete_segment))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CountOut {
+    count: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct CountBody {
+    /// a condition tree, as a dynamic segment's
+    condition: Value,
+}
+
+/// How many contacts a condition matches now, without saving it (the live count of a condition being
+/// built). 400 for a condition a segment could not have.
+#[endpoint(tags("segments"), security(("bearer" = [])), request_body = CountBody, responses((status_code = 200, body = CountOut)))]
+pub async fn count_condition(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    boxed!({
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let body = json_object(req).await?;
+        let condition = match body.get("condition") {
+            Some(v @ Value::Object(_)) => v.clone(),
+            None | Some(Value::Null) => {
+                return Err(Error::field("condition", "required", "condition is required", Value::Null).into());
+            }
+            Some(other) => {
+                return Err(Error::field(
+                    "condition",
+                    "invalid_type",
+                    "condition must be a condition tree",
+                    other.clone(),
+                )
+                .into());
+            }
+        };
+        let count = st.segments.count_condition(&ctx.project_id, &condition, st.clock.now_ms()).await?;
+        Reply::ok(&CountOut { count })
+    })
 }
 
 async fn load(st: &crate::state::AppState, project_id: &str, id: &str) -> Result<Segment, ApiError> {

@@ -95,8 +95,8 @@ export async function analytics({ main, query }) {
     h('section.panel', h('h2', 'Top campaigns'), table([
       ['Campaign', (c) => c.name],
       ['Sent', (c) => num(c.sent)],
-      ['Open rate', (c) => `${((c.openRate || 0) * 100).toFixed(1)}%`],
-      ['Click rate', (c) => `${((c.clickRate || 0) * 100).toFixed(1)}%`],
+      ['Open rate', (c) => `${(c.openRate || 0).toFixed(1)}%`],
+      ['Click rate', (c) => `${(c.clickRate || 0).toFixed(1)}%`],
     ], top.campaigns || [], 'No campaign sent yet.')),
     h('section.panel', h('h2', 'Top events'), table([
       ['Event', (e) => h('code', e.name)],

@@ -10,7 +10,7 @@ const STEPS = [
   ['hasTemplate', 'Create a template', '/app/templates/new'],
   ['hasContacts', 'Add or import contacts', '/app/contacts/import'],
   ['hasSentEmail', 'Send your first email', '/app/keys'],
-  ['hasCampaign', 'Create a campaign', null],
+  ['hasCampaign', 'Create a campaign', '/app/campaigns/new'],
   ['hasWorkflow', 'Build a workflow', null],
 ];
 

@@ -107,13 +107,13 @@ export async function page(ctx) {
 
   const security = section('Security', async () => {
     const s = await api.get(`/projects/${pid}/security`, { scoped: false });
-    const win = (label, w) => h('div.stat', h('div.label', label), h('div.value', `${((w?.bounceRate || 0) * 100).toFixed(2)}%`),
-      h('div.label', `bounces of ${num(w?.sent)} sent · complaints ${((w?.complaintRate || 0) * 100).toFixed(3)}%`));
+    const win = (label, w) => h('div.stat', h('div.label', label), h('div.value', `${(w?.bounceRate || 0).toFixed(2)}%`),
+      h('div.label', `bounces of ${num(w?.sent)} sent · complaints ${(w?.complaintRate || 0).toFixed(2)}%`));
     return [
       h('p', 'Status: ', badge(s.status)),
       s.suspensionReason ? h('p.notice.bad', { id: 'suspension-reason' }, s.suspensionReason) : null,
       h('div.grid', win('Last 7 days', s.last7Days), win('Last 30 days', s.last30Days)),
-      h('p.muted', `Suspended above ${((s.thresholds?.bounceRate || 0) * 100).toFixed(1)}% bounces or ${((s.thresholds?.complaintRate || 0) * 100).toFixed(2)}% complaints, after ${num(s.thresholds?.minimumSent)} emails.`),
+      h('p.muted', `Suspended above ${s.thresholds?.bounceRate ?? 0}% bounces or ${s.thresholds?.complaintRate ?? 0}% complaints, after ${num(s.thresholds?.minimumSent)} emails.`),
       (s.suspensions || []).length ? table([
         ['Suspended', (x) => when(x.suspendedAt)], ['Reason', (x) => x.reason], ['Lifted', (x) => when(x.liftedAt)],
       ], s.suspensions) : null,

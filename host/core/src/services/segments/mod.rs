@@ -267,6 +267,28 @@ impl Engine {
         self.count(&s.project, &c).await
     }
 
+    /// How many contacts a condition matches now, without saving anything: the live count a condition
+    /// builder shows. The condition is checked as a segment's would be (plugin operands included).
+    pub async fn count_condition(&self, project: &str, v: &Value, now: i64) -> Result<i64, SegmentError> {
+        let tree = self.check(project, v, None).await?;
+        let c = self.compile(project, &tree, now).await?;
+        self.count(project, &c).await
+    }
+
+    /// How many subscribed contacts a campaign audience reaches now (ALL, a segment's members, or a
+    /// condition), counted as a send would resolve it.
+    pub async fn audience_count(
+        &self,
+        project: &str,
+        audience_type: &str,
+        segment: Option<&str>,
+        condition: Option<&Value>,
+        now: i64,
+    ) -> Result<i64, SegmentError> {
+        let tree = crate::domain::campaigns::audience_tree(audience_type, segment, condition);
+        self.count_condition(project, &tree, now).await
+    }
+
     /// Recounts and stores `memberCount`: no events, no membership writes.
     pub async fn refresh(&self, s: &Segment, now: i64) -> Result<i64, SegmentError> {
         let n = self.live_count(s, now).await?;
