@@ -166,6 +166,13 @@ async fn a_misbehaving_step_fails_only_its_own_call_and_loopback_needs_the_opera
     let mut config = config_with(&[plugin_kit::WEBHOOK]);
     grant(&mut config, "webhook", PluginGrant { allow_private: true, ..Default::default() });
     let s = Server::start_with(config, None).await;
+    // The step type is listed with the config schema the plugin publishes, for a form to be built from.
+    let p = proj(&s, "schema@example.com").await;
+    let r = p.secret.get("/plugins").await;
+    let types = r.json["stepTypes"].as_array().unwrap();
+    let t = types.iter().find(|t| t["name"] == "WEBHOOK").unwrap_or_else(|| panic!("{}", r.json));
+    assert_eq!(t["configSchema"]["required"], json!(["url"]), "{t}");
+    assert_eq!(t["configSchema"]["properties"]["url"]["type"], "string", "{t}");
     let out = s.state.plugins.execute_step(&webhook).await.unwrap();
     let output: serde_json::Value = serde_json::from_str(out.output.as_deref().unwrap()).unwrap();
     assert_eq!(output["status"], 200, "{output}");

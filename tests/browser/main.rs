@@ -19,3 +19,4 @@ mod smtp_sink;
 mod campaign;
 mod driver;
 mod journey;
+mod workflow;

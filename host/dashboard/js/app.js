@@ -12,6 +12,7 @@ import * as contacts from './views/contacts.js';
 import * as templates from './views/templates.js';
 import * as segments from './views/segments.js';
 import * as campaigns from './views/campaigns.js';
+import * as workflows from './views/workflows.js';
 import * as activity from './views/activity.js';
 import * as settings from './views/settings.js';
 
@@ -42,6 +43,8 @@ const APP = [
   ['/app/campaigns', campaigns.list, 'campaigns'],
   ['/app/campaigns/new', campaigns.editor, 'campaigns'],
   ['/app/campaigns/:id', campaigns.editor, 'campaigns'],
+  ['/app/workflows', workflows.list, 'workflows'],
+  ['/app/workflows/:id', workflows.editor, 'workflows'],
   ['/app/events', activity.events, 'events'],
   ['/app/activity', activity.feed, 'activity'],
   ['/app/analytics', activity.analytics, 'analytics'],
@@ -55,6 +58,7 @@ const NAV = [
   ['templates', '/app/templates', 'Templates'],
   ['segments', '/app/segments', 'Segments'],
   ['campaigns', '/app/campaigns', 'Campaigns'],
+  ['workflows', '/app/workflows', 'Workflows'],
   ['domains', '/app/domains', 'Domains'],
   ['events', '/app/events', 'Events'],
   ['activity', '/app/activity', 'Activity'],

@@ -88,6 +88,7 @@ export function copyButton(text, label = 'Copy') {
 export function toast(text, tone = 'ok') {
   const box = document.getElementById('toasts');
   if (!box) return;
+  while (box.children.length >= 3) box.firstChild.remove();
   const t = h('div.toast', { class: `tone-${tone}`, role: tone === 'bad' ? 'alert' : 'status' }, text);
   box.append(t);
   setTimeout(() => t.remove(), tone === 'bad' ? 8000 : 4000);

@@ -45,6 +45,7 @@ static ASSETS: &[Asset] = assets![
     "js/views/segments.js" => "text/javascript; charset=utf-8",
     "js/views/settings.js" => "text/javascript; charset=utf-8",
     "js/views/templates.js" => "text/javascript; charset=utf-8",
+    "js/views/workflows.js" => "text/javascript; charset=utf-8",
 ];
 
 static SHELL: &[u8] = include_bytes!("../../dashboard/index.html");

@@ -36,10 +36,23 @@ pub struct PluginOut {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
+pub struct StepTypeOut {
+    name: String,
+    description: String,
+    /// the JSON Schema of the step's `config` the plugin publishes, when it publishes one
+    #[salvo(schema(value_type = Option<Object>))]
+    config_schema: Option<serde_json::Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
 pub struct PluginsOut {
     /// the ABI versions this server loads
     supported_abi: Vec<String>,
     plugins: Vec<PluginOut>,
+    /// the workflow step types plugins add, with the config schema each publishes
+    step_types: Vec<StepTypeOut>,
 }
 
 pub fn router() -> Router {
@@ -75,7 +88,20 @@ pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply,
                 failures: p.failures,
             })
             .collect();
+        // A schema that is not JSON is left out rather than passed on as a string (the compliance checks
+        // refuse such a plugin; one built without them still loads).
+        let step_types = st
+            .plugins
+            .step_types()
+            .into_iter()
+            .map(|t| StepTypeOut {
+                config_schema: t.config_schema.as_deref().and_then(|s| serde_json::from_str(s).ok()),
+                name: t.name,
+                description: t.description,
+            })
+            .collect();
         Reply::ok(&PluginsOut {
+            step_types,
             supported_abi: crate::plugins::SUPPORTED_ABI.iter().map(|s| s.to_string()).collect(),
             plugins,
         })

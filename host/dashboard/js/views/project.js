@@ -11,7 +11,7 @@ const STEPS = [
   ['hasContacts', 'Add or import contacts', '/app/contacts/import'],
   ['hasSentEmail', 'Send your first email', '/app/keys'],
   ['hasCampaign', 'Create a campaign', '/app/campaigns/new'],
-  ['hasWorkflow', 'Build a workflow', null],
+  ['hasWorkflow', 'Build a workflow', '/app/workflows'],
 ];
 
 export async function overview({ main, project }) {
