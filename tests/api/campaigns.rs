@@ -323,6 +323,16 @@ async fn an_immediate_send_reaches_every_subscribed_contact_once_then_completes_
     assert_eq!(s.json["pendingCount"], 0);
     assert_eq!(c.get(&format!("/campaigns/{id}")).await.json["openedCount"], 1);
     assert_eq!(c.get("/campaigns?status=SENT").await.json["total"], 1);
+    // Over time: the first open of one email, in the hour it happened (opening twice is one).
+    let t = c.get(&format!("/campaigns/{id}/timeseries")).await;
+    assert_eq!(t.status, 200, "{}", t.json);
+    assert_eq!(t.json["interval"], "hour");
+    let series = t.json["series"].as_array().unwrap();
+    let total = |k: &str| series.iter().map(|b| b[k].as_i64().unwrap()).sum::<i64>();
+    assert_eq!((total("opened"), total("clicked")), (1, 0), "{}", t.json);
+    assert_eq!(series.last().unwrap()["opened"], 1, "the open is in the current hour: {}", t.json);
+    let other = proj(&e.s, "timeseries-other@x.test").await;
+    assert_envelope(&other.secret.get(&format!("/campaigns/{id}/timeseries")).await, 404, "CAMPAIGN_NOT_FOUND");
     // The campaign's email events name it (for the activity feed, analytics and workflow conditions).
     for name in ["email.sent", "email.open"] {
         let evs = c.get(&format!("/events?name={name}&limit=100")).await.json["data"].clone();

@@ -1,6 +1,6 @@
 //! A marketer's hour, in the browser: build a segment in the condition builder and watch its live
 //! count, send a campaign to it behind a confirmation that names the count, to the loopback SMTP sink,
-//! and watch the stats move after a recipient opens it.
+//! and watch the stats and the chart of opens move after a recipient opens it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +103,10 @@ async fn marketer() {
     assert_eq!(reqwest::get(format!("{}{pixel}", s.base)).await.unwrap().status(), 200);
     b.wait_text("[data-stat=opened] .value", "1").await;
     b.wait_text("[data-stat=opened] .label", "12.5%").await;
+    b.wait_text("#campaign-chart [data-total=opened]", "opened: 1").await;
+    b.wait_text("#campaign-chart [data-total=clicked]", "clicked: 0").await;
+    let points = b.js("document.querySelector('#campaign-chart polyline[data-metric=opened]').getAttribute('points').split(' ').length").await;
+    assert!(points.as_i64().unwrap() >= 1, "the chart draws the series");
     b.shots("campaign-stats").await;
 
     b.click_text("nav a", "Campaigns").await;

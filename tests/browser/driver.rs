@@ -49,6 +49,11 @@ pub fn screenshot_dir() -> PathBuf {
 impl Browser {
     /// Starts chromedriver and a headless Chromium at 1440 x 900 speaking to `base`.
     pub async fn start(base: &str) -> Browser {
+        Self::start_with(base, &[]).await
+    }
+
+    /// As [`Browser::start`], with more Chromium flags (`--force-dark-mode`: the system asks for dark).
+    pub async fn start_with(base: &str, extra: &[&str]) -> Browser {
         let driver_bin = binary("HERALD_CHROMEDRIVER", &["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]);
         let chromium = binary("HERALD_CHROMIUM", &["/usr/lib/chromium/chromium", "/usr/bin/chromium"]);
         let port = free_port();
@@ -61,17 +66,30 @@ impl Browser {
             .spawn()
             .expect("start chromedriver");
         let profile = std::env::temp_dir().join(format!("herald-chromium-{}-{port}", std::process::id()));
+        let mut args: Vec<String> = [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            "--window-size=1440,900",
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect();
+        args.push(format!("--user-data-dir={}", profile.display()));
         let caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": chromium,
-                "args": [
-                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--disable-quic", "--no-first-run", "--no-default-browser-check",
-                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                    "--disable-extensions", "--window-size=1440,900",
-                    format!("--user-data-dir={}", profile.display()),
-                ],
+                "args": args,
             },
         });
         let caps = match caps {

@@ -19,4 +19,5 @@ mod smtp_sink;
 mod campaign;
 mod driver;
 mod journey;
+mod keyboard;
 mod workflow;

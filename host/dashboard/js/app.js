@@ -238,6 +238,8 @@ document.addEventListener('click', (e) => {
   if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || a.target) return;
   const url = new URL(a.href, location.href);
   if (url.origin !== location.origin || !/^\/(app|account)(\/|$)/.test(url.pathname)) return;
+  // A link to a place on this page (the skip link) is the browser's to follow.
+  if (url.hash && url.pathname === location.pathname && url.search === location.search) return;
   e.preventDefault();
   navigate(url.pathname + url.search);
 });

@@ -65,17 +65,7 @@ pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, A
         let to = time_param(req, "to")?.unwrap_or(st.clock.now_ms() + 1);
         let from = time_param(req, "from")?.unwrap_or(to - 30 * crate::domain::activity::DAY_MS);
         let buckets = analytics::timeseries(&st, &ctx.project_id, &metrics, interval, from, to).await?;
-        let series = buckets
-            .into_iter()
-            .map(|b| {
-                let mut m = Map::new();
-                m.insert("time".into(), rfc3339(b.start).into());
-                for (k, v) in b.values {
-                    m.insert(k.into(), v.into());
-                }
-                m
-            })
-            .collect();
+        let series = series_rows(buckets);
         Reply::ok(&SeriesOut {
             interval: interval.as_str().into(),
             from: rfc3339(from),
@@ -84,6 +74,21 @@ pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, A
             series,
         })
     })
+}
+
+/// Buckets as the series rows the API answers: `{time, <metric>: count, ...}`.
+pub(crate) fn series_rows(buckets: Vec<analytics::Bucket>) -> Vec<Map<String, Value>> {
+    buckets
+        .into_iter()
+        .map(|b| {
+            let mut m = Map::new();
+            m.insert("time".into(), rfc3339(b.start).into());
+            for (k, v) in b.values {
+                m.insert(k.into(), v.into());
+            }
+            m
+        })
+        .collect()
 }
 
 #[derive(Serialize, ToSchema)]

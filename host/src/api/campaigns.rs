@@ -209,6 +209,7 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}/cancel").post(cancel_campaign))
         .push(Router::with_path("{id}/test").post(test_campaign))
         .push(Router::with_path("{id}/stats").get(campaign_stats))
+        .push(Router::with_path("{id}/timeseries").get(campaign_timeseries))
         .push(Router::with_path("{id}").get(get_campaign).put(replace_campaign).delete(delete_campaign))
 }
 
@@ -260,6 +261,30 @@ pub async fn audience_count(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let count =
             st.segments.audience_count(&ctx.project_id, &audience, segment.as_deref(), condition.as_ref(), now).await?;
         Reply::ok(&AudienceCountOut { count })
+    })
+}
+
+/// A campaign's first opens and first clicks over time.
+#[derive(Serialize, ToSchema)]
+pub struct EngagementOut {
+    /// hour (the first 14 days after the send) or day
+    interval: String,
+    /// `{time, opened, clicked}` per bucket, zero-filled, oldest first, at most 366
+    #[salvo(schema(value_type = Vec<Object>))]
+    series: Vec<Map<String, Value>>,
+}
+
+/// The campaign's emails opened and clicked for the first time, per hour over its first 14 days and
+/// per day after that, from its send to now (docs/dashboard.md#campaign-results).
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = EngagementOut)))]
+pub async fn campaign_timeseries(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    boxed!({
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let c = load(&st, &ctx.project_id, &id.into_inner()).await?;
+        let (interval, buckets) =
+            crate::services::analytics::campaign_engagement(&st, &ctx.project_id, &c, st.clock.now_ms()).await?;
+        Reply::ok(&EngagementOut { interval: interval.as_str().into(), series: super::analytics::series_rows(buckets) })
     })
 }
 

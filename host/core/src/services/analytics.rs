@@ -102,6 +102,33 @@ pub async fn timeseries(
     Ok(out)
 }
 
+/// A campaign's first opens and first clicks over time: hourly buckets over its first 14 days, daily
+/// after that; from the bucket of its send (or of its first engagement, when earlier) to the one holding
+/// `now`, the last [`MAX_BUCKETS`] of them, zero-filled. Values `opened` and `clicked`.
+pub async fn campaign_engagement(
+    st: &Context,
+    project: &str,
+    campaign: &crate::store::campaigns::CampaignRow,
+    now: i64,
+) -> Result<(Interval, Vec<Bucket>), Error> {
+    let began = campaign.sent_at.unwrap_or(campaign.created_at);
+    let interval = if now - began <= 14 * DAY_MS { Interval::Hour } else { Interval::Day };
+    let size = interval.ms();
+    let rows = st.store.campaign_engagement(project, &campaign.id, size).await?;
+    let last = now.div_euclid(size);
+    let first = rows.first().map_or(began.div_euclid(size), |r| r.0.min(began.div_euclid(size)));
+    let first = first.max(last - MAX_BUCKETS + 1);
+    let mut out: Vec<Bucket> = (first..=last.max(first))
+        .map(|b| Bucket { start: b * size, values: vec![("opened", 0), ("clicked", 0)] })
+        .collect();
+    for (b, opened, clicked) in rows {
+        if let Some(x) = usize::try_from(b - first).ok().and_then(|i| out.get_mut(i)) {
+            x.values = vec![("opened", opened), ("clicked", clicked)];
+        }
+    }
+    Ok((interval, out))
+}
+
 /// One campaign's figures.
 #[derive(Debug, Clone, Default)]
 pub struct CampaignFigures {

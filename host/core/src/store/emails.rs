@@ -461,6 +461,36 @@ impl Store {
         Ok(rows.pop())
     }
 
+    /// First opens and first clicks of a campaign's emails, counted per bucket of `size` ms (bucket
+    /// number = time / size): `(bucket, opened, clicked)`, buckets without either left out.
+    pub async fn campaign_engagement(
+        &self,
+        project: &str,
+        campaign: &str,
+        size: i64,
+    ) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+        let mut r = self
+            .query(
+                "SELECT math::floor(opened_at / $size) AS b, count() AS n FROM email
+                    WHERE campaign = $c AND project = $p AND opened_at != NONE GROUP BY b;
+                 SELECT math::floor(clicked_at / $size) AS b, count() AS n FROM email
+                    WHERE campaign = $c AND project = $p AND clicked_at != NONE GROUP BY b;",
+                vars! { "p": project, "c": campaign, "size": size },
+            )
+            .await?;
+        let opens: Vec<Value> = r.all(0)?;
+        let clicks: Vec<Value> = r.all(1)?;
+        let mut by: std::collections::BTreeMap<i64, (i64, i64)> = std::collections::BTreeMap::new();
+        let num = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(0.0) as i64;
+        for o in &opens {
+            by.entry(num(o, "b")).or_default().0 += num(o, "n");
+        }
+        for c in &clicks {
+            by.entry(num(c, "b")).or_default().1 += num(c, "n");
+        }
+        Ok(by.into_iter().map(|(b, (o, c))| (b, o, c)).collect())
+    }
+
     /// Records an open or a click: the first time, the counter, and the status moved up to `status` when
     /// it is one of `below` (the statuses ranked lower). Returns the contact and the email's campaign, or
     /// None for an unknown email.

@@ -29,7 +29,11 @@ export function lineChart(series, metrics, title) {
     ...metrics.map((m) => svg('polyline', {
       fill: 'none', stroke: COLOURS[m] || '#868e96', 'stroke-width': 2, 'data-metric': m,
       points: series.map((r, i) => `${x(i).toFixed(1)},${y(r[m]).toFixed(1)}`).join(' '),
-    })));
+    })),
+    // Dots for short series, so one bucket (a campaign's first hour) still shows.
+    ...(series.length <= 48 ? metrics.flatMap((m) => series.map((r, i) => svg('circle', {
+      cx: x(i).toFixed(1), cy: y(r[m]).toFixed(1), r: 3.5, fill: COLOURS[m] || '#868e96',
+    }))) : []));
   const totals = Object.fromEntries(metrics.map((m) => [m, series.reduce((n, r) => n + (r[m] || 0), 0)]));
   return h('figure.panel', h('figcaption', h('strong', title)),
     h('div.row', metrics.map((m) => h('span.badge', { style: `color:${COLOURS[m] || 'inherit'}`, 'data-total': m }, `${m}: ${num(totals[m])}`))),

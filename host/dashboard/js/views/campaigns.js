@@ -6,6 +6,7 @@
 import { h, fill, field, badge, confirmDialog, table, toast, when, num, progress, showError } from '../dom.js';
 import * as api from '../api.js';
 import { conditionBuilder, liveCount, loadVocabulary, emptyTree } from '../conditions.js';
+import { lineChart } from './activity.js';
 
 const enc = encodeURIComponent;
 const EDITABLE = new Set(['DRAFT', 'SCHEDULED']);
@@ -106,9 +107,14 @@ export async function editor(ctx) {
   const parts = [h('div.head', h('h1', id ? c.name : 'New campaign'), id ? badge(c.status) : null)];
   if (id) {
     const statsBox = h('div', { id: 'campaign-stats' });
+    const chartBox = h('div', { id: 'campaign-chart' });
     const refresh = async () => {
-      const s = await api.get(`/campaigns/${enc(id)}/stats`);
+      const [s, t] = await Promise.all([
+        api.get(`/campaigns/${enc(id)}/stats`),
+        c.status === 'DRAFT' ? null : api.get(`/campaigns/${enc(id)}/timeseries`).catch(() => null),
+      ]);
       stats(statsBox, s);
+      if (t) fill(chartBox, lineChart(t.series || [], ['opened', 'clicked'], `Opened and clicked, per ${t.interval}`));
       return s;
     };
     const actions = h('div.row', { id: 'campaign-actions' });
@@ -147,7 +153,7 @@ export async function editor(ctx) {
       actions.append(cancel);
     }
     if (c.scheduledFor) actions.append(h('span.muted', `Scheduled for ${when(c.scheduledFor)}`));
-    parts.push(actions, h('section.panel', h('h2', 'Results'), statsBox));
+    parts.push(actions, h('section.panel', h('h2', 'Results'), statsBox), chartBox);
     await refresh();
     let last = c.status;
     every(2000, async () => {
