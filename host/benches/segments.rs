@@ -1,11 +1,8 @@
 //! Benchmark of segments (segments issue). Prints numbers; asserts nothing.
 //!
 //! 1. Opens a fresh embedded database on disk (SurrealKV in a temp dir) in-process and seeds CONTACTS
-//!    contacts of one project straight through the store (batched `INSERT`s, one transaction per batch,
-//!    WRITERS concurrent writers), with varied data: `plan` (free 50%, starter 25%, pro 20%, enterprise
-//!    5%), `score` (0-999), `country` (12 values), `signup` (an ISO 8601 date), `beta` (bool) and `rank`
-//!    (the contact's number). Events: 40% of the contacts have a `purchase` (a third of those within
-//!    the last 30 days, some with two), 30% a `login`.
+//!    contacts of one project straight through the store with varied data and events
+//!    (`common/seed.rs`: batched `INSERT`s, one transaction per batch, WRITERS concurrent writers).
 //! 2. Through the segment engine (`herald_host::services::segments::Engine`, what the API calls), on a DYNAMIC
 //!    segment `plan = pro AND score > 500 AND purchase within 30 days`: counts it (cold, then warm),
 //!    pages its first 100 members (the page query alone, and the contacts endpoint's work: page + total).
@@ -29,10 +26,9 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use herald_host::infra::clock::{SystemClock, rfc3339, wall_now_ms};
+use herald_host::infra::clock::{SystemClock, wall_now_ms};
 use herald_host::plugins::{Options, PluginHost};
 use herald_host::services::segments::Engine;
 use herald_host::store::Store;
@@ -42,22 +38,7 @@ use serde_json::{Value, json};
 mod common;
 use common::env_or;
 
-const DAY: i64 = 86_400_000;
 const PROJECT: &str = "bench";
-
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Peak resident memory (VmHWM) of this process, in MB.
 fn peak_mb() -> f64 {
@@ -66,86 +47,6 @@ fn peak_mb() -> f64 {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
-}
-
-/// The contact and event rows of contacts `from..to`.
-fn rows(from: u64, to: u64, now: i64) -> (Vec<Value>, Vec<Value>) {
-    const COUNTRIES: [&str; 12] = ["FR", "DE", "US", "GB", "ES", "IT", "NL", "BR", "IN", "JP", "CA", "PL"];
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (from + 1));
-    let mut contacts = Vec::with_capacity((to - from) as usize);
-    let mut events = Vec::new();
-    for i in from..to {
-        let id = uuid::Uuid::now_v7().to_string();
-        let plan = match rng.below(20) {
-            0..10 => "free",
-            10..15 => "starter",
-            15..19 => "pro",
-            _ => "enterprise",
-        };
-        let created = now - 1 - rng.below(730) as i64 * DAY - rng.below(DAY as u64) as i64;
-        let updated = created + rng.below((now - created) as u64 + 1) as i64;
-        contacts.push(json!({
-            "id": id, "project": PROJECT, "email": format!("user{i}@bench.example"), "subscribed": rng.below(10) != 0,
-            "data": {
-                "plan": plan, "score": rng.below(1000), "country": COUNTRIES[rng.below(12) as usize],
-                "signup": rfc3339(created), "beta": rng.below(4) == 0, "rank": i,
-            },
-            "version": 1, "created_at": created, "updated_at": updated,
-        }));
-        let mut event = |name: &str, at: i64| {
-            events.push(json!({
-                "id": uuid::Uuid::now_v7().to_string(), "project": PROJECT, "contact": id, "name": name,
-                "data": {}, "source": "api", "created_at": at,
-            }));
-        };
-        // 40% purchased: a third of them within 30 days; one in four of those twice.
-        if rng.below(10) < 4 {
-            let recent = rng.below(3) == 0;
-            let age = if recent { rng.below(30 * DAY as u64 - 1) as i64 } else { (31 + rng.below(700) as i64) * DAY };
-            event("purchase", now - age);
-            if rng.below(4) == 0 {
-                event("purchase", now - age - rng.below(60) as i64 * DAY);
-            }
-        }
-        if rng.below(10) < 3 {
-            event("login", now - rng.below(90) as i64 * DAY);
-        }
-    }
-    (contacts, events)
-}
-
-async fn seed(store: &Store, total: u64, writers: u64, batch: u64, now: i64) -> u64 {
-    let next = Arc::new(AtomicU64::new(0));
-    let events = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for _ in 0..writers {
-        let (store, next, events) = (store.clone(), next.clone(), events.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let from = next.fetch_add(batch, Ordering::Relaxed);
-                if from >= total {
-                    return;
-                }
-                let to = (from + batch).min(total);
-                let (c, e) = rows(from, to, now);
-                events.fetch_add(e.len() as u64, Ordering::Relaxed);
-                store
-                    .query(
-                        "BEGIN; INSERT INTO contact $c RETURN NONE; INSERT INTO event $e RETURN NONE; COMMIT;",
-                        json!({ "c": c, "e": e }),
-                    )
-                    .await
-                    .expect("seed insert");
-                if to % 100_000 < batch {
-                    eprintln!("  seeded {to} contacts");
-                }
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    events.load(Ordering::Relaxed)
 }
 
 fn filter(field: &str, op: &str, value: Value, unit: Option<&str>) -> Value {
@@ -185,7 +86,7 @@ async fn main() {
 
     println!("segments benchmark: {total} contacts, tracked segment of {tracked}, SurrealKV on disk");
     let t = Instant::now();
-    let events = seed(&store, total, writers, batch, now).await;
+    let events = common::seed::seed(&store, PROJECT, total, writers, batch, now).await;
     let secs = t.elapsed().as_secs_f64();
     println!(
         "  seeding:     {total} contacts + {events} events in {secs:.1} s: {:.0} contacts/s ({:.0} rows/s; {writers} writers x {batch} contacts per transaction)",

@@ -111,3 +111,4 @@ pub fn build_plugins() -> std::path::PathBuf {
     assert!(status.map(|s| s.success()).unwrap_or(false), "cargo plugins failed");
     target.join("wasm32-wasip2").join("release")
 }
+pub mod seed;

@@ -3,6 +3,14 @@
 
 let currentProject = null;
 
+// How many requests are in flight, kept on <html data-pending> so that a page can be seen to have
+// settled (the dashboard bench waits for 0).
+let inFlight = 0;
+function pending(delta) {
+  inFlight += delta;
+  document.documentElement.dataset.pending = String(inFlight);
+}
+
 export function setProject(id) { currentProject = id; }
 export function project() { return currentProject; }
 
@@ -27,8 +35,15 @@ export async function api(method, path, body, { scoped = true } = {}) {
     headers['Content-Type'] = 'application/json';
     payload = JSON.stringify(body);
   }
-  const res = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
-  const text = await res.text();
+  pending(1);
+  let res;
+  let text;
+  try {
+    res = await fetch(path, { method, headers, body: payload, credentials: 'same-origin' });
+    text = await res.text();
+  } finally {
+    pending(-1);
+  }
   let json = null;
   try { json = text ? JSON.parse(text) : null; } catch { json = null; }
   if (!res.ok) {

@@ -107,5 +107,13 @@ export async function editor(ctx) {
   }
   current = conditionBuilder(builderBox, s.condition, vocab, update);
   showType();
-  if (typeSel.value === 'DYNAMIC') update(current());
+  // A saved segment shows the count the server keeps (recounted every few minutes and on each change):
+  // counting a large project again on every visit would make the page as slow as the count. Edits
+  // count live.
+  if (typeSel.value === 'DYNAMIC') {
+    if (id) {
+      count.textContent = `${num(s.memberCount)} contact${s.memberCount === 1 ? '' : 's'}`;
+      count.dataset.count = String(s.memberCount);
+    } else update(current());
+  }
 }
