@@ -32,6 +32,7 @@ mod quotas;
 mod segments;
 mod send;
 mod smtp_sink;
+mod suppressions;
 mod suspension;
 mod templates;
 mod tracking;

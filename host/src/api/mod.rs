@@ -40,6 +40,7 @@ pub mod project_state;
 pub mod segments;
 pub mod send;
 pub mod serve;
+pub mod suppressions;
 pub mod system;
 pub mod templates;
 pub mod tracking;
@@ -163,6 +164,7 @@ pub fn api_router() -> Router {
         .push(segments::router())
         .push(workflows::router())
         .push(send::router())
+        .push(suppressions::router())
         .push(notifications::router())
         .push(plugins::router())
         .push(uploads::router())

@@ -79,6 +79,10 @@ pub struct SentEmail {
     contact: SentContact,
     /// id of the email record
     email: String,
+    /// present when the recipient is on the project's suppression list: why the email is recorded
+    /// SUPPRESSED and not sent
+    #[serde(skip_serializing_if = "Option::is_none")]
+    suppressed: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -396,6 +400,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 .map(|a| SentEmail {
                     contact: SentContact { id: a.contact_id, email: a.contact_email },
                     email: a.email,
+                    suppressed: a.suppressed,
                 })
                 .collect();
             Reply::ok(&SendOut { success: true, data: SendData { emails: out, timestamp: rfc3339(now) } })

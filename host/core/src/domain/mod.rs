@@ -11,6 +11,7 @@ pub mod domains;
 pub mod images;
 pub mod import;
 pub mod status;
+pub mod suppressions;
 pub mod templating;
 pub mod text;
 pub mod tracking;

@@ -61,6 +61,8 @@ status! {
         Failed = "FAILED",
         /// Its campaign was cancelled before it was handed over.
         Cancelled = "CANCELLED",
+        /// Not sent: its recipient is on the project's suppression list (docs/behaviour.md#suppressions).
+        Suppressed = "SUPPRESSED",
     }
 }
 
@@ -157,7 +159,7 @@ impl ExecutionStatus {
 
 impl EmailStatus {
     /// Rank in the order a status may only move up: PENDING/SENDING < SENT/UNCERTAIN < DELIVERED <
-    /// OPENED < CLICKED < BOUNCED < COMPLAINED. FAILED and CANCELLED are final and have no rank.
+    /// OPENED < CLICKED < BOUNCED < COMPLAINED. FAILED, CANCELLED and SUPPRESSED are final and have no rank.
     /// UNCERTAIN ranks with SENT: a later notification, open or click shows the message did go.
     pub const fn rank(self) -> Option<u8> {
         Some(match self {
@@ -168,7 +170,7 @@ impl EmailStatus {
             EmailStatus::Clicked => 4,
             EmailStatus::Bounced => 5,
             EmailStatus::Complained => 6,
-            EmailStatus::Failed | EmailStatus::Cancelled => return None,
+            EmailStatus::Failed | EmailStatus::Cancelled | EmailStatus::Suppressed => return None,
         })
     }
 }

@@ -57,6 +57,9 @@ pub struct SendRequest {
     pub request_vars: Vec<(String, Value)>,
     /// Priority of the delivery jobs.
     pub priority: i64,
+    /// The recipients on the project's suppression list, each with the error its email record carries:
+    /// their emails are written SUPPRESSED, without a delivery job (docs/behaviour.md#suppressions).
+    pub suppressed: HashMap<String, String>,
 }
 
 impl SendRequest {
@@ -97,6 +100,17 @@ pub struct Accepted {
     pub contact_id: String,
     pub contact_email: String,
     pub email: String,
+    /// Why the email is not sent: its recipient is on the suppression list.
+    pub suppressed: Option<String>,
+}
+
+/// Marks a composed email of a suppressed recipient: SUPPRESSED with the entry in its error, so the
+/// store writes no delivery job for it.
+fn suppress(req: &SendRequest, email: &str, row: &mut EmailRow) -> Option<String> {
+    let why = req.suppressed.get(email)?;
+    row.status = crate::domain::status::EmailStatus::Suppressed;
+    row.error = Some(why.clone());
+    Some(why.clone())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -175,11 +189,13 @@ pub async fn accept_one(
             for (contact, email, name) in &recipients {
                 let id = uuid::Uuid::now_v7().to_string();
                 let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
-                let row = composer
+                let mut row = composer
                     .compose_within(&message, &r, &id, now, &mut budget)
                     .map_err(|i| AcceptError::Render(i.to_string()))?;
+                let suppressed = suppress(&owned, email, &mut row);
                 rows.push(row);
-                out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
+                let (contact_id, contact_email) = (contact.id.clone(), contact.email.clone());
+                out.push(Accepted { contact_id, contact_email, email: id, suppressed });
             }
             Ok((rows, out))
         })
@@ -302,14 +318,19 @@ async fn grouped(
                 let Some(contact) = touched.get(email) else { continue };
                 let id = uuid::Uuid::now_v7().to_string();
                 let r = Recipient { contact_id: &contact.id, email, name: name.as_deref(), data: &contact.data };
-                match composer.compose_within(&message, &r, &id, now, &mut budget) {
-                    Ok(row) => own_rows.push((req.priority, row)),
+                let suppressed = match composer.compose_within(&message, &r, &id, now, &mut budget) {
+                    Ok(mut row) => {
+                        let suppressed = suppress(req, email, &mut row);
+                        own_rows.push((req.priority, row));
+                        suppressed
+                    }
                     Err(issue) => {
                         failed = Some(AcceptError::Render(issue.to_string()));
                         break;
                     }
-                }
-                out.push(Accepted { contact_id: contact.id.clone(), contact_email: contact.email.clone(), email: id });
+                };
+                let (contact_id, contact_email) = (contact.id.clone(), contact.email.clone());
+                out.push(Accepted { contact_id, contact_email, email: id, suppressed });
             }
             match failed {
                 Some(e) => results.push(Err(e)),
@@ -350,7 +371,8 @@ async fn within_limit(
         .iter()
         .map(|r| {
             let limit = limit?;
-            let n = r.recipients.len();
+            // Suppressed recipients' emails are not sent, so they take no room.
+            let n = r.recipients.iter().filter(|(e, _)| !r.suppressed.contains_key(e)).count();
             if n <= left {
                 left -= n;
                 None

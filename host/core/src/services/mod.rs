@@ -30,6 +30,7 @@ pub mod roles;
 pub mod segments;
 pub mod send;
 pub mod sending_domains;
+pub mod suppressions;
 pub mod suspension;
 pub mod system;
 pub mod system_mail;

@@ -7,6 +7,7 @@
 use serde_json::Map;
 
 use crate::domain::status::EmailStatus;
+use crate::domain::suppressions::Reason;
 use crate::domain::tracking::below;
 use crate::infra::clock::SharedClock;
 use crate::plugins::{Notification, NotificationKind};
@@ -23,8 +24,8 @@ pub async fn first_receipt(store: &Store, key: &str, until_ms: i64, now: i64) ->
 
 /// Applies one notification: the email's status only moves up (DELIVERED, BOUNCED for a permanent bounce,
 /// COMPLAINED), the matching `email.*` event is recorded, and a hard bounce or a complaint unsubscribes
-/// the contact. The email is found by its Message-ID, else by the provider's message id. Returns the
-/// email's id, or None when no email matches.
+/// the contact and puts its address on the suppression list. The email is found by its Message-ID, else
+/// by the provider's message id. Returns the email's id, or None when no email matches.
 pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Result<Option<String>, StoreError> {
     let found = match (&n.message_id, &n.provider_message_id) {
         (Some(m), _) if !m.trim().is_empty() => {
@@ -69,6 +70,13 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
         .await?;
     if unsubscribe {
         set_subscribed(store, clock, &project, &contact, false).await?;
+        // The address goes on the suppression list: no email of the project reaches it again.
+        if let Some(row) = store.email(&project, &id).await? {
+            let reason = if n.kind == NotificationKind::Complaint { Reason::Complaint } else { Reason::Bounce };
+            let detail = n.reason.as_deref();
+            crate::services::suppressions::after_refusal(store, &project, &row.recipient, reason, detail, &id, now)
+                .await;
+        }
     }
     Ok(Some(id))
 }

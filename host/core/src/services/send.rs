@@ -1,7 +1,7 @@
 //! A transactional send (docs/behaviour.md#sending): the one entry point every front end calls with a
 //! parsed [`SendCommand`]. It holds all of a send's rules: the template and its checks, the sender and
 //! its domain, marketing mail only to subscribed contacts, the contacts quota, suspension, the monthly
-//! limit, then the recipients' contacts, emails and delivery jobs written before it returns
+//! limit, the suppression list, then the recipients' contacts, emails and delivery jobs written before it returns
 //! ([`crate::services::accept`]).
 //!
 //! Must not import: salvo, surrealdb.
@@ -118,8 +118,11 @@ pub async fn send(
     crate::services::quotas::room_for_contacts(&st.store, &st.quotas, project, &emails, now).await?;
     // A suspended project sends nothing.
     crate::services::suspension::ensure_active(&st.store, project).await?;
+    // Recipients on the suppression list get an email record that says so, and nothing is sent to them.
+    let suppressed = crate::services::suppressions::among(&st.store, project, &emails).await?;
     // The monthly transactional limit, before anything is written (the write checks it again).
-    crate::services::billing::check(&st.store, project, Category::Transactional, cmd.recipients.len(), now).await?;
+    let sending = emails.iter().filter(|e| !suppressed.contains_key(*e)).count();
+    crate::services::billing::check(&st.store, project, Category::Transactional, sending, now).await?;
     let tracking_mode = settings.as_ref().and_then(|p| p.tracking.clone());
     let request = SendRequest {
         project: cmd.project.clone(),
@@ -138,6 +141,7 @@ pub async fn send(
         template: template.as_ref().map(|t| t.id.clone()),
         headers: cmd.headers,
         attachments: serde_json::to_string(&cmd.attachments).unwrap_or_else(|_| "[]".into()).into(),
+        suppressed,
     };
     let accepted = accepter.submit(request).await.map_err(|e| match e {
         AcceptError::Render(issue) => Error::Invalid(format!("cannot render the template: {issue}")),

@@ -378,8 +378,8 @@ impl Store {
     /// Deletes up to `batch` rows of a deleted project's data in one transaction, table by table (the
     /// emails with their bodies, segment memberships, events, campaign milestones, contact jobs, contacts,
     /// campaigns with their batch markers, workflows and their contacts' hourly budgets, segments,
-    /// templates, idempotency keys, upload rows, analytics counters, suspensions), and gives its queued
-    /// jobs up. A `reset` keeps the hourly counters and
+    /// templates, idempotency keys, upload rows, analytics counters, suspensions, the suppression list),
+    /// and gives its queued jobs up. A `reset` keeps the hourly counters, the suppression list and
     /// the suspensions, which the suspension check reads (docs/behaviour.md#project-setup-and-security).
     /// Returns how many rows it deleted: 0 when nothing is left.
     pub async fn purge_project_batch(
@@ -425,10 +425,12 @@ impl Store {
              UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,
                 updated_at = $now RETURN NONE;",
         ];
-        // What the suspension check reads: kept by a reset, so it does not wipe a sender's record.
+        // The sending record (what the suspension check reads, and the suppression list): kept by a reset,
+        // so it does not wipe a sender's record.
         const RECORD: &[&str] = &[
             "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM suspension WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            super::suppressions::PURGE_SUPPRESSIONS,
         ];
         let needle = format!("\"project\":{}", Value::String(project.to_string()));
         let record: &[&str] = if reset { &[] } else { RECORD };

@@ -45,6 +45,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0035_billing_hardening.surql", include_str!("../../../../migrations/0035_billing_hardening.surql")),
     ("0036_workflow_loops.surql", include_str!("../../../../migrations/0036_workflow_loops.surql")),
     ("0037_uploads.surql", include_str!("../../../../migrations/0037_uploads.surql")),
+    ("0038_suppressions.surql", include_str!("../../../../migrations/0038_suppressions.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -29,6 +29,7 @@ pub mod migrate;
 pub mod project_state;
 pub mod quotas;
 pub mod segments;
+pub mod suppressions;
 pub mod suspensions;
 pub mod templates;
 pub mod uploads;

@@ -461,6 +461,8 @@ impl Campaigns {
         .map_err(|e| CampaignError::Store(StoreError::Db(e)))?;
         let batch_id = format!("{}-{}-{}", c.id, c.run, p.index);
         let mut rows = rows;
+        // Recipients on the suppression list are recorded SUPPRESSED, not delivered.
+        crate::services::suppressions::mark(&self.store, &c.project, &mut rows).await?;
         // The limit is checked again where the batch is written: when another writer counted first, the
         // room is read again and the emails past it recorded as not sent (a few rounds at most, then
         // the job is tried again).

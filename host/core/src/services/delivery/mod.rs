@@ -99,8 +99,9 @@ pub const DELIVER_BATCH: usize = 16;
 enum Done {
     /// Handed over and accepted, or decided without a hand-over (cancelled, uncertain, failed).
     Settled,
-    /// Refused permanently: its contact is unsubscribed once the batch is recorded.
-    Bounced,
+    /// Refused permanently (the peer's reply): its contact is unsubscribed and its address suppressed
+    /// once the batch is recorded.
+    Bounced(String),
 }
 
 /// Why a campaign email found SENDING when its job runs again is not sent again.
@@ -276,7 +277,7 @@ impl Delivery {
                     (Some(e), Ok(raw)) => {
                         let gate = e.campaign.as_ref().and_then(|c| gates.get(c));
                         match self.deliver_one(store, clock, e, raw, last, gate).await {
-                            Ok(Done::Bounced) => Ok(Some(*e)),
+                            Ok(Done::Bounced(why)) => Ok(Some((*e, why))),
                             Ok(Done::Settled) => Ok(None),
                             Err(msg) => Err(msg),
                         }
@@ -297,13 +298,26 @@ impl Delivery {
                 Err(msg) => results[*job] = Err(msg),
             }
         }
-        // A permanent bounce unsubscribes the contact, with its event when it really flips.
-        for e in bounced {
+        // A permanent bounce unsubscribes the contact, with its event when it really flips, and suppresses
+        // its address.
+        for (e, why) in bounced {
             if let Err(err) =
                 crate::services::ingest::set_subscribed(&store, &clock, &e.project, &e.contact, false).await
             {
                 tracing::warn!(email = %e.id, error = %err, "cannot unsubscribe a bounced contact");
             }
+            let now = clock.now_ms();
+            let reason = crate::domain::suppressions::Reason::Bounce;
+            crate::services::suppressions::after_refusal(
+                &store,
+                &e.project,
+                &e.recipient,
+                reason,
+                Some(&why),
+                &e.id,
+                now,
+            )
+            .await;
         }
         results
     }
@@ -417,7 +431,7 @@ impl Delivery {
             }
             Err(SendError::Permanent(msg)) => {
                 let events = vec![event(e, "email.bounce", Some(&msg), now)];
-                (Some(outcome(e, EmailStatus::Bounced, Some(msg), None)), events, Done::Bounced, None)
+                (Some(outcome(e, EmailStatus::Bounced, Some(msg.clone()), None)), events, Done::Bounced(msg), None)
             }
             Err(SendError::Uncertain(msg)) if campaign => {
                 let why = format!("{INTERRUPTED} ({msg})");

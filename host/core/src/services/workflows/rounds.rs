@@ -395,6 +395,13 @@ impl Engine {
         }
         let mut woke = false;
         for (project, idx) in by_project {
+            // Recipients on the suppression list: their emails are recorded SUPPRESSED, not delivered.
+            if let Err(e) = self.suppress(&project, &idx, &mut runs).await {
+                for i in idx {
+                    out[i].1 = Err(e.to_string());
+                }
+                continue;
+            }
             let (new, old): (Vec<usize>, Vec<usize>) = idx.iter().partition(|i| runs[**i].from.is_none());
             let s: Vec<Start> = new
                 .iter()
@@ -433,6 +440,32 @@ impl Engine {
             self.wake(runs.iter().flat_map(|r| r.fx.kinds_due(now)));
         }
         out
+    }
+
+    /// Marks the emails of these runs whose recipient is on the project's suppression list (one read for
+    /// all of them; none when they send nothing).
+    async fn suppress(&self, project: &str, idx: &[usize], runs: &mut [Run]) -> Result<(), StoreError> {
+        use crate::domain::status::EmailStatus;
+        let pending = |m: &&mut crate::store::workflow_runs::NewEmail| m.row.status == EmailStatus::Pending;
+        let addresses: Vec<String> = idx
+            .iter()
+            .flat_map(|i| runs[*i].fx.emails.iter())
+            .filter(|m| m.row.status == EmailStatus::Pending)
+            .map(|m| m.row.recipient.clone())
+            .collect();
+        if addresses.is_empty() {
+            return Ok(());
+        }
+        let found = crate::services::suppressions::among(&self.store, project, &addresses).await?;
+        for i in idx {
+            for m in runs[*i].fx.emails.iter_mut().filter(pending) {
+                if let Some(why) = found.get(&m.row.recipient) {
+                    m.row.status = EmailStatus::Suppressed;
+                    m.row.error = Some(why.clone());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The batch's results, except that a job failing on its last attempt fails its execution instead of
