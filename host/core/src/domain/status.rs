@@ -198,7 +198,7 @@ mod tests {
         check(ContactJobState::ALL, ContactJobState::as_str, ContactJobState::parse);
         check(ExecutionStatus::ALL, ExecutionStatus::as_str, ExecutionStatus::parse);
         check(StepRunStatus::ALL, StepRunStatus::as_str, StepRunStatus::parse);
-        assert_eq!(EmailStatus::ALL.len(), 11);
+        assert_eq!(EmailStatus::ALL.len(), 12);
         assert_eq!(EmailStatus::parse("sent"), None, "one form only");
         let back: CampaignStatus = serde_json::from_str("\"SCHEDULED\"").unwrap();
         assert_eq!(back, CampaignStatus::Scheduled);
