@@ -17,6 +17,7 @@ mod harness;
 mod smtp_sink;
 
 mod campaign;
+mod chores;
 mod driver;
 mod journey;
 mod keyboard;
