@@ -37,6 +37,7 @@ mod suspension;
 mod templates;
 mod tracking;
 mod uploads;
+mod webhooks;
 mod workflow_batches;
 mod workflow_durability;
 mod workflow_kit;

@@ -185,6 +185,10 @@ pub struct Settings {
     /// DKIM-sign outgoing mail from verified domains (turn off only when an MTA downstream signs) [default: true]
     #[arg(long, env = "HERALD_DKIM_SIGNING")]
     pub dkim_signing: Option<bool>,
+    /// Let outbound webhooks call private, loopback and link-local addresses (docs/behaviour.md#webhooks)
+    /// [default: false]
+    #[arg(long, env = "HERALD_WEBHOOKS_ALLOW_PRIVATE")]
+    pub webhooks_allow_private: Option<bool>,
     /// Messages per second per project handed to the transport; 0 turns the throttle off [default: 100]
     #[arg(long, env = "HERALD_SEND_RATE_PER_SECOND")]
     pub send_rate_per_second: Option<u32>,
@@ -282,6 +286,8 @@ pub struct Config {
     pub smtp_url: Option<String>,
     pub send_rate_per_second: u32,
     pub dkim_signing: bool,
+    /// Outbound webhooks may call private, loopback and link-local addresses.
+    pub webhooks_allow_private: bool,
     pub mail_dir: PathBuf,
     pub uploads_dir: PathBuf,
     pub upload_max_bytes: usize,
@@ -443,6 +449,7 @@ impl Settings {
             smtp_url: self.smtp_url.or(other.smtp_url),
             send_rate_per_second: self.send_rate_per_second.or(other.send_rate_per_second),
             dkim_signing: self.dkim_signing.or(other.dkim_signing),
+            webhooks_allow_private: self.webhooks_allow_private.or(other.webhooks_allow_private),
             mail_dir: self.mail_dir.or(other.mail_dir),
             uploads_dir: self.uploads_dir.or(other.uploads_dir),
             upload_max_mb: self.upload_max_mb.or(other.upload_max_mb),
@@ -604,6 +611,7 @@ impl Settings {
             smtp_url,
             send_rate_per_second: s.send_rate_per_second.unwrap_or(100),
             dkim_signing: s.dkim_signing.unwrap_or(true),
+            webhooks_allow_private: s.webhooks_allow_private.unwrap_or(false),
             mail_dir: s.mail_dir.unwrap_or_else(|| PathBuf::from("herald-mail")),
             uploads_dir: s.uploads_dir.unwrap_or_else(|| PathBuf::from("herald-uploads")),
             upload_max_bytes: (s.upload_max_mb.unwrap_or(5).clamp(1, 50) << 20) as usize,

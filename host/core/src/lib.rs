@@ -216,6 +216,12 @@ impl Core {
         services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
         services::contact_import::register(&mut registry, config.quotas.contacts);
         bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));
+        let webhooks = Arc::new(
+            services::webhooks::Webhooks::new(store.clone(), clock.clone(), &secret, config.webhooks_allow_private)
+                .map_err(BuildError::Transport)?,
+        );
+        webhooks.register(&mut registry);
+        bus.subscribe(Arc::new(services::webhooks::Fanout(webhooks.clone())));
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
@@ -231,6 +237,7 @@ impl Core {
         );
         let _ = campaigns.wake.set(worker.waker());
         let _ = workflows.wake.set(worker.waker());
+        let _ = webhooks.wake.set(worker.waker());
         let ingest = ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes);
         let accepter = accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes);
         let context = Context {
@@ -261,8 +268,18 @@ impl Core {
             store,
             clock,
         };
-        let state =
-            Arc::new(AppState { context, bus, domains, ingest, accepter, segments, composer, campaigns, workflows });
+        let state = Arc::new(AppState {
+            context,
+            bus,
+            domains,
+            ingest,
+            accepter,
+            segments,
+            composer,
+            campaigns,
+            workflows,
+            webhooks,
+        });
         Ok(Core { state, worker })
     }
 

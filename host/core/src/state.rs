@@ -29,6 +29,8 @@ pub struct AppState {
     pub campaigns: Arc<crate::services::campaigns::Campaigns>,
     /// The workflow engine.
     pub workflows: Arc<crate::services::workflows::engine::Engine>,
+    /// Outbound webhooks: endpoints, the fan-out of events, the attempts.
+    pub webhooks: Arc<crate::services::webhooks::Webhooks>,
 }
 
 impl std::ops::Deref for AppState {

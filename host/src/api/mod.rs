@@ -45,6 +45,7 @@ pub mod system;
 pub mod templates;
 pub mod tracking;
 pub mod uploads;
+pub mod webhooks;
 pub mod workflow_executions;
 pub mod workflows;
 
@@ -171,6 +172,8 @@ pub fn api_router() -> Router {
         .push(activity::router())
         .push(analytics::router())
         .push(billing::router())
+        // After the provider notifications and payments under /webhooks/, whose paths come first.
+        .push(webhooks::router())
 }
 
 /// The OpenAPI 3.1 document generated from the handlers.

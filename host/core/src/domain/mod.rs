@@ -15,4 +15,5 @@ pub mod suppressions;
 pub mod templating;
 pub mod text;
 pub mod tracking;
+pub mod webhooks;
 pub mod workflows;

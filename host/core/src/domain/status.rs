@@ -150,6 +150,18 @@ status! {
     }
 }
 
+status! {
+    /// Where a webhook delivery is (docs/behaviour.md#webhooks).
+    DeliveryStatus {
+        /// Waiting for its next attempt.
+        Pending = "PENDING",
+        /// The endpoint answered 2xx.
+        Succeeded = "SUCCEEDED",
+        /// Every attempt failed, or its endpoint was disabled or deleted.
+        Failed = "FAILED",
+    }
+}
+
 impl ExecutionStatus {
     /// RUNNING or WAITING: the execution still has steps ahead.
     pub const fn is_active(self) -> bool {

@@ -39,4 +39,5 @@ pub mod throttles;
 pub mod tracking;
 pub mod uploads;
 pub mod verify;
+pub mod webhooks;
 pub mod workflows;

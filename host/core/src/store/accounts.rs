@@ -416,6 +416,7 @@ impl Store {
             "LET $r = (SELECT VALUE id FROM attachment_set WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             // Its upload rows (the files themselves are the service's: `services::uploads::sweep`).
             super::uploads::PURGE_UPLOADS,
+            super::webhooks::PURGE_DELIVERIES,
             super::uploads::PURGE_UPLOAD_USAGE,
             // The counters last: an event dispatched meanwhile is counted before its event is gone.
             "LET $r = (SELECT VALUE id FROM stat_campaign WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
@@ -425,12 +426,14 @@ impl Store {
              UPDATE $r SET status = 'dead', last_error = 'the project was deleted', finished_at = $now,
                 updated_at = $now RETURN NONE;",
         ];
-        // The sending record (what the suspension check reads, and the suppression list): kept by a reset,
-        // so it does not wipe a sender's record.
+        // The sending record (what the suspension check reads, and the suppression list) and the webhook
+        // endpoints (settings, like keys and domains): kept by a reset, so it does not wipe a sender's
+        // record or its integrations.
         const RECORD: &[&str] = &[
             "LET $r = (SELECT VALUE id FROM stat_hour WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM suspension WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
             super::suppressions::PURGE_SUPPRESSIONS,
+            super::webhooks::PURGE_WEBHOOKS,
         ];
         let needle = format!("\"project\":{}", Value::String(project.to_string()));
         let record: &[&str] = if reset { &[] } else { RECORD };

@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0036_workflow_loops.surql", include_str!("../../../../migrations/0036_workflow_loops.surql")),
     ("0037_uploads.surql", include_str!("../../../../migrations/0037_uploads.surql")),
     ("0038_suppressions.surql", include_str!("../../../../migrations/0038_suppressions.surql")),
+    ("0039_webhooks.surql", include_str!("../../../../migrations/0039_webhooks.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -33,6 +33,7 @@ pub mod suppressions;
 pub mod suspensions;
 pub mod templates;
 pub mod uploads;
+pub mod webhooks;
 pub mod workflow_budgets;
 pub mod workflow_runs;
 pub mod workflows;
