@@ -3,6 +3,7 @@
 //!
 //! 1. Herald in-process on a fresh embedded on-disk database (SurrealKV in a temp dir); one project of
 //!    CONTACTS contacts with varied data and events (`common/seed.rs`, the segments benchmark's data),
+//!    their first counts taken (the totals Herald keeps from then on, `services::tallies`),
 //!    its owner, a trusted domain, a template, a dynamic segment (`plan = pro AND score > 500 AND purchase
 //!    within 30 days`), a draft campaign to that segment and a workflow.
 //! 2. For each page of the dashboard, a fresh headless Chromium (an empty cache: a first load) holding
@@ -142,6 +143,18 @@ async fn main() {
     let t = Instant::now();
     let events = common::seed::seed(&st.store, &project.id, total, writers, batch, st.clock.now_ms()).await;
     println!("  seeded {total} contacts and {events} events in {:.1} s", t.elapsed().as_secs_f64());
+    // The counts a running Herald keeps (docs/behaviour.md#contacts-and-data), taken once here as the
+    // first look at the contacts or events would take them, and timed on their own.
+    let t = Instant::now();
+    let tally = |scope| herald_host::services::tallies::count(&st, &project.id, scope);
+    let contacts_n = tally(herald_host::store::tallies::Scope::Contacts).await.unwrap();
+    let events_n = tally(herald_host::store::tallies::Scope::Events).await.unwrap();
+    let names = herald_host::services::events::history::names(&st, &project.id).await.unwrap();
+    println!(
+        "  first counts (contacts {contacts_n}, events {events_n}, {} event names) in {:.1} s",
+        names.len(),
+        t.elapsed().as_secs_f64()
+    );
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let running = app.start(listener).await.unwrap();

@@ -213,6 +213,7 @@ impl Core {
         workflows.register(&mut registry);
         services::projects::register(&mut registry, config.uploads_dir.clone());
         services::contact_jobs::register(&mut registry);
+        services::tallies::register(&mut registry);
         services::suspension::register(&mut registry, services::suspension::Thresholds::of(&config));
         services::contact_import::register(&mut registry, config.quotas.contacts);
         bus.subscribe(Arc::new(workflows::engine::Triggers(workflows.clone())));

@@ -12,9 +12,11 @@ use crate::context::Context;
 use crate::domain::contacts::{DataPatch, subscription};
 use crate::error::Error;
 use crate::infra::clock::{is_date_only, parse_rfc3339};
+use crate::services::tallies;
 use crate::store::StoreError;
 use crate::store::contacts::{Contact, ContactQuery, ContactWrite, WriteResult};
 use crate::store::events::Event;
+use crate::store::tallies::Scope;
 
 fn not_found(id: &str) -> Error {
     Error::not_found("CONTACT_NOT_FOUND", format!("Contact {id} not found"))
@@ -27,7 +29,11 @@ fn email_taken(email: &str) -> Error {
 /// A page of contacts (the query's limit), and the number that match (only when `count`).
 pub async fn list(st: &Context, project: &str, q: &ContactQuery, count: bool) -> Result<(Vec<Contact>, i64), Error> {
     let rows = st.store.list_contacts(project, q).await?;
-    let total = if count { st.store.count_contacts(project, q.search.as_deref(), q.subscribed).await? } else { 0 };
+    let total = match (count, &q.search, q.subscribed) {
+        (false, _, _) => 0,
+        (true, None, None) => tallies::count(st, project, Scope::Contacts).await?,
+        (true, search, subscribed) => st.store.count_contacts(project, search.as_deref(), subscribed).await?,
+    };
     Ok((rows, total))
 }
 
@@ -123,9 +129,14 @@ pub struct FieldInfo {
     pub coverage: f64,
 }
 
-/// The standard fields, then every custom field with its type and coverage.
+/// Contacts whose data the field list and a field's values are read from: a project's most recently
+/// updated ones (all of a smaller project's), so that neither walks a large project's every contact.
+pub const FIELD_SAMPLE: usize = 5_000;
+
+/// The standard fields, then every custom field with its type and coverage, from the [`FIELD_SAMPLE`]
+/// most recently updated contacts (docs/behaviour.md#contacts-and-data).
 pub async fn fields(st: &Context, project: &str) -> Result<Vec<FieldInfo>, Error> {
-    let all = st.store.all_contact_data(project).await?;
+    let all = st.store.recent_contact_data(project, FIELD_SAMPLE).await?;
     let total = all.len();
     // key -> (contacts having it, counts per type)
     let mut seen: BTreeMap<String, (usize, BTreeMap<&'static str, usize>)> = BTreeMap::new();
@@ -149,11 +160,12 @@ pub async fn fields(st: &Context, project: &str) -> Result<Vec<FieldInfo>, Error
     Ok(fields)
 }
 
-/// Distinct values of a custom field, at most `limit`.
+/// Distinct values of a custom field among the [`FIELD_SAMPLE`] most recently updated contacts, at most
+/// `limit`.
 pub async fn field_values(st: &Context, project: &str, name: &str, limit: usize) -> Result<Vec<Value>, Error> {
     let mut values: Vec<Value> = Vec::new();
     let mut seen = HashSet::new();
-    for data in st.store.all_contact_data(project).await? {
+    for data in st.store.recent_contact_data(project, FIELD_SAMPLE).await? {
         if let Some(v) = data.get(name)
             && seen.insert(v.to_string())
         {

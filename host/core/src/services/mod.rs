@@ -34,6 +34,7 @@ pub mod suppressions;
 pub mod suspension;
 pub mod system;
 pub mod system_mail;
+pub mod tallies;
 pub mod templates;
 pub mod throttles;
 pub mod tracking;

@@ -403,6 +403,8 @@ impl Store {
              DELETE array::map($r, |$i| type::record('contact_job_file', $i)) RETURN NONE;
              DELETE array::map($r, |$i| type::record('contact_job', $i)) RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM contact WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",
+            // After the contacts and events they count.
+            super::tallies::PURGE_TALLIES,
             "LET $c = (SELECT VALUE record::id(id) FROM campaign WHERE project = $p);
              LET $r = (SELECT VALUE id FROM campaign_batch WHERE campaign IN $c LIMIT $n); DELETE $r RETURN NONE;",
             "LET $r = (SELECT VALUE id FROM campaign_gate WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;",

@@ -253,16 +253,21 @@ impl Store {
             "BEGIN TRANSACTION;
              LET $gone = (DELETE array::map($ids, |$i| type::record('contact', $i)) WHERE project = $p RETURN BEFORE);
              LET $gone_ids = array::map($gone, |$c| record::id($c.id));
+             {lower_contacts}
              LET $add = {{ deleted: array::len($gone), notFound: array::len($ids) - array::len($gone) }};
              {ADVANCE}
              LET $tracked = (SELECT VALUE record::id(id) FROM segment WHERE project = $p AND kind = 'DYNAMIC');
              FOR $c IN $gone_ids {{
+                LET $gone_events = (SELECT name, created_at FROM event WHERE project = $p AND contact = $c);
+                {lower_events}
                 DELETE event WHERE project = $p AND contact = $c;
                 DELETE segment_member WHERE project = $p AND contact = $c;
                 DELETE array::map($tracked, |$s| type::record('segment_track', [$p, $s, $c])) RETURN NONE;
              }};
              RETURN array::map($gone, |$c| $c.email);
-             COMMIT TRANSACTION;"
+             COMMIT TRANSACTION;",
+            lower_contacts = super::tallies::LOWER_CONTACTS,
+            lower_events = super::tallies::LOWER_EVENTS,
         );
         let v = vars! { "job": job, "p": project, "from": from, "to": to, "ids": ids, "errs": [], "now": now };
         match self.write(|| async { self.query(&sql, v.clone()).await?.value_last() }).await {
@@ -292,6 +297,72 @@ mod tests {
             )
             .await
             .unwrap();
+    }
+
+    async fn contact_at(store: &Store, project: &str, id: &str, created_at: i64) {
+        store
+            .query(
+                "CREATE type::record('contact', $id) CONTENT { project: $p, email: $id + '@x.test', subscribed: true,
+                    data: {}, version: 1, created_at: $at, updated_at: $at }",
+                vars! { "id": id, "p": project, "at": created_at },
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn event_at(store: &Store, project: &str, contact: &str, name: &str, created_at: i64) {
+        let e = Event::new(project, contact, name, Map::new(), "api", created_at);
+        store.query("CREATE type::record('event', $e.id) CONTENT $e.doc", vars! { "e": e.doc() }).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn tallies_add_what_was_created_since_and_drop_what_is_deleted() {
+        use crate::store::tallies::Scope::{Contacts, EventName, Events};
+        let store = Store::connect(&Config::for_tests()).await.unwrap();
+        assert_eq!(store.tally("p1", Contacts).await.unwrap(), None, "counted before the first count");
+        for (id, at) in [("a", 10), ("b", 20), ("c", 30)] {
+            contact_at(&store, "p1", id, at).await;
+            event_at(&store, "p1", id, "signup", at).await;
+            event_at(&store, "p1", id, "visit", at + 1).await;
+        }
+        contact_at(&store, "p2", "z", 10).await;
+        event_at(&store, "p2", "z", "signup", 10).await;
+        assert_eq!(store.recount("p1", Contacts, 25).await.unwrap(), 2, "counted past its moment");
+        assert_eq!(store.recount("p1", Events, 25).await.unwrap(), 4);
+        assert_eq!(store.recount("p1", EventName("signup"), 25).await.unwrap(), 2);
+        assert_eq!(store.tally("p1", Contacts).await.unwrap(), Some((3, 25)));
+        assert_eq!(store.tally("p1", Events).await.unwrap(), Some((6, 25)));
+        assert_eq!(store.tally("p1", EventName("signup")).await.unwrap(), Some((3, 25)));
+        contact_at(&store, "p1", "d", 40).await;
+        event_at(&store, "p1", "d", "signup", 40).await;
+        assert_eq!(store.tally("p1", Contacts).await.unwrap(), Some((4, 25)), "a new contact is counted live");
+        assert_eq!(store.tally("p1", EventName("signup")).await.unwrap(), Some((4, 25)));
+        // Deleting one counted before the moment lowers the counts; one created since just leaves.
+        assert!(store.delete_contact("p1", "a").await.unwrap());
+        assert!(store.delete_contact("p1", "d").await.unwrap());
+        assert_eq!(store.tally("p1", Contacts).await.unwrap(), Some((2, 25)));
+        assert_eq!(store.tally("p1", Events).await.unwrap(), Some((4, 25)));
+        assert_eq!(store.tally("p1", EventName("signup")).await.unwrap(), Some((2, 25)));
+        assert_eq!(store.delete_events_named("p1", "visit").await.unwrap(), 2);
+        assert_eq!(store.tally("p1", Events).await.unwrap(), Some((2, 25)));
+        let job = NewJob::new("contacts.bulk", serde_json::json!({}), 0);
+        let ids: Vec<String> = vec!["b".into(), "c".into(), "z".into()];
+        let new = NewContactJob {
+            id: "j1",
+            project: "p1",
+            kind: "bulk-delete",
+            input: &ids,
+            total: 3,
+            counters: &["deleted", "notFound"],
+            options: None,
+            file: None,
+        };
+        store.create_contact_job(&new, &job, 0).await.unwrap();
+        store.bulk_delete_chunk("j1", "p1", (0, 3), &ids, 50).await.unwrap();
+        assert_eq!(store.tally("p1", Contacts).await.unwrap(), Some((0, 25)));
+        assert_eq!(store.tally("p1", Events).await.unwrap(), Some((0, 25)));
+        assert_eq!(store.tally("p1", EventName("signup")).await.unwrap(), Some((0, 25)));
+        assert_eq!(store.tally("p2", Contacts).await.unwrap(), None, "another project's count moved");
     }
 
     #[tokio::test]

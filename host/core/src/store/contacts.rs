@@ -180,16 +180,21 @@ impl Store {
         let v = self
             .write(|| async {
                 self.query(
-                    "BEGIN TRANSACTION;
+                    &"BEGIN TRANSACTION;
                      LET $gone = (DELETE contact WHERE id = type::record('contact', $id) AND project = $p RETURN BEFORE);
                      IF array::len($gone) > 0 {
+                        {LOWER_CONTACTS}
+                        LET $gone_events = (SELECT name, created_at FROM event WHERE project = $p AND contact = $id);
+                        {LOWER_EVENTS}
                         DELETE event WHERE project = $p AND contact = $id;
                         DELETE segment_member WHERE project = $p AND contact = $id;
                         LET $tracked = (SELECT VALUE record::id(id) FROM segment WHERE project = $p AND kind = 'DYNAMIC');
                         DELETE array::map($tracked, |$s| type::record('segment_track', [$p, $s, $id])) RETURN NONE;
                      };
                      RETURN array::len($gone) > 0;
-                     COMMIT TRANSACTION;",
+                     COMMIT TRANSACTION;"
+                        .replace("{LOWER_CONTACTS}", super::tallies::LOWER_CONTACTS)
+                        .replace("{LOWER_EVENTS}", super::tallies::LOWER_EVENTS),
                     vars! { "p": project, "id": id },
                 )
                 .await?
@@ -250,6 +255,24 @@ impl Store {
             .await?
             .value(0)?;
         Ok(serde_json::from_value(v).unwrap_or_default())
+    }
+
+    /// The `data` objects of the project's `limit` most recently updated contacts (a backward walk of the
+    /// `contact_project_updated` index that stops at the limit).
+    pub async fn recent_contact_data(
+        &self,
+        project: &str,
+        limit: usize,
+    ) -> Result<Vec<Map<String, Value>>, StoreError> {
+        let v = self
+            .query(
+                "SELECT VALUE data FROM contact WHERE project = $p ORDER BY updated_at DESC LIMIT $n",
+                vars! { "p": project, "n": limit },
+            )
+            .await?
+            .value(0)?;
+        let list: Vec<Value> = serde_json::from_value(v).unwrap_or_default();
+        Ok(list.into_iter().filter_map(|d| d.as_object().cloned()).collect())
     }
 
     /// The `data` object of every contact in the project.

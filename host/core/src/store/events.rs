@@ -178,30 +178,41 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.name, r.created_at)).collect())
     }
 
-    /// Distinct event names with their count and last time.
-    pub async fn event_names(&self, project: &str) -> Result<Vec<(String, i64, i64)>, StoreError> {
-        #[derive(Deserialize)]
-        struct Row {
-            name: String,
-            n: i64,
-            last: i64,
-        }
-        let rows: Vec<Row> = self
+    /// The project's first event name after `after` in name order, with the time of its latest event:
+    /// two walks of the `event_project_name` index that stop at their first entry, so listing the names
+    /// one after another reads one entry per name instead of every event.
+    pub async fn event_name_after(&self, project: &str, after: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let v = self
             .query(
-                "SELECT name, count() AS n, math::max(created_at) AS last FROM event WHERE project = $p GROUP BY name",
-                vars! { "p": project },
+                "{
+                    LET $name = (SELECT VALUE name FROM event WHERE project = $p AND name > $after ORDER BY name LIMIT 1)[0];
+                    IF !$name { RETURN NONE; };
+                    LET $last = (SELECT VALUE created_at FROM event WHERE project = $p AND name = $name
+                        ORDER BY created_at DESC LIMIT 1)[0];
+                    RETURN { name: $name, last: $last ?? 0 };
+                }",
+                vars! { "p": project, "after": after },
             )
             .await?
-            .all(0)?;
-        Ok(rows.into_iter().map(|r| (r.name, r.n, r.last)).collect())
+            .value_last()?;
+        Ok(match (v["name"].as_str(), v["last"].as_i64()) {
+            (Some(n), Some(l)) => Some((n.to_string(), l)),
+            _ => None,
+        })
     }
 
     pub async fn delete_events_named(&self, project: &str, name: &str) -> Result<i64, StoreError> {
         let v = self
             .write(|| async {
                 self.query(
-                    "LET $gone = (DELETE event WHERE project = $p AND name = $name RETURN BEFORE);
-                     RETURN array::len($gone);",
+                    &format!(
+                        "{{
+                            LET $gone_events = (DELETE event WHERE project = $p AND name = $name RETURN BEFORE);
+                            {}
+                            RETURN array::len($gone_events);
+                        }}",
+                        super::tallies::LOWER_EVENTS
+                    ),
                     vars! { "p": project, "name": name },
                 )
                 .await?

@@ -47,6 +47,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0037_uploads.surql", include_str!("../../../../migrations/0037_uploads.surql")),
     ("0038_suppressions.surql", include_str!("../../../../migrations/0038_suppressions.surql")),
     ("0039_webhooks.surql", include_str!("../../../../migrations/0039_webhooks.surql")),
+    ("0040_tallies.surql", include_str!("../../../../migrations/0040_tallies.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -31,6 +31,7 @@ pub mod quotas;
 pub mod segments;
 pub mod suppressions;
 pub mod suspensions;
+pub mod tallies;
 pub mod templates;
 pub mod uploads;
 pub mod webhooks;

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::context::Context;
 use crate::error::Error;
+use crate::services::tallies;
 use crate::store::events::{Event, EventQuery};
+use crate::store::tallies::Scope;
 
 const DAY_MS: i64 = 86_400_000;
 /// Longest window of [`stats`], in days.
@@ -23,7 +25,12 @@ pub async fn page(
     count: bool,
 ) -> Result<(Vec<Event>, HashMap<String, String>, i64), Error> {
     let rows = st.store.list_events(project, q).await?;
-    let total = if count { st.store.count_events(project, q.name.as_deref(), q.contact.as_deref()).await? } else { 0 };
+    let total = match (count, q.name.as_deref(), q.contact.as_deref()) {
+        (false, _, _) => 0,
+        (true, None, None) => tallies::count(st, project, Scope::Events).await?,
+        (true, Some(name), None) => tallies::count(st, project, Scope::EventName(name)).await?,
+        (true, name, contact) => st.store.count_events(project, name, contact).await?,
+    };
     let mut ids: Vec<String> = rows.iter().map(|e| e.contact.clone()).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -74,9 +81,22 @@ pub fn days_before(to: i64, days: i64) -> i64 {
     to - days.clamp(1, 365) * DAY_MS
 }
 
-/// Distinct event names with their count and last time, most frequent first.
+/// Most names [`names`] lists.
+pub const MAX_NAMES: usize = 1_000;
+
+/// Distinct event names (at most [`MAX_NAMES`]) with their count and last time, most frequent first:
+/// one index entry per name and each name's tally, never a walk over every event.
 pub async fn names(st: &Context, project: &str) -> Result<Vec<(String, i64, i64)>, Error> {
-    let mut rows = st.store.event_names(project).await?;
+    let mut rows = Vec::new();
+    let mut after = String::new();
+    while rows.len() < MAX_NAMES {
+        let Some((name, last)) = st.store.event_name_after(project, &after).await? else {
+            break;
+        };
+        let n = tallies::count(st, project, Scope::EventName(&name)).await?;
+        after = name.clone();
+        rows.push((name, n, last));
+    }
     rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     Ok(rows)
 }
@@ -92,7 +112,7 @@ pub struct EventUsage {
 
 /// How many events have this name, and the segments and workflows that name it.
 pub async fn usage(st: &Context, project: &str, name: &str) -> Result<EventUsage, Error> {
-    let count = st.store.count_events(project, Some(name), None).await?;
+    let count = tallies::count(st, project, Scope::EventName(name)).await?;
     let segments = st.store.segments_using_event(project, name).await?;
     let workflows = st.store.workflows_using_event(project, name).await?;
     Ok(EventUsage { count, segments, workflows })
