@@ -268,3 +268,23 @@ async fn hard_bounces_and_complaints_put_the_address_on_the_list() {
     let entry = c.get("/suppressions/carl@example.org").await;
     assert_eq!((entry.json["reason"].clone(), entry.json["emailId"].clone()), (json!("complaint"), json!(id)));
 }
+
+#[tokio::test]
+async fn an_address_suppressed_after_its_email_was_queued_is_sent_nothing() {
+    let e = env().await;
+    let c = &e.p.secret;
+    let r = c
+        .post("/v1/send", json!({ "to": ["ann@example.com", "bob@example.com"], "from": "hi@shop.test", "subject": "s", "body": "b" }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let emails = r.json["data"]["emails"].as_array().unwrap().clone();
+    assert!(emails.iter().all(|m| m.get("suppressed").is_none()), "{}", r.json);
+    // Queued, not yet delivered: then the address goes on the list.
+    assert_eq!(c.post("/suppressions", json!({ "email": "Ann@Example.com" })).await.status, 201);
+    drain(&e.s).await;
+    assert_eq!(delivered_to(&e.sink), vec!["bob@example.com"]);
+    let (status, error) = status_of(&e, emails[0]["email"].as_str().unwrap()).await;
+    assert_eq!(status, "SUPPRESSED");
+    assert!(error.unwrap_or_default().contains("ann@example.com"));
+    assert_eq!(status_of(&e, emails[1]["email"].as_str().unwrap()).await.0, "SENT");
+}

@@ -13,11 +13,14 @@
 mod dns_server;
 #[path = "../api/harness.rs"]
 mod harness;
+#[path = "../api/http_sink.rs"]
+mod http_sink;
 #[path = "../api/smtp_sink.rs"]
 mod smtp_sink;
 
 mod campaign;
 mod chores;
+mod delivery;
 mod driver;
 mod journey;
 mod keyboard;

@@ -8,6 +8,7 @@ import * as api from './api.js';
 import * as account from './views/account.js';
 import * as projectViews from './views/project.js';
 import * as domains from './views/domains.js';
+import * as delivery from './views/delivery.js';
 import * as contacts from './views/contacts.js';
 import * as templates from './views/templates.js';
 import * as segments from './views/segments.js';
@@ -31,6 +32,8 @@ const APP = [
   ['/app/new-project', projectViews.create, null],
   ['/app/keys', projectViews.keys, 'keys'],
   ['/app/domains', domains.list, 'domains'],
+  ['/app/suppressions', delivery.suppressions, 'suppressions'],
+  ['/app/webhooks', delivery.webhooks, 'webhooks'],
   ['/app/contacts', contacts.list, 'contacts'],
   ['/app/contacts/import', contacts.importer, 'contacts'],
   ['/app/contacts/:id', contacts.detail, 'contacts'],
@@ -60,6 +63,8 @@ const NAV = [
   ['campaigns', '/app/campaigns', 'Campaigns'],
   ['workflows', '/app/workflows', 'Workflows'],
   ['domains', '/app/domains', 'Domains'],
+  ['suppressions', '/app/suppressions', 'Suppressions'],
+  ['webhooks', '/app/webhooks', 'Webhooks'],
   ['events', '/app/events', 'Events'],
   ['activity', '/app/activity', 'Activity'],
   ['analytics', '/app/analytics', 'Analytics'],

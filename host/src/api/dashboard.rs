@@ -40,6 +40,7 @@ static ASSETS: &[Asset] = assets![
     "js/views/activity.js" => "text/javascript; charset=utf-8",
     "js/views/campaigns.js" => "text/javascript; charset=utf-8",
     "js/views/contacts.js" => "text/javascript; charset=utf-8",
+    "js/views/delivery.js" => "text/javascript; charset=utf-8",
     "js/views/domains.js" => "text/javascript; charset=utf-8",
     "js/views/project.js" => "text/javascript; charset=utf-8",
     "js/views/segments.js" => "text/javascript; charset=utf-8",

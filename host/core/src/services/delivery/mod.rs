@@ -124,6 +124,32 @@ fn outcome(
     }
 }
 
+/// The ids of the emails among `todo` (test sends aside) whose recipient is on their project's
+/// suppression list, each with the error its record takes: one read per project.
+async fn suppressed_among(
+    store: &crate::store::Store,
+    todo: &[Option<&EmailRow>],
+) -> Result<std::collections::HashMap<String, String>, String> {
+    let mut by_project: std::collections::HashMap<&str, Vec<String>> = std::collections::HashMap::new();
+    for e in todo.iter().flatten().filter(|e| !e.contact.is_empty()) {
+        by_project.entry(e.project.as_str()).or_default().push(e.recipient.to_ascii_lowercase());
+    }
+    let mut out = std::collections::HashMap::new();
+    for (project, recipients) in by_project {
+        let found =
+            crate::services::suppressions::among(store, project, &recipients).await.map_err(|e| e.to_string())?;
+        if found.is_empty() {
+            continue;
+        }
+        for e in todo.iter().flatten().filter(|e| e.project == project) {
+            if let Some(why) = found.get(&e.recipient.to_ascii_lowercase()) {
+                out.insert(e.id.clone(), why.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl Delivery {
     /// `email.deliver` jobs carry the emails of one `/v1/send` transaction (up to
     /// [`crate::store::emails::SEND_JOB_CHUNK`]; one for a test send) and are claimed [`DELIVER_BATCH`] at a time;
@@ -216,10 +242,21 @@ impl Delivery {
             Ok(ids) => ids.into_iter().collect(),
             Err(e) => return vec![Err(e.to_string()); n],
         };
+        // A recipient put on the suppression list after its email was written (a bounce of an earlier
+        // email, an entry added by hand) is sent nothing: the email is SUPPRESSED
+        // (docs/behaviour.md#suppressions).
+        let suppressed = match suppressed_among(&store, &todo).await {
+            Ok(s) => s,
+            Err(e) => return vec![Err(e); n],
+        };
         let mut settled = Vec::new();
         let todo: Vec<Option<&EmailRow>> = todo
             .into_iter()
             .map(|e| match e {
+                Some(e) if e.status == EmailStatus::Pending && suppressed.contains_key(&e.id) => {
+                    settled.push(outcome(e, EmailStatus::Suppressed, suppressed.get(&e.id).cloned(), None));
+                    None
+                }
                 // A campaign email still SENDING was inside a transport conversation when the run that
                 // claimed it stopped (a crash, a lost lease): it may have gone, so it never goes again.
                 Some(e) if e.campaign.is_some() && e.status == EmailStatus::Sending => {
