@@ -27,7 +27,7 @@ use crate::plugins::http::{FetchError, FetchRequest, Outbound};
 use crate::services::events::{BatchFuture, Subscriber, SubscriberFuture};
 use crate::store::events::Event;
 use crate::store::jobs::NewJob;
-use crate::store::webhooks::{Attempt, Delivery, Endpoint, EndpointPatch, NewDelivery, Recorded, attempt_payload};
+use crate::store::webhooks::{Attempt, AttemptRecord, Delivery, Endpoint, EndpointPatch, NewDelivery, attempt_payload};
 use crate::store::{Store, StoreError};
 
 /// The job of one attempt of a delivery.
@@ -253,6 +253,21 @@ impl Webhooks {
 
     /// Makes one attempt of a delivery and records it (with the next attempt's job when one is due).
     async fn attempt(&self, e: &Endpoint, d: &Delivery, once: bool) -> Result<(), StoreError> {
+        let record = self.try_once(e, d, once).await;
+        self.record(&[record]).await
+    }
+
+    /// Records attempts in one transaction, and says which endpoints they disabled.
+    async fn record(&self, records: &[AttemptRecord]) -> Result<(), StoreError> {
+        let disabled = self.store.record_attempts(records, DISABLE_AFTER_MS, self.clock.now_ms()).await?;
+        for id in disabled {
+            tracing::warn!(webhook = %id, "webhook endpoint disabled: every attempt failed for three days");
+        }
+        Ok(())
+    }
+
+    /// Makes one attempt of a delivery: what to record of it, with the next attempt when one is due.
+    async fn try_once(&self, e: &Endpoint, d: &Delivery, once: bool) -> AttemptRecord {
         let now = self.clock.now_ms();
         let started = Instant::now();
         let outcome = match self.key_of(e) {
@@ -264,7 +279,6 @@ impl Webhooks {
             Ok(code) => (Some(code), None),
             Err((code, why)) => (code, Some(why)),
         };
-        let attempt = Attempt { at: now, status_code, error: error.clone(), duration_ms };
         let done = d.attempts.len() + 1;
         let next = match &error {
             None => None,
@@ -284,12 +298,17 @@ impl Webhooks {
             DISABLE_AFTER_MS / 86_400_000,
             error.as_deref().unwrap_or_default()
         );
-        let recorded =
-            self.store.record_attempt(&e.id, &d.id, &attempt, status, next, DISABLE_AFTER_MS, &reason, now).await?;
-        if recorded == Recorded::Disabled {
-            tracing::warn!(webhook = %e.id, project = %e.project, "webhook endpoint disabled: {reason}");
+        let (next_at, job) = next.unzip();
+        AttemptRecord {
+            webhook: e.id.clone(),
+            event: d.id.clone(),
+            ok: error.is_none(),
+            attempt: Attempt { at: now, status_code, error, duration_ms },
+            status,
+            next_at,
+            job,
+            reason,
         }
-        Ok(())
     }
 
     /// Posts a delivery: the endpoint's status when it answered 2xx, else that status (if any) and why.
@@ -321,29 +340,58 @@ impl Webhooks {
         }
     }
 
-    /// Runs a batch of attempt jobs: their deliveries and endpoints read, the attempts made at once.
+    /// Runs a batch of attempt jobs: their deliveries and endpoints read in one query each, the attempts
+    /// made at once, their outcomes recorded in one transaction.
     async fn run_batch(self: Arc<Self>, jobs: Vec<JobContext>) -> Vec<Result<(), JobError>> {
-        let mut work = Vec::with_capacity(jobs.len());
-        for ctx in &jobs {
-            work.push(async {
-                let job: AttemptJob = ctx.payload()?;
-                let Some(d) = self.store.delivery(&job.webhook, &job.event).await? else {
-                    return Ok(());
-                };
-                if d.status != DeliveryStatus::Pending {
-                    return Ok(());
+        let parsed: Vec<Result<AttemptJob, JobError>> = jobs.iter().map(|ctx| ctx.payload()).collect();
+        let pairs: Vec<(String, String)> =
+            parsed.iter().flatten().map(|j| (j.webhook.clone(), j.event.clone())).collect();
+        let mut ids: Vec<String> = pairs.iter().map(|(w, _)| w.clone()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let read = async {
+            let deliveries = self.store.deliveries_of(&pairs).await?;
+            let endpoints = self.store.webhooks_of(&ids).await?;
+            Ok::<_, StoreError>((deliveries, endpoints))
+        };
+        let (deliveries, endpoints) = match read.await {
+            Ok(r) => r,
+            Err(e) => return jobs.iter().map(|_| Err(JobError::Retry(e.to_string()))).collect(),
+        };
+        let deliveries: HashMap<(&str, &str), &Delivery> =
+            deliveries.iter().map(|d| ((d.webhook.as_str(), d.id.as_str()), d)).collect();
+        let endpoints: HashMap<&str, &Endpoint> = endpoints.iter().map(|e| (e.id.as_str(), e)).collect();
+        let mut tries = Vec::new();
+        let mut results: Vec<Result<(), JobError>> = Vec::with_capacity(jobs.len());
+        for job in &parsed {
+            let job = match job {
+                Ok(j) => j,
+                Err(e) => {
+                    results.push(Err(e.clone()));
+                    continue;
                 }
-                let Some(e) = self.store.webhook(&job.project, &job.webhook).await? else {
-                    return Ok(());
-                };
-                if !e.enabled && !job.once {
-                    self.store.fail_delivery(&e.id, &d.id, self.clock.now_ms()).await?;
-                    return Ok(());
+            };
+            results.push(Ok(()));
+            let d = deliveries.get(&(job.webhook.as_str(), job.event.as_str()));
+            let e = endpoints.get(job.webhook.as_str()).filter(|e| e.project == job.project);
+            let (Some(d), Some(e)) = (d, e) else { continue };
+            if d.status != DeliveryStatus::Pending {
+                continue;
+            }
+            if !e.enabled && !job.once {
+                if let Err(err) = self.store.fail_delivery(&e.id, &d.id, self.clock.now_ms()).await {
+                    results.pop();
+                    results.push(Err(err.into()));
                 }
-                self.attempt(&e, &d, job.once).await.map_err(JobError::from)
-            });
+                continue;
+            }
+            tries.push(self.try_once(e, d, job.once));
         }
-        futures_util::future::join_all(work).await
+        let records = futures_util::future::join_all(tries).await;
+        if let Err(e) = self.record(&records).await {
+            return jobs.iter().map(|_| Err(JobError::Retry(e.to_string()))).collect();
+        }
+        results
     }
 
     /// Registers the attempt job.

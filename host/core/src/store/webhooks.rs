@@ -83,15 +83,21 @@ pub struct NewDelivery {
     pub job: Option<Value>,
 }
 
-/// What recording an attempt did to the endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    /// The attempt is recorded.
-    Kept,
-    /// The attempt is recorded and the endpoint, failing for too long, is now disabled.
-    Disabled,
-    /// The delivery or its endpoint is gone; nothing was written.
-    Gone,
+/// An attempt of a delivery to record ([`Store::record_attempts`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptRecord {
+    pub webhook: String,
+    pub event: String,
+    pub attempt: Attempt,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// The delivery's status after it.
+    pub status: DeliveryStatus,
+    /// When the next attempt runs, and its job's row.
+    pub next_at: Option<i64>,
+    pub job: Option<Value>,
+    /// Why the endpoint is disabled, should this failure disable it.
+    pub reason: String,
 }
 
 /// Most attempts a delivery keeps (the oldest are dropped first; manual retries add to them).
@@ -332,64 +338,83 @@ impl Store {
         .all(0)
     }
 
-    /// Records an attempt of a delivery: its status and next attempt (with that attempt's job, one
-    /// transaction), and on the endpoint whether it is failing: a success clears its run of failures, a
-    /// failure starts one or, when the run began `disable_after_ms` or more ago, disables the endpoint
-    /// with `reason`.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn record_attempt(
+    /// Records attempts of deliveries in one transaction: each delivery's status and next attempt (with
+    /// that attempt's job), and on its endpoint whether it is failing: a success clears its run of
+    /// failures, a failure starts one or, when the run began `disable_after_ms` or more ago, disables the
+    /// endpoint with the record's reason. A record whose delivery or endpoint is gone writes nothing.
+    /// Answers the endpoints this disabled.
+    pub async fn record_attempts(
         &self,
-        webhook: &str,
-        event: &str,
-        attempt: &Attempt,
-        status: DeliveryStatus,
-        next: Option<(i64, Value)>,
+        records: &[AttemptRecord],
         disable_after_ms: i64,
-        reason: &str,
         now: i64,
-    ) -> Result<Recorded, StoreError> {
-        let ok = attempt.error.is_none();
-        let (next_at, job) = match next {
-            Some((at, job)) => (Some(at), Some(job)),
-            None => (None, None),
-        };
+    ) -> Result<Vec<String>, StoreError> {
+        if records.is_empty() {
+            return Ok(vec![]);
+        }
         let v = self
             .write(|| async {
                 self.query(
                     "{
-                        LET $d = type::record('webhook_delivery', [$w, $e]);
-                        LET $ep = type::record('webhook', $w);
-                        IF !record::exists($d) OR !record::exists($ep) { RETURN 'gone'; };
-                        UPDATE $d SET attempts += $attempt, status = $status, next_at = $next_at ?? NONE,
-                            updated_at = $now RETURN NONE;
-                        IF array::len($d.attempts) > $keep { UPDATE $d SET attempts = array::slice(attempts, 1) RETURN NONE; };
-                        IF $job { INSERT INTO job [$job] RETURN NONE; };
-                        IF $ok {
-                            UPDATE $ep SET failing_since = NONE RETURN NONE;
-                            RETURN 'kept';
+                        LET $enabled = (SELECT VALUE record::id(id) FROM array::distinct(array::map($recs,
+                            |$r| type::record('webhook', $r.webhook))) WHERE enabled = true);
+                        FOR $r IN $recs {
+                            LET $d = type::record('webhook_delivery', [$r.webhook, $r.event]);
+                            LET $ep = type::record('webhook', $r.webhook);
+                            IF record::exists($d) AND record::exists($ep) {
+                                UPDATE $d SET attempts += $r.attempt, status = $r.status, next_at = $r.next_at ?? NONE,
+                                    updated_at = $now RETURN NONE;
+                                IF array::len($d.attempts) > $keep { UPDATE $d SET attempts = array::slice(attempts, 1) RETURN NONE; };
+                                IF $r.job { INSERT INTO job [$r.job] RETURN NONE; };
+                                IF $r.ok {
+                                    UPDATE $ep SET failing_since = NONE RETURN NONE;
+                                } ELSE {
+                                    UPDATE $ep SET failing_since = failing_since ?? $now RETURN NONE;
+                                    IF $ep.enabled AND $ep.failing_since <= $now - $after {
+                                        UPDATE $ep SET enabled = false, disabled_reason = $r.reason, updated_at = $now
+                                            RETURN NONE;
+                                    };
+                                };
+                            };
                         };
-                        UPDATE $ep SET failing_since = failing_since ?? $now RETURN NONE;
-                        IF $ep.enabled AND $ep.failing_since <= $now - $after {
-                            UPDATE $ep SET enabled = false, disabled_reason = $reason, updated_at = $now RETURN NONE;
-                            RETURN 'disabled';
-                        };
-                        RETURN 'kept';
+                        RETURN (SELECT VALUE record::id(id) FROM array::map($enabled, |$i| type::record('webhook', $i))
+                            WHERE enabled = false);
                     }",
-                    vars! {
-                        "w": webhook, "e": event, "attempt": attempt, "status": status.as_str(), "next_at": next_at,
-                        "job": job, "ok": ok, "keep": MAX_ATTEMPTS_KEPT, "after": disable_after_ms, "reason": reason,
-                        "now": now,
-                    },
+                    vars! { "recs": records, "keep": MAX_ATTEMPTS_KEPT, "after": disable_after_ms, "now": now },
                 )
                 .await?
                 .value_last()
             })
             .await?;
-        Ok(match v.as_str() {
-            Some("disabled") => Recorded::Disabled,
-            Some("gone") => Recorded::Gone,
-            _ => Recorded::Kept,
-        })
+        Ok(serde_json::from_value(v).unwrap_or_default())
+    }
+
+    /// The deliveries of these (webhook, event) pairs that exist.
+    pub async fn deliveries_of(&self, pairs: &[(String, String)]) -> Result<Vec<Delivery>, StoreError> {
+        if pairs.is_empty() {
+            return Ok(vec![]);
+        }
+        self.query(
+            &format!(
+                "SELECT {DELIVERY_FIELDS} FROM array::map($pairs, |$x| type::record('webhook_delivery', [$x[0], $x[1]]))"
+            ),
+            vars! { "pairs": pairs },
+        )
+        .await?
+        .all(0)
+    }
+
+    /// The endpoints with these ids that exist (every project's: callers compare the project).
+    pub async fn webhooks_of(&self, ids: &[String]) -> Result<Vec<Endpoint>, StoreError> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        self.query(
+            &format!("SELECT {ENDPOINT_FIELDS} FROM array::map($ids, |$i| type::record('webhook', $i))"),
+            vars! { "ids": ids },
+        )
+        .await?
+        .all(0)
     }
 
     /// Marks a delivery FAILED without an attempt (its endpoint is disabled).
@@ -493,10 +518,19 @@ mod tests {
         let page = s.deliveries_page(&w, Some("e2"), None, 2).await.unwrap();
         assert_eq!(page.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["e1"]);
         let failed = Attempt { at: 10, status_code: Some(500), error: Some("500".into()), duration_ms: 3 };
-        let r = s.record_attempt(&w, "e1", &failed, DeliveryStatus::Failed, None, 100, "failing", 10).await.unwrap();
-        assert_eq!(r, Recorded::Kept);
-        let r = s.record_attempt(&w, "e2", &failed, DeliveryStatus::Failed, None, 100, "failing", 110).await.unwrap();
-        assert_eq!(r, Recorded::Disabled, "failing since 10, 100 ms allowed");
+        let rec = |event: &str| AttemptRecord {
+            webhook: w.clone(),
+            event: event.into(),
+            attempt: failed.clone(),
+            ok: false,
+            status: DeliveryStatus::Failed,
+            next_at: None,
+            job: None,
+            reason: "failing".into(),
+        };
+        assert!(s.record_attempts(&[rec("e1")], 100, 10).await.unwrap().is_empty());
+        let disabled = s.record_attempts(&[rec("e2"), rec("gone")], 100, 110).await.unwrap();
+        assert_eq!(disabled, vec![w.clone()], "failing since 10, 100 ms allowed");
         let d = s.delivery(&w, "e1").await.unwrap().unwrap();
         assert_eq!((d.status, d.attempts.len()), (DeliveryStatus::Failed, 1));
         assert_eq!(d.attempts[0], failed);
