@@ -708,3 +708,38 @@ async fn the_reserved_contact_variables_render_the_contacts_id_and_email() {
     assert!(email.html.contains(&format!("<p>{contact}|ada@example.org</p>")), "{}", email.html);
     assert_eq!(email.subject, "For ada@example.org");
 }
+
+#[tokio::test]
+async fn with_a_return_path_host_each_email_goes_out_from_its_own_signed_bounce_address() {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.return_path_host = Some("bounces.herald.test".into());
+    let s = Server::start_with(config, None).await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let r = p
+        .secret
+        .post("/v1/send", json!({ "to": ["a@example.com", "b@example.com"], "from": { "name": "Shop", "email": "hi@shop.test" }, "subject": "s", "body": "b" }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let mut ids: Vec<String> =
+        r.json["data"]["emails"].as_array().unwrap().iter().map(|m| m["email"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    let key = herald_host::infra::security::derive_key("test-secret-test-secret", "herald-return-path-v1");
+    let mut named: Vec<String> = sink
+        .wait_for(2)
+        .await
+        .iter()
+        .map(|m| {
+            let (local, host) = m.from.split_once('@').unwrap();
+            assert_eq!(host, "bounces.herald.test", "{}", m.from);
+            assert!(header(&m.data, "From").unwrap().contains("hi@shop.test"), "the From header stays the sender's");
+            herald_host::domain::return_path::email_of(&key, local)
+                .unwrap_or_else(|| panic!("a forged token: {}", m.from))
+        })
+        .collect();
+    named.sort();
+    assert_eq!(named, ids, "each envelope sender names its own email");
+}

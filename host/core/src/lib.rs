@@ -173,6 +173,10 @@ impl Core {
             sign: config.dkim_signing,
             ledger: ledger.clone(),
             handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
+            return_path: config
+                .return_path_host
+                .clone()
+                .map(|host| (host, security::derive_key(&secret, "herald-return-path-v1"))),
         });
         delivery.register(&mut registry);
         let system_mail = Arc::new(

@@ -10,6 +10,7 @@ pub mod contacts;
 pub mod domains;
 pub mod images;
 pub mod import;
+pub mod return_path;
 pub mod status;
 pub mod suppressions;
 pub mod templating;

@@ -69,6 +69,9 @@ pub struct Delivery {
     /// Campaign hand-overs in flight in this process (claimed, outcome not yet written): at most
     /// [`HANDOVERS`], so a crash leaves at most that many emails UNCERTAIN.
     pub handovers: Arc<handover::Handovers>,
+    /// The return-path host and the key of its tokens: each email's envelope sender is then
+    /// `b+<token>@<host>` (`domain::return_path`), else its From address.
+    pub return_path: Option<(String, Vec<u8>)>,
 }
 
 /// How often a delivery batch re-reads the gates of its campaigns (a cancel reaches the emails waiting
@@ -151,6 +154,15 @@ async fn suppressed_among(
 }
 
 impl Delivery {
+    /// The envelope sender of an email: its VERP return path when a return-path host is configured
+    /// (docs/behaviour.md#return-path), else its From address.
+    fn envelope_sender(&self, e: &EmailRow) -> String {
+        self.return_path
+            .as_ref()
+            .and_then(|(host, key)| crate::domain::return_path::address(key, &e.id, host))
+            .unwrap_or_else(|| e.from.clone())
+    }
+
     /// `email.deliver` jobs carry the emails of one `/v1/send` transaction (up to
     /// [`crate::store::emails::SEND_JOB_CHUNK`]; one for a test send) and are claimed [`DELIVER_BATCH`] at a time;
     /// `email.deliver.campaign` jobs carry a chunk of a campaign's emails (`campaign_delivery_chunk`) and
@@ -447,7 +459,7 @@ impl Delivery {
                     }
                 }
                 match session {
-                    Some(session) => match envelope(&e.from, &e.recipient) {
+                    Some(session) => match envelope(&self.envelope_sender(e), &e.recipient) {
                         Ok(envelope) => session.send(&envelope, &raw).await.map(|_| None),
                         Err(err) => Err(err),
                     },
