@@ -1,7 +1,8 @@
 //! An administrator's chores, in the browser: a bulk job on a selection of contacts, editing and
 //! deleting one contact, a static segment's members added and removed, members invited, promoted,
 //! removed and an invitation withdrawn, and the project reset behind a typed confirmation. Each step is
-//! checked through the API, so the page is shown to have done what it says.
+//! checked through the API, so the page is shown to have done what it says. And a forgotten password
+//! reset from the mailed link.
 
 use std::time::Duration;
 
@@ -177,5 +178,45 @@ async fn chores() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(total, json!(0), "the reset left contacts behind");
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_password_is_reset_from_the_mailed_link_in_the_browser() {
+    tokio::time::timeout(Duration::from_secs(120), password_reset()).await.expect("the reset took over 2 minutes");
+}
+
+async fn password_reset() {
+    let sink = SmtpSink::start(0).await;
+    let mut c = Config::for_tests();
+    c.smtp_url = Some(sink.url());
+    let s = Server::start_with(c, None).await;
+    let _p = proj(&s, "ana@shop.test").await;
+    let before = sink.system_received().len();
+
+    let b = Browser::start(&s.base).await;
+    b.goto("/account/login").await;
+    b.click_text("a", "Forgot your password?").await;
+    b.wait_text("h1", "Reset your password").await;
+    b.fill("input[name=email]", "ana@shop.test").await;
+    b.click_text("button", "Send a reset link").await;
+    b.wait_text("h1", "Check your inbox").await;
+    let mail = sink.wait_for_system(before + 1).await;
+    let token = token_in(mail.last().unwrap(), "reset-password");
+    b.goto(&format!("/account/reset-password?token={token}")).await;
+    b.wait_text("h1", "Choose a new password").await;
+    b.fill("input[name=password]", "short").await;
+    b.click_text("button", "Save password").await;
+    b.wait_text(".error[data-for=password]", "password").await;
+    b.fill("input[name=password]", "a brand new password").await;
+    b.click_text("button", "Save password").await;
+    b.until("the login page", "location.pathname === '/account/login'").await;
+    b.fill("input[name=email]", "ana@shop.test").await;
+    b.fill("input[name=password]", "a brand new password").await;
+    b.click_text("button", "Log in").await;
+    b.wait_text("#setup-checklist", "").await;
+    // The old password no longer logs in.
+    let r = s.client().post("/auth/login", json!({ "email": "ana@shop.test", "password": "password123" })).await;
+    assert_eq!(r.status, 401, "{}", r.json);
     b.close().await;
 }
