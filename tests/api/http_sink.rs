@@ -47,6 +47,16 @@ pub type Answer = Arc<dyn Fn(&str, &str) -> (u16, String) + Send + Sync>;
 
 /// Starts a receiver that answers each request as `answer` says (a stub of a third-party API).
 pub async fn start_with(answer: Answer) -> HttpSink {
+    start_inner(answer, None).await
+}
+
+/// Starts a receiver that, while `hold` holds, keeps each request without an answer until the client
+/// goes away (an endpoint that hangs), and otherwise answers 200. Only answered requests are recorded.
+pub async fn start_holding(hold: Arc<std::sync::atomic::AtomicBool>) -> HttpSink {
+    start_inner(Arc::new(|_: &str, _: &str| (200, "{}".to_string())), Some(hold)).await
+}
+
+async fn start_inner(answer: Answer, hold: Option<Arc<std::sync::atomic::AtomicBool>>) -> HttpSink {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let got = Arc::new(Mutex::new(Vec::new()));
@@ -55,6 +65,7 @@ pub async fn start_with(answer: Answer) -> HttpSink {
         while let Ok((mut sock, _)) = listener.accept().await {
             let store = store.clone();
             let answer = answer.clone();
+            let hold = hold.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
@@ -92,6 +103,12 @@ pub async fn start_with(answer: Answer) -> HttpSink {
                     }
                     let body = buf[start..start + len].to_vec();
                     buf.drain(..start + len);
+                    if hold.as_ref().is_some_and(|h| h.load(std::sync::atomic::Ordering::SeqCst)) {
+                        // Held until the client on the other end goes away.
+                        let mut rest = [0u8; 1];
+                        let _ = sock.read(&mut rest).await;
+                        return;
+                    }
                     let (status, reply_body) = answer(&method, &path);
                     store.lock().unwrap().push(Received { method, path, headers, body });
                     let reply = format!(

@@ -345,58 +345,6 @@ async fn without_the_operators_leave_a_name_that_resolves_to_loopback_is_not_cal
     assert!(sink.requests().is_empty(), "a private address was called");
 }
 
-/// A receiver that holds every request without answering while `hang` holds, else answers 200; it
-/// records the `webhook-id` of each request it answers.
-async fn hanging_receiver(hang: Arc<AtomicBool>, ids: Arc<std::sync::Mutex<Vec<String>>>) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut sock, _)) = listener.accept().await {
-            let (hang, ids) = (hang.clone(), ids.clone());
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match sock.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
-                    let field = |name: &str| {
-                        head.split("\r\n").find_map(|l| {
-                            l.split_once(':')
-                                .filter(|(k, _)| k.eq_ignore_ascii_case(name))
-                                .map(|(_, v)| v.trim().to_string())
-                        })
-                    };
-                    let len: usize = field("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-                    while buf.len() < end + 4 + len {
-                        match sock.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                    buf.drain(..end + 4 + len);
-                    if hang.load(Ordering::SeqCst) {
-                        // Held until the process on the other end dies.
-                        let _ = sock.read(&mut chunk).await;
-                        return;
-                    }
-                    ids.lock().unwrap().push(field("webhook-id").unwrap_or_default());
-                    if sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restart() {
     use std::process::{Command, Stdio};
@@ -420,8 +368,10 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
     let project: Value = serde_json::from_slice(&out.stdout).unwrap();
     let secret = project["secret"].as_str().unwrap().to_string();
     let hang = Arc::new(AtomicBool::new(true));
-    let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let addr = hanging_receiver(hang.clone(), ids.clone()).await;
+    let receiver = http_sink::start_holding(hang.clone()).await;
+    let ids = || -> Vec<String> {
+        receiver.requests().iter().filter_map(|r| r.header("webhook-id").map(str::to_string)).collect()
+    };
 
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
@@ -430,7 +380,7 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
     let r = http
         .post(format!("{base}/webhooks"))
         .bearer_auth(&secret)
-        .json(&json!({ "url": format!("http://{addr}/in"), "events": ["signup"] }))
+        .json(&json!({ "url": receiver.url("/in"), "events": ["signup"] }))
         .send()
         .await
         .unwrap();
@@ -470,7 +420,7 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
     let _ = server.0.wait();
-    assert!(ids.lock().unwrap().is_empty(), "nothing was answered before the kill");
+    assert!(ids().is_empty(), "nothing was answered before the kill");
 
     // Restarted, with the receiver answering: every event arrives.
     hang.store(false, Ordering::SeqCst);
@@ -478,7 +428,7 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
     assert!(crate::binary::wait_until_up(&base).await);
     let started = std::time::Instant::now();
     loop {
-        let mut got = ids.lock().unwrap().clone();
+        let mut got = ids();
         got.sort();
         got.dedup();
         if got.len() == N {

@@ -34,10 +34,7 @@ async fn marketer() {
     }
 
     let b = Browser::start(&s.base).await;
-    b.goto("/account/login").await;
-    b.fill("input[name=email]", "mia@shop.test").await;
-    b.fill("input[name=password]", "password123").await;
-    b.click_text("button", "Log in").await;
+    b.log_in("mia@shop.test", "password123").await;
     b.wait_text("#setup-checklist", "Create a campaign").await;
 
     // The segment: data.plan is "pro" and seats ≥ 3, counted live as the condition is built.

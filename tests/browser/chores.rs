@@ -37,11 +37,7 @@ async fn chores() {
     }
 
     let b = Browser::start(&s.base).await;
-    b.goto("/account/login").await;
-    b.fill("input[name=email]", "ana@shop.test").await;
-    b.fill("input[name=password]", "password123").await;
-    b.click_text("button", "Log in").await;
-    b.wait_text("#setup-checklist", "").await;
+    b.log_in("ana@shop.test", "password123").await;
 
     // A selection of two contacts unsubscribed by a bulk job, behind a confirmation naming the count.
     b.click_text("nav a", "Contacts").await;
@@ -211,10 +207,7 @@ async fn password_reset() {
     b.fill("input[name=password]", "a brand new password").await;
     b.click_text("button", "Save password").await;
     b.until("the login page", "location.pathname === '/account/login'").await;
-    b.fill("input[name=email]", "ana@shop.test").await;
-    b.fill("input[name=password]", "a brand new password").await;
-    b.click_text("button", "Log in").await;
-    b.wait_text("#setup-checklist", "").await;
+    b.log_in("ana@shop.test", "a brand new password").await;
     // The old password no longer logs in.
     let r = s.client().post("/auth/login", json!({ "email": "ana@shop.test", "password": "password123" })).await;
     assert_eq!(r.status, 401, "{}", r.json);

@@ -24,11 +24,7 @@ async fn delivery() {
     let receiver = http_sink::start(200, "{}").await;
 
     let b = Browser::start(&s.base).await;
-    b.goto("/account/login").await;
-    b.fill("input[name=email]", "ana@shop.test").await;
-    b.fill("input[name=password]", "password123").await;
-    b.click_text("button", "Log in").await;
-    b.wait_text("#setup-checklist", "").await;
+    b.log_in("ana@shop.test", "password123").await;
 
     // An address suppressed by hand, shown with its reason, filtered, then removed.
     b.click_text("nav a", "Suppressions").await;

@@ -161,6 +161,15 @@ impl Browser {
         self.until(&format!("{css} with {text:?}"), &expr).await;
     }
 
+    /// Logs in through the login page and waits for the project's overview.
+    pub async fn log_in(&self, email: &str, password: &str) {
+        self.goto("/account/login").await;
+        self.fill("input[name=email]", email).await;
+        self.fill("input[name=password]", password).await;
+        self.click_text("button", "Log in").await;
+        self.wait_text("#setup-checklist", "").await;
+    }
+
     pub async fn find(&self, css: &str) -> fantoccini::elements::Element {
         let started = Instant::now();
         loop {

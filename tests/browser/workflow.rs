@@ -41,10 +41,7 @@ async fn build() {
     assert_eq!(p.secret.post("/templates", t).await.status, 201);
 
     let b = Browser::start(&s.base).await;
-    b.goto("/account/login").await;
-    b.fill("input[name=email]", "wes@shop.test").await;
-    b.fill("input[name=password]", "password123").await;
-    b.click_text("button", "Log in").await;
+    b.log_in("wes@shop.test", "password123").await;
     b.wait_text("#setup-checklist", "Build a workflow").await;
     b.click_text("nav a", "Workflows").await;
     b.fill("input[name=name]", "Onboarding").await;
