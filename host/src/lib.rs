@@ -4,6 +4,7 @@
 //! core and serves it, so tests boot the real thing in-process on an ephemeral port.
 
 pub mod api;
+pub mod smtp;
 
 pub use herald_core::{BuildError, DOMAIN_CHECK_JOB, config, domain, error, infra, plugins, services, state, store};
 
@@ -53,10 +54,14 @@ impl App {
     /// Starts serving on `listener` and running jobs. Returns at once with a handle.
     pub async fn start(self, listener: tokio::net::TcpListener) -> Result<Running, BuildError> {
         let addr = listener.local_addr().map_err(BuildError::Listen)?;
+        // SMTP first: once the HTTP server answers, every listener is bound.
+        let smtp = smtp::start(self.state.clone())
+            .await
+            .map_err(|e| BuildError::Listen(std::io::Error::other(e.to_string())))?;
         let http = api::serve::serve(self.state.clone(), listener).map_err(BuildError::Listen)?;
         let state = self.state.clone();
         let background = herald_core::Core { state: self.state, worker: self.worker }.start();
-        Ok(Running { addr, state, http, background })
+        Ok(Running { addr, smtp_addr: smtp.inbound, submission_addr: smtp.submission, state, http, smtp, background })
     }
 
     /// Ends a front end that did not serve (a CLI command): drops the services, then closes the store as
@@ -77,8 +82,12 @@ impl App {
 /// A running server.
 pub struct Running {
     pub addr: SocketAddr,
+    /// Where mail is received, and where applications submit mail over SMTP, when configured.
+    pub smtp_addr: Option<SocketAddr>,
+    pub submission_addr: Option<SocketAddr>,
     pub state: Arc<AppState>,
     http: api::serve::HttpServer,
+    smtp: smtp::SmtpServers,
     background: herald_core::Background,
 }
 
@@ -87,6 +96,7 @@ impl Running {
     /// finish, release leases.
     pub async fn shutdown(self) {
         self.http.stop(Duration::from_secs(30));
+        self.smtp.stop().await;
         self.background.signal();
         self.http.stopped().await;
         self.background.stop().await;

@@ -23,6 +23,7 @@ mod dashboard;
 mod domains;
 mod foundation;
 mod hardening;
+mod inbound;
 mod jobs;
 mod oauth;
 mod payments;

@@ -227,6 +227,13 @@ impl Core {
         );
         webhooks.register(&mut registry);
         bus.subscribe(Arc::new(services::webhooks::Fanout(webhooks.clone())));
+        let inbound = Arc::new(services::inbound::Inbound::new(
+            store.clone(),
+            clock.clone(),
+            config.return_path_host.clone().map(|host| (host, security::derive_key(&secret, "herald-return-path-v1"))),
+            services::quotas::Ceilings::new(config.quotas),
+        ));
+        inbound.register(&mut registry);
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),
@@ -243,6 +250,7 @@ impl Core {
         let _ = campaigns.wake.set(worker.waker());
         let _ = workflows.wake.set(worker.waker());
         let _ = webhooks.wake.set(worker.waker());
+        let _ = inbound.wake.set(worker.waker());
         let ingest = ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes);
         let accepter = accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes);
         let context = Context {
@@ -284,6 +292,7 @@ impl Core {
             campaigns,
             workflows,
             webhooks,
+            inbound,
         });
         Ok(Core { state, worker })
     }

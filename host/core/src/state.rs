@@ -31,6 +31,8 @@ pub struct AppState {
     pub workflows: Arc<crate::services::workflows::engine::Engine>,
     /// Outbound webhooks: endpoints, the fan-out of events, the attempts.
     pub webhooks: Arc<crate::services::webhooks::Webhooks>,
+    /// Receiving mail: recipients, durable acceptance, the job that applies a message.
+    pub inbound: Arc<crate::services::inbound::Inbound>,
 }
 
 impl std::ops::Deref for AppState {

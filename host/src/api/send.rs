@@ -393,6 +393,7 @@ pub async fn send(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErro
                 headers: hdrs,
                 attachments: atts,
                 attachment_bytes: att_bytes,
+                literal: false,
             };
             let out: Vec<SentEmail> = accept_send(&st, &st.composer, &st.accepter, command)
                 .await?

@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod contacts;
 pub mod domains;
 pub mod images;
+pub mod inbound;
 pub mod import;
 pub mod return_path;
 pub mod status;

@@ -449,6 +449,15 @@ impl Engine {
         Ok(Prepared { template: compile(src)?, mode })
     }
 
+    /// Text that renders as itself, whatever `{{` it holds (a message relayed over SMTP is the caller's,
+    /// not a template).
+    pub fn literal(&self, text: &str, mode: Mode) -> Prepared {
+        // One text element (a compiled one-character template gives the shape and its position map).
+        let mut template = Template::compile("x").unwrap_or_default();
+        template.elements = vec![handlebars::template::TemplateElement::RawString(text.to_string())];
+        Prepared { template, mode }
+    }
+
     /// Renders a prepared template, stopping at `max_bytes` of output.
     pub fn render_prepared(&self, p: &Prepared, vars: &Value, max_bytes: usize) -> Result<String, TemplateIssue> {
         let hb = if p.mode == Mode::Html { &self.html } else { &self.text };
@@ -544,6 +553,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_literal_renders_as_itself_in_both_modes() {
+        let e = Engine::new();
+        let text = "Hi {{name}} {{> x}} \\{{y}} <b>&</b>";
+        for mode in [Mode::Html, Mode::Text] {
+            let p = e.literal(text, mode);
+            assert_eq!(e.render_prepared(&p, &json!({"name": "Ann"}), 1 << 20).unwrap(), text);
+        }
+    }
 
     #[test]
     fn rendering_table() {

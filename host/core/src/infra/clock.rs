@@ -13,6 +13,11 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     DateTime::parse_from_rfc3339(s).ok().map(|d| d.timestamp_millis())
 }
 
+/// Milliseconds since the epoch as an RFC 2822 date (mail headers).
+pub fn rfc2822(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default().to_rfc2822()
+}
+
 /// Whether `s` is a calendar date without a time (`2026-01-15`).
 pub fn is_date_only(s: &str) -> bool {
     s.len() == 10 && chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok()

@@ -33,6 +33,8 @@ struct Registry {
     executions: BTreeMap<&'static str, u64>,
     /// Workflow starts and emails held back by the loop limits, by limit.
     workflow_limits: BTreeMap<&'static str, u64>,
+    /// Received messages by what became of them (docs/behaviour.md#receiving-mail).
+    inbound: BTreeMap<&'static str, u64>,
 }
 
 /// One group-commit counter: its name, its help text and how to read it.
@@ -116,6 +118,17 @@ pub fn workflow_limited(limit: &'static str, n: u64) {
     with(|r| *r.workflow_limits.entry(limit).or_default() += n);
 }
 
+/// Counts a received message by what became of it: `bounce`, `delay`, `complaint`, `received`, or why it
+/// was dropped (`forged_token`, `unknown_email`, `ignored`, `no_project`, ...).
+pub fn inbound(outcome: &'static str) {
+    with(|r| *r.inbound.entry(outcome).or_default() += 1);
+}
+
+/// How many received messages this process counted with `outcome` (see [`inbound`]).
+pub fn inbound_count(outcome: &str) -> u64 {
+    with(|r| r.inbound.get(outcome).copied().unwrap_or(0))
+}
+
 /// How many workflow executions this process has written in `status` (see [`executions_written`]).
 pub fn executions_written_in(status: &str) -> u64 {
     with(|r| r.executions.get(status).copied().unwrap_or(0))
@@ -181,6 +194,11 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         out.push_str("# TYPE herald_workflow_limited_total counter\n");
         for (limit, n) in &r.workflow_limits {
             let _ = writeln!(out, "herald_workflow_limited_total{{limit=\"{limit}\"}} {n}");
+        }
+        out.push_str("# HELP herald_inbound_messages_total Messages received over SMTP, by outcome.\n");
+        out.push_str("# TYPE herald_inbound_messages_total counter\n");
+        for (outcome, n) in &r.inbound {
+            let _ = writeln!(out, "herald_inbound_messages_total{{outcome=\"{outcome}\"}} {n}");
         }
         let series: [Series; 4] = [
             ("batches", "Group-commit batches written, by engine (ingest: /v1/track, accept: /v1/send).", |g| {

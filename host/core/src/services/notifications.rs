@@ -13,6 +13,7 @@ use crate::infra::clock::SharedClock;
 use crate::plugins::{Notification, NotificationKind};
 use crate::services::ingest::set_subscribed;
 use crate::store::contacts::ContactWrite;
+use crate::store::emails::EmailKey;
 use crate::store::events::Event;
 use crate::store::{Store, StoreError};
 
@@ -39,6 +40,19 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
         _ => None,
     };
     let Some(key) = found else { return Ok(None) };
+    apply_to(store, clock, key, n, None).await.map(Some)
+}
+
+/// Applies a notification to the email `key` (see [`apply`]). `event_id` names the event it records: a
+/// received report's, so that applying it again records nothing twice (the status, the subscription
+/// and the suppression are the same however often they are applied). Returns the email's id.
+pub async fn apply_to(
+    store: &Store,
+    clock: &SharedClock,
+    key: EmailKey,
+    n: &Notification,
+    event_id: Option<String>,
+) -> Result<String, StoreError> {
     let (project, id, contact, depth) = (key.project, key.id, key.contact, key.depth);
     let now = clock.now_ms();
     let (status, event, unsubscribe) = match n.kind {
@@ -61,13 +75,18 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
     if n.kind == NotificationKind::Bounce {
         data.insert("permanent".into(), n.permanent.into());
     }
-    store
-        .write_contact(
-            &project,
-            &ContactWrite::None,
-            &[Event::new(&project, &contact, event, data, "system", now).at_depth(depth)],
-        )
-        .await?;
+    let mut recorded = Event::new(&project, &contact, event, data, "system", now).at_depth(depth);
+    let written = match event_id {
+        Some(e) => {
+            let before = store.event_exists(&e).await?;
+            recorded.id = e;
+            before
+        }
+        None => false,
+    };
+    if !written {
+        store.write_contact(&project, &ContactWrite::None, &[recorded]).await?;
+    }
     if unsubscribe {
         set_subscribed(store, clock, &project, &contact, false).await?;
         // The address goes on the suppression list: no email of the project reaches it again.
@@ -78,5 +97,5 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
                 .await;
         }
     }
-    Ok(Some(id))
+    Ok(id)
 }

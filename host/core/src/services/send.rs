@@ -44,6 +44,8 @@ pub struct SendCommand {
     pub attachments: Vec<StoredAttachment>,
     /// The attachments' decoded size.
     pub attachment_bytes: usize,
+    /// Subject and body are the caller's text, not templates (the SMTP relay).
+    pub literal: bool,
 }
 
 /// Accepts a send: every rule checked before anything is written, then each recipient's contact,
@@ -67,8 +69,13 @@ pub async fn send(
     }
     // Checked and compiled once, on the blocking pool (a large template's compile is CPU work).
     let composer = composer.clone();
+    let literal = cmd.literal;
     let (subject, html) = crate::services::compose::off_async(move || {
-        (composer.templates.prepare(&subject_src, Mode::Text), composer.templates.prepare(&html_src, Mode::Html))
+        let t = &composer.templates;
+        if literal {
+            return (Ok(t.literal(&subject_src, Mode::Text)), Ok(t.literal(&html_src, Mode::Html)));
+        }
+        (t.prepare(&subject_src, Mode::Text), t.prepare(&html_src, Mode::Html))
     })
     .await
     .map_err(Error::Internal)?;

@@ -87,7 +87,7 @@ impl Store {
         self.query(
             &format!(
                 "LET $c = (SELECT VALUE domain FROM ONLY type::record('domain_claim', $n));
-                 SELECT {FIELDS} FROM domain WHERE id = type::record('domain', $c ?? '') AND status = 'VERIFIED';"
+                 IF $c = NONE {{ [] }} ELSE {{ SELECT {FIELDS} FROM type::record('domain', $c) WHERE status = 'VERIFIED' }};"
             ),
             vars! { "n": name },
         )

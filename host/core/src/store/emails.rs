@@ -551,6 +551,18 @@ impl Store {
         Ok(rows.first().and_then(email_key))
     }
 
+    /// The email with this id, in whichever project holds it (the id a return-path address names).
+    pub async fn email_key(&self, id: &str) -> Result<Option<EmailKey>, StoreError> {
+        let rows: Vec<Value> = self
+            .query(
+                "SELECT project, record::id(id) AS id, contact, campaign, depth FROM type::record('email', $id)",
+                vars! { "id": id },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows.first().and_then(email_key))
+    }
+
     /// The email a transport plugin's provider knows by this id.
     pub async fn email_by_provider_message_id(&self, provider_id: &str) -> Result<Option<EmailKey>, StoreError> {
         let rows: Vec<Value> = self

@@ -48,6 +48,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0038_suppressions.surql", include_str!("../../../../migrations/0038_suppressions.surql")),
     ("0039_webhooks.surql", include_str!("../../../../migrations/0039_webhooks.surql")),
     ("0040_tallies.surql", include_str!("../../../../migrations/0040_tallies.surql")),
+    ("0041_inbound.surql", include_str!("../../../../migrations/0041_inbound.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -23,6 +23,7 @@ mod engine_cache;
 mod engine_locks;
 pub mod events;
 pub mod idempotency;
+pub mod inbound;
 pub mod ingest;
 pub mod jobs;
 pub mod migrate;

@@ -13,6 +13,9 @@ pub use herald_plugin_runtime::manifest::PluginGrant;
 use clap::Args;
 use serde::Deserialize;
 
+mod smtp;
+pub use smtp::{SmtpConfig, SmtpSettings};
+
 /// Every setting, each optional so that the sources can be layered. Flag names are the TOML keys with
 /// `-` instead of `_`; environment variables are `HERALD_` + the key in upper case.
 #[derive(Debug, Clone, Default, Args, Deserialize)]
@@ -232,6 +235,10 @@ pub struct Settings {
     /// Client secret of that GitHub OAuth app
     #[arg(long, env = "HERALD_OAUTH_GITHUB_CLIENT_SECRET", hide_env_values = true)]
     pub oauth_github_client_secret: Option<String>,
+    /// Receiving mail and the SMTP relay (`[smtp]` in herald.toml)
+    #[command(flatten)]
+    #[serde(default)]
+    pub smtp: SmtpSettings,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -309,6 +316,8 @@ pub struct Config {
     pub workflow_emails_per_contact_hour: u32,
     /// Ceilings per project and user (docs/security.md#quotas).
     pub quotas: Quotas,
+    /// The SMTP front end: receiving mail and the submission relay.
+    pub smtp: SmtpConfig,
     pub plugins_dir: PathBuf,
     pub plugin_cache_dir: PathBuf,
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
@@ -484,6 +493,7 @@ impl Settings {
             oauth: self.oauth.or(other.oauth),
             oauth_github_client_id: self.oauth_github_client_id.or(other.oauth_github_client_id),
             oauth_github_client_secret: self.oauth_github_client_secret.or(other.oauth_github_client_secret),
+            smtp: self.smtp.or(other.smtp),
             config: self.config.or(other.config),
         }
     }
@@ -593,7 +603,10 @@ impl Settings {
                 )));
             }
         }
+        let return_path_host = s.return_path_host.clone().filter(|h| !h.is_empty());
+        let smtp = s.smtp.clone().resolve(return_path_host.as_deref().unwrap_or(&mail_host(&public_url)))?;
         Ok(Config {
+            smtp,
             oauth,
             stripe,
             plans: s.plan.unwrap_or_default(),

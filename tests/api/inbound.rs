@@ -1,0 +1,314 @@
+//! Receiving mail over real SMTP on loopback (docs/behaviour.md#receiving-mail): delivery status
+//! notifications to the return path, feedback-loop complaints, replies to a project's domain, what is
+//! refused before DATA, the size limit, and a message accepted just before a `kill -9`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_host::config::Config;
+use lettre::address::Envelope;
+use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use serde_json::{Value, json};
+
+use crate::harness::*;
+use crate::smtp_sink::SmtpSink;
+
+const RP: &str = "bounces.herald.test";
+
+struct Inbox {
+    s: Server,
+    p: Proj,
+    sink: SmtpSink,
+    port: u16,
+}
+
+async fn inbox(configure: impl FnOnce(&mut Config)) -> Inbox {
+    let sink = SmtpSink::start(0).await;
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(sink.url());
+    config.return_path_host = Some(RP.into());
+    config.smtp.listen = Some("127.0.0.1:0".parse().unwrap());
+    configure(&mut config);
+    let s = Server::start_with(config, None).await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let port = s.running.as_ref().and_then(|r| r.smtp_addr).expect("the SMTP server listens").port();
+    Inbox { s, p, sink, port }
+}
+
+/// Sends `raw` over SMTP from `from` (None: the null sender) to `to`.
+async fn deliver(port: u16, from: Option<&str>, to: &[&str], raw: &str) -> Result<String, lettre::transport::smtp::Error> {
+    let t = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1").port(port).build();
+    let envelope = Envelope::new(from.map(|f| f.parse().unwrap()), to.iter().map(|t| t.parse().unwrap()).collect())
+        .expect("an envelope");
+    t.send_raw(&envelope, raw.as_bytes()).await.map(|r| r.message().collect::<Vec<_>>().join(" "))
+}
+
+fn code(e: &lettre::transport::smtp::Error) -> String {
+    e.status().map(|c| c.to_string()).unwrap_or_else(|| format!("no status: {e}"))
+}
+
+/// Sends one email to `to` through `/v1/send`; answers (email id, contact id, Message-ID, return path).
+async fn sent(i: &Inbox, to: &str) -> (String, String, String, String) {
+    let r = i
+        .p
+        .secret
+        .post(
+            "/v1/send",
+            json!({ "to": to, "from": "hi@shop.test", "subject": "s", "body": "<p>b</p>", "subscribed": true }),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    let contact = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let m = loop {
+        if let Some(m) = i.sink.received().into_iter().find(|m| m.to.iter().any(|t| t == to)) {
+            break m;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the email to {to} was delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let row = i.s.state.store.email(&i.p.id, &id).await.unwrap().unwrap();
+    (id, contact, row.message_id, m.from)
+}
+
+async fn status(i: &Inbox, id: &str) -> String {
+    i.s.state.store.email(&i.p.id, id).await.unwrap().unwrap().status.to_string()
+}
+
+async fn events(i: &Inbox, contact: &str) -> Vec<Value> {
+    i.p.secret.get(&format!("/events/contact/{contact}")).await.json["data"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls until `f` holds (ten seconds at most).
+async fn until<F: AsyncFn() -> bool>(what: &str, f: F) {
+    let started = std::time::Instant::now();
+    while !f().await {
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn dsn(to: &str, action: &str, status: &str, message_id: &str) -> String {
+    format!(
+        "From: Mail Delivery System <MAILER-DAEMON@mx.example.org>\r\nTo: {to}\r\nSubject: Undelivered Mail Returned to Sender\r\n\
+         MIME-Version: 1.0\r\nContent-Type: multipart/report; report-type=delivery-status; boundary=\"R\"\r\n\r\n\
+         --R\r\nContent-Type: text/plain\r\n\r\nI'm sorry to have to inform you that your message could not be delivered.\r\n\
+         --R\r\nContent-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; mx.example.org\r\n\r\n\
+         Final-Recipient: rfc822; someone@example.org\r\nAction: {action}\r\nStatus: {status}\r\n\
+         Diagnostic-Code: smtp; 550 {status} mailbox unavailable\r\n\r\n\
+         --R\r\nContent-Type: text/rfc822-headers\r\n\r\nMessage-ID: {message_id}\r\nSubject: s\r\n\r\n--R--\r\n"
+    )
+}
+
+#[tokio::test]
+async fn a_failure_report_to_the_return_path_bounces_its_email_and_a_delay_is_only_recorded() {
+    let i = inbox(|_| {}).await;
+    let (id, contact, mid, rp) = sent(&i, "gone@example.org").await;
+    assert!(rp.ends_with(&format!("@{RP}")), "{rp}");
+    assert_eq!(i.p.secret.get(&format!("/contacts/{contact}")).await.json["subscribed"], true);
+    let reply = deliver(i.port, None, &[&rp], &dsn(&rp, "failed", "5.1.1", &mid)).await.expect("accepted");
+    assert!(reply.contains("queued as"), "{reply}");
+    until("the email is BOUNCED", async || status(&i, &id).await == "BOUNCED").await;
+    let c = i.p.secret.get(&format!("/contacts/{contact}")).await;
+    assert_eq!(c.json["subscribed"], false, "a hard bounce unsubscribes");
+    let bounce = events(&i, &contact).await.into_iter().find(|e| e["name"] == "email.bounce").expect("email.bounce");
+    assert_eq!(bounce["data"]["permanent"], true);
+    assert_eq!(bounce["data"]["emailId"], id.as_str());
+    assert!(bounce["data"]["reason"].as_str().unwrap().starts_with("5.1.1"), "{bounce}");
+    let list = i.p.secret.get("/suppressions").await;
+    assert!(list.json.to_string().contains("gone@example.org"), "{}", list.json);
+    // The same report again (a retrying reporter): applied, and nothing is recorded twice.
+    deliver(i.port, None, &[&rp], &dsn(&rp, "failed", "5.1.1", &mid)).await.expect("accepted");
+    until("the second report is applied", async || i.s.state.store.count_inbound().await.unwrap() == 0).await;
+    let bounces = events(&i, &contact).await.into_iter().filter(|e| e["name"] == "email.bounce").count();
+    assert_eq!(bounces, 2, "each report is one event");
+
+    // A delay: recorded on the email's contact as a soft bounce; the email and the contact stay as they were.
+    let (id2, contact2, mid2, rp2) = sent(&i, "slow@example.org").await;
+    deliver(i.port, None, &[&rp2], &dsn(&rp2, "delayed", "4.4.7", &mid2)).await.expect("accepted");
+    until("the delay is recorded", async || events(&i, &contact2).await.iter().any(|e| e["name"] == "email.bounce")).await;
+    let e = events(&i, &contact2).await.into_iter().find(|e| e["name"] == "email.bounce").unwrap();
+    assert_eq!(e["data"]["permanent"], false);
+    assert_eq!(status(&i, &id2).await, "SENT");
+    assert_eq!(i.p.secret.get(&format!("/contacts/{contact2}")).await.json["subscribed"], true);
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_feedback_loop_report_marks_its_email_complained_and_a_forged_token_changes_nothing() {
+    let i = inbox(|_| {}).await;
+    let (id, contact, mid, rp) = sent(&i, "angry@example.org").await;
+    let arf = format!(
+        "From: fbl@isp.example\r\nTo: fbl@{RP}\r\nSubject: Abuse report\r\nMIME-Version: 1.0\r\n\
+         Content-Type: multipart/report; report-type=feedback-report; boundary=\"F\"\r\n\r\n\
+         --F\r\nContent-Type: text/plain\r\n\r\nA complaint about a message from your network.\r\n\
+         --F\r\nContent-Type: message/feedback-report\r\n\r\nFeedback-Type: abuse\r\nUser-Agent: ISP-FBL/1.0\r\nVersion: 1\r\n\r\n\
+         --F\r\nContent-Type: message/rfc822\r\n\r\nReturn-Path: <{rp}>\r\nFrom: hi@shop.test\r\nMessage-ID: {mid}\r\n\
+         Subject: s\r\n\r\nb\r\n--F--\r\n"
+    );
+    deliver(i.port, Some("fbl@isp.example"), &[&format!("fbl@{RP}")], &arf).await.expect("accepted");
+    until("the email is COMPLAINED", async || status(&i, &id).await == "COMPLAINED").await;
+    assert_eq!(i.p.secret.get(&format!("/contacts/{contact}")).await.json["subscribed"], false);
+    assert!(events(&i, &contact).await.iter().any(|e| e["name"] == "email.complaint"));
+
+    // A token made up for the email of another: dropped and counted, the email untouched.
+    let (id2, _, mid2, rp2) = sent(&i, "fine@example.org").await;
+    let (local, _) = rp2.split_once('@').unwrap();
+    let mut forged = local.to_string();
+    let last = forged.pop().unwrap();
+    forged.push(if last == '0' { '1' } else { '0' });
+    let forged = format!("{forged}@{RP}");
+    let before = herald_host::infra::metrics::inbound_count("forged_token");
+    // The report names no Message-ID Herald knows either.
+    deliver(i.port, None, &[&forged], &dsn(&forged, "failed", "5.1.1", "<made-up@example.org>")).await.expect("accepted");
+    until("the forged report is counted", async || {
+        herald_host::infra::metrics::inbound_count("forged_token") > before
+    })
+    .await;
+    assert_eq!(status(&i, &id2).await, "SENT", "{mid2}");
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_reply_to_a_projects_domain_becomes_an_event_of_a_new_unsubscribed_contact() {
+    let i = inbox(|_| {}).await;
+    let (id, _, mid, _) = sent(&i, "customer@example.org").await;
+    let reply = format!(
+        "From: \"Ann Lee\" <ann@example.net>\r\nTo: support@inbound.shop.test\r\nSubject: Re: your order\r\n\
+         Message-ID: <reply-1@example.net>\r\nIn-Reply-To: {mid}\r\nMIME-Version: 1.0\r\n\
+         Content-Type: multipart/alternative; boundary=\"A\"\r\n\r\n--A\r\nContent-Type: text/plain\r\n\r\nWhere is it?\r\n\
+         --A\r\nContent-Type: text/html\r\n\r\n<p>Where is it?</p>\r\n--A--\r\n"
+    );
+    deliver(i.port, Some("ann@example.net"), &["support@inbound.shop.test"], &reply).await.expect("accepted");
+    let contact = async || {
+        let r = i.p.secret.get("/contacts?search=ann%40example.net").await;
+        r.json["data"].as_array().and_then(|a| a.first().cloned())
+    };
+    until("the sender is a contact", async || contact().await.is_some()).await;
+    let c = contact().await.unwrap();
+    assert_eq!(c["subscribed"], false, "a sender is not subscribed by writing");
+    let cid = c["id"].as_str().unwrap().to_string();
+    until("the event is stored", async || events(&i, &cid).await.iter().any(|e| e["name"] == "email.received")).await;
+    let e = events(&i, &cid).await.into_iter().find(|e| e["name"] == "email.received").unwrap();
+    let d = &e["data"];
+    assert_eq!(d["from"], "ann@example.net");
+    assert_eq!(d["fromName"], "Ann Lee");
+    assert_eq!(d["to"], json!(["support@inbound.shop.test"]));
+    assert_eq!(d["subject"], "Re: your order");
+    assert_eq!(d["text"].as_str().unwrap().trim(), "Where is it?");
+    assert_eq!(d["html"].as_str().unwrap().trim(), "<p>Where is it?</p>");
+    assert_eq!(d["autoReply"], false);
+    assert_eq!(d["emailId"], id.as_str(), "a reply names the email it answers");
+    let usage = i
+        .s
+        .state
+        .store
+        .usage_of(&i.p.id, herald_host::domain::billing::Category::Inbound, i.s.state.clock.now_ms())
+        .await
+        .unwrap();
+    assert_eq!(usage, 1, "it counts in the inbound category");
+    let feed = i.p.secret.get("/activity?type=email.received").await;
+    assert_eq!(feed.status, 200, "{}", feed.json);
+    assert_eq!(feed.json["data"][0]["type"], "email.received", "inbound mail is in the activity feed: {}", feed.json);
+
+    // An out-of-office answer to the verified domain itself is marked as automatic.
+    let away = "From: bob@example.net\r\nTo: hi@shop.test\r\nAuto-Submitted: auto-replied\r\nSubject: Out of office\r\n\r\nAway.\r\n";
+    deliver(i.port, Some("bob@example.net"), &["hi@shop.test"], away).await.expect("accepted");
+    let bob = async || {
+        let r = i.p.secret.get("/contacts?search=bob%40example.net").await;
+        r.json["data"].as_array().and_then(|a| a.first()).and_then(|c| c["id"].as_str()).map(str::to_string)
+    };
+    until("the auto-reply's sender is a contact", async || bob().await.is_some()).await;
+    let bid = bob().await.unwrap();
+    until("its event is stored", async || events(&i, &bid).await.iter().any(|e| e["name"] == "email.received")).await;
+    let e = events(&i, &bid).await.into_iter().find(|e| e["name"] == "email.received").unwrap();
+    assert_eq!(e["data"]["autoReply"], true);
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn mail_for_an_unknown_domain_is_refused_at_rcpt_and_an_oversize_message_at_data() {
+    // Jobs off: what is accepted stays stored, to be counted.
+    let i = inbox(|c| {
+        c.smtp.max_message_bytes = 100 * 1024;
+        c.run_jobs = false;
+    })
+    .await;
+    let stored = async || i.s.state.store.count_inbound().await.unwrap();
+    let e = deliver(i.port, Some("x@example.net"), &["someone@elsewhere.test"], "Subject: hi\r\n\r\nhi\r\n")
+        .await
+        .expect_err("refused");
+    assert_eq!(code(&e), "550", "{e}");
+    // A domain another project has not verified is unknown too.
+    let e = deliver(i.port, Some("x@example.net"), &["a@shop.test.evil.example"], "Subject: hi\r\n\r\nhi\r\n")
+        .await
+        .expect_err("refused");
+    assert_eq!(code(&e), "550", "{e}");
+    let big = format!("From: x@example.net\r\nSubject: big\r\n\r\n{}\r\n", "y".repeat(150 * 1024));
+    let e = deliver(i.port, Some("x@example.net"), &["support@shop.test"], &big).await.expect_err("too big");
+    assert_eq!(code(&e), "552", "{e}");
+    assert_eq!(stored().await, 0, "nothing refused was stored");
+    deliver(i.port, Some("x@example.net"), &["support@shop.test"], "From: x@example.net\r\nSubject: ok\r\n\r\nok\r\n")
+        .await
+        .expect("a small message is accepted");
+    assert_eq!(stored().await, 1, "what was accepted is stored before the 250");
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
+    use std::process::{Command, Stdio};
+    let dir = Config::test_scratch().join(format!("inbound-crash-{}", uuid::Uuid::new_v4()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let smtp_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let herald = |run_jobs: bool| {
+        let mut c = crate::binary::herald(&dir, port);
+        c.env("HERALD_SECRET", "a test secret of the inbound suite")
+            .env("HERALD_SMTP_LISTEN", format!("127.0.0.1:{smtp_port}"))
+            .env("HERALD_RUN_JOBS", run_jobs.to_string());
+        c
+    };
+    let out = herald(true)
+        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (pid, secret) = (project["id"].as_str().unwrap(), project["secret"].as_str().unwrap().to_string());
+    let out = herald(true).args(["domain", "add", "shop.test", "--project", pid, "--trust"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Jobs off: the message is only stored when the 250 comes; then the process dies.
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = crate::binary::Serving(herald(false).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    assert!(crate::binary::wait_until_up(&base).await);
+    let msg = "From: carol@example.net\r\nTo: help@shop.test\r\nSubject: Hello after a crash\r\n\r\nHi\r\n";
+    deliver(smtp_port, Some("carol@example.net"), &["help@shop.test"], msg).await.expect("250");
+    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
+    let _ = server.0.wait();
+
+    let _server = crate::binary::Serving(herald(true).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    assert!(crate::binary::wait_until_up(&base).await);
+    let http = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    loop {
+        let v: Value = http
+            .get(format!("{base}/events?name=email.received"))
+            .bearer_auth(&secret)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let found = v["data"].as_array().map(|a| a.iter().filter(|e| e["data"]["subject"] == "Hello after a crash").count());
+        if found == Some(1) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the message was applied after the restart: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
