@@ -38,7 +38,12 @@ async fn inbox(configure: impl FnOnce(&mut Config)) -> Inbox {
 }
 
 /// Sends `raw` over SMTP from `from` (None: the null sender) to `to`.
-async fn deliver(port: u16, from: Option<&str>, to: &[&str], raw: &str) -> Result<String, lettre::transport::smtp::Error> {
+async fn deliver(
+    port: u16,
+    from: Option<&str>,
+    to: &[&str],
+    raw: &str,
+) -> Result<String, lettre::transport::smtp::Error> {
     let t = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1").port(port).build();
     let envelope = Envelope::new(from.map(|f| f.parse().unwrap()), to.iter().map(|t| t.parse().unwrap()).collect())
         .expect("an envelope");
@@ -51,14 +56,13 @@ fn code(e: &lettre::transport::smtp::Error) -> String {
 
 /// Sends one email to `to` through `/v1/send`; answers (email id, contact id, Message-ID, return path).
 async fn sent(i: &Inbox, to: &str) -> (String, String, String, String) {
-    let r = i
-        .p
-        .secret
-        .post(
-            "/v1/send",
-            json!({ "to": to, "from": "hi@shop.test", "subject": "s", "body": "<p>b</p>", "subscribed": true }),
-        )
-        .await;
+    let r =
+        i.p.secret
+            .post(
+                "/v1/send",
+                json!({ "to": to, "from": "hi@shop.test", "subject": "s", "body": "<p>b</p>", "subscribed": true }),
+            )
+            .await;
     assert_eq!(r.status, 200, "{}", r.json);
     let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
     let contact = r.json["data"]["emails"][0]["contact"]["id"].as_str().unwrap().to_string();
@@ -129,7 +133,8 @@ async fn a_failure_report_to_the_return_path_bounces_its_email_and_a_delay_is_on
     // A delay: recorded on the email's contact as a soft bounce; the email and the contact stay as they were.
     let (id2, contact2, mid2, rp2) = sent(&i, "slow@example.org").await;
     deliver(i.port, None, &[&rp2], &dsn(&rp2, "delayed", "4.4.7", &mid2)).await.expect("accepted");
-    until("the delay is recorded", async || events(&i, &contact2).await.iter().any(|e| e["name"] == "email.bounce")).await;
+    until("the delay is recorded", async || events(&i, &contact2).await.iter().any(|e| e["name"] == "email.bounce"))
+        .await;
     let e = events(&i, &contact2).await.into_iter().find(|e| e["name"] == "email.bounce").unwrap();
     assert_eq!(e["data"]["permanent"], false);
     assert_eq!(status(&i, &id2).await, "SENT");
@@ -163,11 +168,11 @@ async fn a_feedback_loop_report_marks_its_email_complained_and_a_forged_token_ch
     let forged = format!("{forged}@{RP}");
     let before = herald_host::infra::metrics::inbound_count("forged_token");
     // The report names no Message-ID Herald knows either.
-    deliver(i.port, None, &[&forged], &dsn(&forged, "failed", "5.1.1", "<made-up@example.org>")).await.expect("accepted");
-    until("the forged report is counted", async || {
-        herald_host::infra::metrics::inbound_count("forged_token") > before
-    })
-    .await;
+    deliver(i.port, None, &[&forged], &dsn(&forged, "failed", "5.1.1", "<made-up@example.org>"))
+        .await
+        .expect("accepted");
+    until("the forged report is counted", async || herald_host::infra::metrics::inbound_count("forged_token") > before)
+        .await;
     assert_eq!(status(&i, &id2).await, "SENT", "{mid2}");
     i.s.stop().await;
 }
@@ -202,13 +207,12 @@ async fn a_reply_to_a_projects_domain_becomes_an_event_of_a_new_unsubscribed_con
     assert_eq!(d["html"].as_str().unwrap().trim(), "<p>Where is it?</p>");
     assert_eq!(d["autoReply"], false);
     assert_eq!(d["emailId"], id.as_str(), "a reply names the email it answers");
-    let usage = i
-        .s
-        .state
-        .store
-        .usage_of(&i.p.id, herald_host::domain::billing::Category::Inbound, i.s.state.clock.now_ms())
-        .await
-        .unwrap();
+    let usage =
+        i.s.state
+            .store
+            .usage_of(&i.p.id, herald_host::domain::billing::Category::Inbound, i.s.state.clock.now_ms())
+            .await
+            .unwrap();
     assert_eq!(usage, 1, "it counts in the inbound category");
     let feed = i.p.secret.get("/activity?type=email.received").await;
     assert_eq!(feed.status, 200, "{}", feed.json);
@@ -283,14 +287,16 @@ async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
 
     // Jobs off: the message is only stored when the 250 comes; then the process dies.
     let base = format!("http://127.0.0.1:{port}");
-    let mut server = crate::binary::Serving(herald(false).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let mut server =
+        crate::binary::Serving(herald(false).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     assert!(crate::binary::wait_until_up(&base).await);
     let msg = "From: carol@example.net\r\nTo: help@shop.test\r\nSubject: Hello after a crash\r\n\r\nHi\r\n";
     deliver(smtp_port, Some("carol@example.net"), &["help@shop.test"], msg).await.expect("250");
     let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
     let _ = server.0.wait();
 
-    let _server = crate::binary::Serving(herald(true).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _server =
+        crate::binary::Serving(herald(true).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
     assert!(crate::binary::wait_until_up(&base).await);
     let http = reqwest::Client::new();
     let started = std::time::Instant::now();
@@ -304,7 +310,8 @@ async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
             .json()
             .await
             .unwrap();
-        let found = v["data"].as_array().map(|a| a.iter().filter(|e| e["data"]["subject"] == "Hello after a crash").count());
+        let found =
+            v["data"].as_array().map(|a| a.iter().filter(|e| e["data"]["subject"] == "Hello after a crash").count());
         if found == Some(1) {
             break;
         }

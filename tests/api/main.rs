@@ -33,6 +33,7 @@ mod quotas;
 mod segments;
 mod send;
 mod smtp_sink;
+mod submission;
 mod suppressions;
 mod suspension;
 mod templates;

@@ -360,9 +360,7 @@ impl Session {
                 return self.failed("530 5.7.0 Authentication required").await;
             };
             let from = normalize_email(&from);
-            if let Err(e) =
-                crate::services::sending_domains::require_sender(&self.state.store, &project, &from).await
-            {
+            if let Err(e) = crate::services::sending_domains::require_sender(&self.state.store, &project, &from).await {
                 return self.failed(&format!("550 5.7.1 {}", one_line(&e.to_string()))).await;
             }
             self.mail_from = Some(from);
@@ -387,9 +385,13 @@ impl Session {
             match self.state.inbound.route(&address).await {
                 Ok(Verdict::Accept(_)) => {}
                 Ok(Verdict::Unknown) => {
-                    return self.failed(&format!("550 5.1.2 <{address}>: no mail is accepted for this domain here")).await;
+                    return self
+                        .failed(&format!("550 5.1.2 <{address}>: no mail is accepted for this domain here"))
+                        .await;
                 }
-                Ok(Verdict::OverLimit) => return self.reply("452 4.2.2 The recipient's monthly inbound limit is reached").await,
+                Ok(Verdict::OverLimit) => {
+                    return self.reply("452 4.2.2 The recipient's monthly inbound limit is reached").await;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "a recipient could not be checked");
                     return self.reply("451 4.3.0 Temporary failure, try again later").await;
@@ -520,7 +522,9 @@ fn syntax(e: &smtp_proto::Error) -> String {
         smtp_proto::Error::InvalidRecipientAddress => "Bad recipient address syntax".into(),
         smtp_proto::Error::SyntaxError { syntax } => format!("Syntax: {syntax}").into(),
         smtp_proto::Error::InvalidParameter { param } => format!("Invalid parameter {param}").into(),
-        smtp_proto::Error::UnsupportedParameter { param } => format!("Unsupported parameter {}", one_line(param)).into(),
+        smtp_proto::Error::UnsupportedParameter { param } => {
+            format!("Unsupported parameter {}", one_line(param)).into()
+        }
         smtp_proto::Error::ResponseTooLong => "Line too long".into(),
         _ => "Syntax error".into(),
     };

@@ -246,8 +246,10 @@ fn looks_like_bounce(message: &Message<'_>, envelope_from: &str) -> bool {
 fn provider_bounce(message: &Message<'_>) -> Option<Bounce> {
     let text = message.body_text(0).map(|t| cut(&t, MAX_TEXT_BYTES)).unwrap_or_default();
     let (message_id, _) = original(message);
-    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '[' | ']' | ',' | ';')).collect();
-    let enhanced = words.iter().find_map(|w| status_code(w.trim_end_matches(['.', ':'])).filter(|s| !s.starts_with('2')));
+    let words: Vec<&str> =
+        text.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '[' | ']' | ',' | ';')).collect();
+    let enhanced =
+        words.iter().find_map(|w| status_code(w.trim_end_matches(['.', ':'])).filter(|s| !s.starts_with('2')));
     let status = enhanced.or_else(|| {
         text.lines().find_map(|line| {
             let code = line.trim_start().get(..3)?;
@@ -384,7 +386,8 @@ mod tests {
         let Kind::Bounce(b) = classify(raw.as_bytes(), "") else { panic!("not a bounce") };
         assert!(b.permanent);
         assert_eq!(b.status, "5.1.1");
-        let plain = "From: postmaster@example.org\r\nSubject: Undeliverable: hello\r\n\r\n452 mailbox full, try later\r\n";
+        let plain =
+            "From: postmaster@example.org\r\nSubject: Undeliverable: hello\r\n\r\n452 mailbox full, try later\r\n";
         let Kind::Bounce(b) = classify(plain.as_bytes(), "") else { panic!("not a bounce") };
         assert!(!b.permanent);
         assert_eq!(b.status, "452");

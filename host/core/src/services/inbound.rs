@@ -22,6 +22,7 @@ use crate::services::ingest::{Upsert, plan};
 use crate::services::quotas::Ceilings;
 use crate::store::contacts::WriteResult;
 use crate::store::emails::EmailKey;
+use crate::store::inbound::NewInbound;
 use crate::store::jobs::NewJob;
 use crate::store::{Store, StoreError};
 
@@ -62,12 +63,7 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    pub fn new(
-        store: Store,
-        clock: SharedClock,
-        return_path: Option<(String, Vec<u8>)>,
-        quotas: Ceilings,
-    ) -> Inbound {
+    pub fn new(store: Store, clock: SharedClock, return_path: Option<(String, Vec<u8>)>, quotas: Ceilings) -> Inbound {
         Inbound { store, clock, return_path, quotas, wake: Default::default() }
     }
 
@@ -112,7 +108,8 @@ impl Inbound {
         let now = self.clock.now_ms();
         let mut job = NewJob::new(PROCESS_JOB, serde_json::json!({ "id": id }), now);
         job.max_attempts = 10;
-        self.store.store_inbound(&id, mail_from, rcpts, raw, peer, job.doc(now), now).await?;
+        let m = NewInbound { id: &id, mail_from, rcpts, raw, peer };
+        self.store.store_inbound(m, job.doc(now), now).await?;
         if let Some(w) = self.wake.get() {
             w.kind(PROCESS_JOB);
         }
@@ -252,9 +249,15 @@ impl Inbound {
             return Ok("received");
         }
         let now = self.clock.now_ms();
-        if crate::services::quotas::room_for_contacts(&self.store, &self.quotas, project, std::slice::from_ref(&email), now)
-            .await
-            .is_err()
+        if crate::services::quotas::room_for_contacts(
+            &self.store,
+            &self.quotas,
+            project,
+            std::slice::from_ref(&email),
+            now,
+        )
+        .await
+        .is_err()
         {
             return Ok("contacts_quota");
         }

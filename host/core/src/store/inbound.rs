@@ -32,6 +32,15 @@ impl InboundRow {
     }
 }
 
+/// A message to store: its id, envelope, bytes and the client's address.
+pub struct NewInbound<'a> {
+    pub id: &'a str,
+    pub mail_from: &'a str,
+    pub rcpts: &'a [String],
+    pub raw: Vec<u8>,
+    pub peer: &'a str,
+}
+
 /// The stored form of `raw`: its text when it is UTF-8 (most mail), else base64.
 fn encode(raw: Vec<u8>) -> (String, &'static str) {
     match String::from_utf8(raw) {
@@ -42,16 +51,8 @@ fn encode(raw: Vec<u8>) -> (String, &'static str) {
 
 impl Store {
     /// Stores a received message with `job` (a job document that will apply it), in one transaction.
-    pub async fn store_inbound(
-        &self,
-        id: &str,
-        mail_from: &str,
-        rcpts: &[String],
-        raw: Vec<u8>,
-        peer: &str,
-        job: Value,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    pub async fn store_inbound(&self, m: NewInbound<'_>, job: Value, now: i64) -> Result<(), StoreError> {
+        let NewInbound { id, mail_from, rcpts, raw, peer } = m;
         let size = raw.len();
         let (raw, encoding) = encode(raw);
         let doc = json!({
@@ -117,10 +118,8 @@ impl Store {
 
     /// Whether an event with this id was stored (an inbound message's event is written once).
     pub async fn event_exists(&self, id: &str) -> Result<bool, StoreError> {
-        let v = self
-            .query("RETURN record::exists(type::record('event', $id))", vars! { "id": id })
-            .await?
-            .value_last()?;
+        let v =
+            self.query("RETURN record::exists(type::record('event', $id))", vars! { "id": id }).await?.value_last()?;
         Ok(v.as_bool().unwrap_or(false))
     }
 }
