@@ -319,3 +319,47 @@ async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test]
+async fn one_address_gets_few_connections_a_silent_client_is_cut_off_and_a_declared_size_is_checked() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let i = inbox(|c| {
+        c.smtp.max_connections_per_ip = 2;
+        c.smtp.timeout_secs = 1;
+        c.smtp.max_message_bytes = 1 << 20;
+    })
+    .await;
+    let connect = async || {
+        let s = tokio::net::TcpStream::connect(("127.0.0.1", i.port)).await.unwrap();
+        let (r, w) = s.into_split();
+        (BufReader::new(r), w)
+    };
+    let line = async |r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>| {
+        let mut l = String::new();
+        tokio::time::timeout(Duration::from_secs(5), r.read_line(&mut l)).await.expect("an answer in time").unwrap();
+        l
+    };
+    let (mut a, _aw) = connect().await;
+    assert!(line(&mut a).await.starts_with("220 "));
+    let (mut b, mut bw) = connect().await;
+    assert!(line(&mut b).await.starts_with("220 "));
+    let (mut c, _cw) = connect().await;
+    assert!(line(&mut c).await.starts_with("421 "), "a third connection from one address is turned away");
+    // A declared size over the limit is refused at MAIL FROM (said within the one-second timeout).
+    bw.write_all(b"EHLO client.test\r\n").await.unwrap();
+    let mut ehlo = Vec::new();
+    for _ in 0..20 {
+        let l = line(&mut b).await;
+        ehlo.push(l.clone());
+        if !l.starts_with("250-") {
+            break;
+        }
+    }
+    assert!(ehlo.last().is_some_and(|l| l.starts_with("250 ")), "{ehlo:?}");
+    assert!(ehlo.iter().any(|l| l.contains("SIZE 1048576")), "{ehlo:?}");
+    bw.write_all(b"MAIL FROM:<x@example.net> SIZE=2000000\r\n").await.unwrap();
+    assert!(line(&mut b).await.starts_with("552 5.3.4"));
+    // A client that says nothing is cut off after the timeout.
+    assert!(line(&mut a).await.starts_with("421 4.4.2"), "a silent client is closed");
+    i.s.stop().await;
+}
