@@ -359,7 +359,39 @@ async fn one_address_gets_few_connections_a_silent_client_is_cut_off_and_a_decla
     assert!(ehlo.iter().any(|l| l.contains("SIZE 1048576")), "{ehlo:?}");
     bw.write_all(b"MAIL FROM:<x@example.net> SIZE=2000000\r\n").await.unwrap();
     assert!(line(&mut b).await.starts_with("552 5.3.4"));
+    // A message far over the size it declared is refused at its end.
+    bw.write_all(b"MAIL FROM:<x@example.net> SIZE=100\r\n").await.unwrap();
+    assert!(line(&mut b).await.starts_with("250 "));
+    bw.write_all(b"RCPT TO:<support@shop.test>\r\n").await.unwrap();
+    assert!(line(&mut b).await.starts_with("250 "));
+    bw.write_all(b"DATA\r\n").await.unwrap();
+    assert!(line(&mut b).await.starts_with("354 "));
+    let body = format!("Subject: x\r\n\r\n{}\r\n.\r\n", "z".repeat(20 * 1024));
+    bw.write_all(body.as_bytes()).await.unwrap();
+    assert!(line(&mut b).await.starts_with("552 5.3.4"), "held to its declared size");
     // A client that says nothing is cut off after the timeout.
     assert!(line(&mut a).await.starts_with("421 4.4.2"), "a silent client is closed");
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn the_inbound_billing_limit_and_the_message_rate_hold_senders_off_for_later() {
+    let i = inbox(|c| c.smtp.messages_per_minute = 3).await;
+    let limits = herald_host::domain::billing::Limits { inbound: Some(1), ..Default::default() };
+    i.s.state.store.set_billing_limits(&i.p.id, &limits, i.s.state.clock.now_ms()).await.unwrap();
+    let msg = "From: x@example.net\r\nSubject: hello\r\n\r\nhi\r\n";
+    deliver(i.port, Some("x@example.net"), &["support@shop.test"], msg).await.expect("the first fits");
+    let inbound = herald_host::domain::billing::Category::Inbound;
+    until("the first is counted", async || {
+        i.s.state.store.usage_of(&i.p.id, inbound, i.s.state.clock.now_ms()).await.unwrap() == 1
+    })
+    .await;
+    let e = deliver(i.port, Some("x@example.net"), &["support@shop.test"], msg).await.expect_err("over the limit");
+    assert_eq!(code(&e), "452", "a temporary refusal, at RCPT: {e}");
+    // Bounces to the return path are not the project's inbound mail: still taken.
+    deliver(i.port, None, &[&format!("postmaster@{RP}")], msg).await.expect("the return path takes mail");
+    // Three messages a minute from one address: the fourth is held off.
+    let e = deliver(i.port, None, &[&format!("postmaster@{RP}")], msg).await.expect_err("rate");
+    assert_eq!(code(&e), "451", "{e}");
     i.s.stop().await;
 }

@@ -23,6 +23,11 @@ use crate::state::AppState;
 /// Connections the two listeners hold open at once, over all clients.
 const MAX_CONNECTIONS: u32 = 1000;
 
+/// Message bytes all sessions may hold at once, in KiB: a message reserves its declared `SIZE` (else the
+/// size limit) before DATA, so many large messages at once wait or are told to come back, instead of
+/// taking the process's memory.
+const DATA_BUDGET_KIB: u32 = 512 * 1024;
+
 /// Which server a session belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -37,6 +42,8 @@ pub(crate) struct Shared {
     pub tls: Option<TlsAcceptor>,
     connections: Mutex<HashMap<IpAddr, u32>>,
     pub per_minute: RateLimiter,
+    /// KiB of message bytes sessions may still reserve ([`DATA_BUDGET_KIB`]).
+    pub data_budget: Arc<tokio::sync::Semaphore>,
 }
 
 /// One open connection, counted until dropped.
@@ -127,6 +134,7 @@ pub async fn start(state: Arc<AppState>) -> Result<SmtpServers, SmtpError> {
         tls,
         connections: Mutex::default(),
         per_minute: RateLimiter::new(c.messages_per_minute, state.clock.clone()),
+        data_budget: Arc::new(tokio::sync::Semaphore::new(DATA_BUDGET_KIB as usize)),
     });
     let (stop, stopped) = watch::channel(false);
     let mut servers = SmtpServers { inbound: None, submission: None, stop, tasks: Vec::new() };
