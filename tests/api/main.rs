@@ -24,6 +24,7 @@ mod domains;
 mod foundation;
 mod hardening;
 mod inbound;
+mod isolation;
 mod jobs;
 mod oauth;
 mod payments;
