@@ -99,8 +99,43 @@ fn worker_threads() -> usize {
     std::env::var("TOKIO_WORKER_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or((2 * cores).max(4))
 }
 
-fn main() -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(worker_threads()).enable_all().build()?.block_on(run())
+/// Exit codes (docs/behaviour.md#command-line): 1 anything else, 2 the command line or the settings,
+/// 3 the database cannot be opened (locked by another process, not a directory, not writable, full), 4 an
+/// address cannot be listened on.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    use herald_host::BuildError;
+    if e.downcast_ref::<herald_host::config::ConfigError>().is_some() {
+        return 2;
+    }
+    match e.downcast_ref::<BuildError>() {
+        Some(BuildError::Store(_)) | Some(BuildError::Secret(_)) => 3,
+        Some(BuildError::Listen(_)) => 4,
+        _ if e.downcast_ref::<herald_host::store::StoreError>().is_some() => 3,
+        _ => 1,
+    }
+}
+
+/// Runs the command; a failure is one line on stderr (its causes joined, no backtrace) and an exit code.
+fn main() -> std::process::ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(worker_threads()).enable_all().build();
+    let outcome = match runtime {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => Err(e.into()),
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let causes: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            let mut said: Vec<String> = Vec::new();
+            for c in causes {
+                if !said.iter().any(|s| s.contains(&c)) {
+                    said.push(c);
+                }
+            }
+            eprintln!("herald: {}", said.join(": "));
+            std::process::ExitCode::from(exit_code(&e))
+        }
+    }
 }
 
 async fn run() -> anyhow::Result<()> {

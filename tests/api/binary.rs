@@ -150,3 +150,40 @@ async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gra
     let _ = std::fs::remove_file(secret_file);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_start_that_cannot_succeed_says_why_in_one_line_and_exits_with_its_code() {
+    let dir = herald_host::config::Config::test_scratch().join(format!("bin-fail-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let fails = |c: &mut Command| {
+        let out = c.arg("serve").env("HERALD_LOG", "warn").env("RUST_BACKTRACE", "1").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        let last = stderr.lines().last().unwrap_or_default().to_string();
+        assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+        assert!(last.starts_with("herald: "), "{stderr}");
+        (out.status.code(), last)
+    };
+    // The data directory held by a running process.
+    let base = format!("http://127.0.0.1:{port}");
+    let _first = Serving(
+        herald(&dir.join("db"), port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
+    );
+    assert!(wait_until_up(&base).await);
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (code, said) = fails(&mut herald(&dir.join("db"), other));
+    assert_eq!(code, Some(3), "{said}");
+    assert!(said.contains("locked by another process"), "{said}");
+    // A data directory that cannot be made (a file is in the way).
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    let (code, said) = fails(&mut herald(&dir.join("file").join("db"), other));
+    assert_eq!(code, Some(3), "{said}");
+    assert!(said.contains("Not a directory"), "{said}");
+    // The address is taken.
+    let (code, said) = fails(&mut herald(&dir.join("db2"), port));
+    assert_eq!(code, Some(4), "{said}");
+    assert!(said.contains("cannot listen"), "{said}");
+    // A setting that is not one.
+    let (code, said) = fails(herald(&dir.join("db3"), other).env("HERALD_DB", "postgres://x"));
+    assert_eq!(code, Some(2), "{said}");
+}
