@@ -39,6 +39,7 @@ mod suppressions;
 mod suspension;
 mod templates;
 mod tracking;
+mod transport_faults;
 mod uploads;
 mod webhooks;
 mod workflow_batches;

@@ -53,6 +53,8 @@ pub struct Relay {
 impl Relay {
     /// `smtp://[user:pass@]host[:port][?tls=required|opportunistic][&ehlo_name=name]` (plain, or
     /// STARTTLS), `smtps://...` (implicit TLS). Default ports: 25 plain, 587 STARTTLS, 465 implicit.
+    /// `timeout_secs` (30) bounds opening a session, `send_timeout_secs` (300) one message on it; each
+    /// 1 to 3600.
     pub fn parse(url: &str) -> Result<Relay, String> {
         let u = reqwest::Url::parse(url).map_err(|e| format!("invalid SMTP URL: {e}"))?;
         let host = u.host_str().filter(|h| !h.is_empty()).ok_or("invalid SMTP URL: no host")?.to_string();
@@ -62,6 +64,11 @@ impl Relay {
             other => return Err(format!("invalid SMTP URL: unknown scheme {other} (smtp or smtps)")),
         };
         let mut hello = ClientId::default();
+        let (mut timeout, mut send_timeout) = (Duration::from_secs(30), Duration::from_secs(300));
+        let secs = |k: &str, v: &str| match v.parse::<u64>() {
+            Ok(n) if (1..=3600).contains(&n) => Ok(Duration::from_secs(n)),
+            _ => Err(format!("invalid SMTP URL: {k}={v} (1 to 3600 seconds)")),
+        };
         for (k, v) in u.query_pairs() {
             match (k.as_ref(), v.as_ref()) {
                 ("tls", "required") if tls == Tls::None => tls = Tls::StartTlsRequired,
@@ -69,6 +76,8 @@ impl Relay {
                 ("tls", "none") if tls == Tls::None => {}
                 ("tls", other) => return Err(format!("invalid SMTP URL: tls={other}")),
                 ("ehlo_name", name) => hello = ClientId::Domain(name.to_string()),
+                ("timeout_secs", v) => timeout = secs("timeout_secs", v)?,
+                ("send_timeout_secs", v) => send_timeout = secs("send_timeout_secs", v)?,
                 _ => {}
             }
         }
@@ -86,15 +95,7 @@ impl Relay {
         } else {
             Some(Credentials::new(decode(u.username())?, decode(u.password().unwrap_or(""))?))
         };
-        Ok(Relay {
-            host,
-            port: u.port().unwrap_or(default_port),
-            tls,
-            credentials,
-            hello,
-            timeout: Duration::from_secs(30),
-            send_timeout: Duration::from_secs(300),
-        })
+        Ok(Relay { host, port: u.port().unwrap_or(default_port), tls, credentials, hello, timeout, send_timeout })
     }
 
     async fn connect(&self) -> Result<AsyncSmtpConnection, SendError> {

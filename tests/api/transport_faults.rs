@@ -1,0 +1,205 @@
+//! Delivery through an SMTP server that misbehaves (docs/delivery.md): connection refused, a storm of
+//! temporary refusals, a server that accepts the message and then hangs, one that drops the connection
+//! after DATA. Nothing is lost: each is retried with backoff, then FAILED with the reason, visible in the
+//! activity feed; a hang holds a delivery no longer than its timeout.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use herald_host::config::Config;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::harness::*;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    /// 451 to every RCPT.
+    TempStorm,
+    /// Reads the whole message, then never answers.
+    HangAfterData,
+    /// Reads the whole message, then closes the connection without answering, `n` times; then accepts.
+    DropAfterData(usize),
+}
+
+/// A misbehaving SMTP server on loopback; `messages` is what it read in full (each message's
+/// Message-ID header), `accepted` what it answered 250 to.
+struct Faulty {
+    port: u16,
+    messages: Arc<Mutex<Vec<String>>>,
+    accepted: Arc<AtomicUsize>,
+}
+
+async fn faulty(fault: Fault) -> Faulty {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let messages = Arc::new(Mutex::new(Vec::new()));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (m, a) = (messages.clone(), accepted.clone());
+    tokio::spawn(async move {
+        while let Ok((sock, _)) = listener.accept().await {
+            let (m, a, drops) = (m.clone(), a.clone(), drops.clone());
+            tokio::spawn(async move {
+                let (r, mut w) = sock.into_split();
+                let mut lines = BufReader::new(r).lines();
+                let _ = w.write_all(b"220 faulty.test ESMTP\r\n").await;
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let upper = line.to_uppercase();
+                    let reply: &[u8] = if upper.starts_with("EHLO") || upper.starts_with("HELO") {
+                        b"250-faulty.test\r\n250 8BITMIME\r\n"
+                    } else if upper.starts_with("RCPT") && fault == Fault::TempStorm {
+                        b"451 4.3.0 Try again later\r\n"
+                    } else if upper == "DATA" {
+                        let _ = w.write_all(b"354 Go ahead\r\n").await;
+                        let mut id = String::new();
+                        while let Ok(Some(l)) = lines.next_line().await {
+                            if l == "." {
+                                break;
+                            }
+                            if l.to_ascii_lowercase().starts_with("message-id:") {
+                                id = l[11..].trim().to_string();
+                            }
+                        }
+                        m.lock().unwrap().push(id);
+                        match fault {
+                            Fault::HangAfterData => {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                                return;
+                            }
+                            Fault::DropAfterData(n) if drops.fetch_add(1, Ordering::SeqCst) < n => return,
+                            _ => {}
+                        }
+                        a.fetch_add(1, Ordering::SeqCst);
+                        b"250 2.0.0 OK\r\n"
+                    } else if upper == "QUIT" {
+                        let _ = w.write_all(b"221 Bye\r\n").await;
+                        return;
+                    } else {
+                        b"250 OK\r\n"
+                    };
+                    if w.write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Faulty { port, messages, accepted }
+}
+
+struct Env {
+    s: Server,
+    p: Proj,
+}
+
+/// A stepped server (jobs run when the test says, a manual clock) delivering to `url` with timeouts of a
+/// second.
+async fn env(url: String) -> Env {
+    let mut config = Config::for_tests();
+    config.smtp_url = Some(format!("{url}?timeout_secs=1&send_timeout_secs=1"));
+    config.run_jobs = false;
+    let s = Server::start_with(config, Some(herald_host::infra::clock::ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "o@example.com").await;
+    let st = Arc::clone(&s.state);
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    Env { s, p }
+}
+
+async fn send(e: &Env) -> String {
+    let r =
+        e.p.secret
+            .post("/v1/send", json!({ "to": "a@example.org", "from": "news@shop.test", "subject": "s", "body": "b" }))
+            .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string()
+}
+
+async fn status(e: &Env, id: &str) -> (String, Option<String>) {
+    let row = e.s.state.store.email(&e.p.id, id).await.unwrap().unwrap();
+    (row.status.to_string(), row.error)
+}
+
+/// Runs the queue attempt by attempt, moving the clock past each backoff, until the email settles;
+/// answers how many attempts ran. No attempt may take much longer than the timeouts.
+async fn settle(e: &Env, id: &str) -> usize {
+    for attempt in 1..=10 {
+        let t = Instant::now();
+        e.s.worker.run_once(50).await.unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "attempt {attempt} held its worker {:?}", t.elapsed());
+        let (s, _) = status(e, id).await;
+        if s != "PENDING" && s != "SENDING" {
+            return attempt;
+        }
+        e.s.clock().advance(3_600_000);
+    }
+    panic!("the email never settled: {:?}", status(e, id).await);
+}
+
+async fn failed_in_the_feed(e: &Env, id: &str) -> String {
+    let feed = e.p.secret.get("/activity?type=email.failed").await;
+    assert_eq!(feed.status, 200, "{}", feed.json);
+    let item = feed.json["data"].as_array().unwrap().first().cloned().unwrap_or_default();
+    assert!(item.to_string().contains(id), "the failure is in the activity feed: {}", feed.json);
+    item.to_string()
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_retried_with_backoff_and_then_failed_with_the_reason() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let e = env(format!("smtp://127.0.0.1:{port}")).await;
+    let id = send(&e).await;
+    let attempts = settle(&e, &id).await;
+    assert_eq!(attempts, herald_host::services::delivery::DELIVER_ATTEMPTS as usize, "every attempt was made");
+    let (s, why) = status(&e, &id).await;
+    assert_eq!(s, "FAILED");
+    assert!(why.as_deref().unwrap_or("").contains("cannot connect"), "{why:?}");
+    failed_in_the_feed(&e, &id).await;
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_storm_of_temporary_refusals_ends_in_failed_with_the_servers_words() {
+    let f = faulty(Fault::TempStorm).await;
+    let e = env(format!("smtp://127.0.0.1:{}", f.port)).await;
+    let id = send(&e).await;
+    settle(&e, &id).await;
+    let (s, why) = status(&e, &id).await;
+    assert_eq!(s, "FAILED");
+    assert!(why.as_deref().unwrap_or("").contains("Try again later"), "{why:?}");
+    assert!(failed_in_the_feed(&e, &id).await.contains("Try again later"));
+    assert!(f.messages.lock().unwrap().is_empty());
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_hangs_after_data_holds_each_attempt_only_until_its_timeout() {
+    let f = faulty(Fault::HangAfterData).await;
+    let e = env(format!("smtp://127.0.0.1:{}", f.port)).await;
+    let id = send(&e).await;
+    // `settle` checks that no attempt took more than a few seconds.
+    settle(&e, &id).await;
+    let (s, why) = status(&e, &id).await;
+    assert_eq!(s, "FAILED", "{why:?}");
+    assert!(why.as_deref().unwrap_or("").contains("did not answer"), "{why:?}");
+    assert_eq!(f.accepted.load(Ordering::SeqCst), 0);
+    e.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_connection_dropped_after_data_is_retried_with_the_same_message_id() {
+    let f = faulty(Fault::DropAfterData(2)).await;
+    let e = env(format!("smtp://127.0.0.1:{}", f.port)).await;
+    let id = send(&e).await;
+    settle(&e, &id).await;
+    assert_eq!(status(&e, &id).await.0, "SENT");
+    assert_eq!(f.accepted.load(Ordering::SeqCst), 1, "answered once");
+    let seen = f.messages.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "two dropped hand-overs and the accepted one: {seen:?}");
+    assert!(
+        seen.iter().all(|m| m == &seen[0] && !m.is_empty()),
+        "one Message-ID, so the receiver drops repeats: {seen:?}"
+    );
+    e.s.stop().await;
+}
