@@ -66,6 +66,9 @@ async fn the_list_takes_addresses_and_domains_pages_them_and_refuses_bad_input_b
 
     for (body, field) in [
         (json!({}), "email"),
+        // Found by the schema fuzzer: a null was a 500.
+        (json!({ "email": null }), "email"),
+        (json!({ "domain": null }), "email"),
         (json!({ "email": "not an address" }), "email"),
         (json!({ "domain": "not a domain" }), "domain"),
         (json!({ "domain": "x@example.com" }), "domain"),

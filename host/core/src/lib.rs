@@ -14,6 +14,9 @@ pub mod services;
 pub mod state;
 pub mod store;
 
+#[cfg(test)]
+mod properties;
+
 /// The plugin runtime (its own crate, `host/plugin-runtime`), where the host has always found it.
 pub use herald_plugin_runtime as plugins;
 

@@ -155,7 +155,13 @@ pub async fn add_suppression(req: &mut Request, depot: &mut Depot) -> Result<Rep
                 f.error("domain", "invalid_combination", "give email or domain, not both");
                 None
             }
-            (Some(e), None, _, _) => Entry::parse(e),
+            (Some(e), None, _, _) => {
+                let entry = Entry::parse(e);
+                if entry.is_none() {
+                    f.error("email", "invalid_string", "must be a valid email address");
+                }
+                entry
+            }
             (None, Some(d), _, _) => match Entry::parse(d.trim_start_matches('@')) {
                 Some(e @ Entry::Domain(_)) => Some(e),
                 _ => {
@@ -163,12 +169,12 @@ pub async fn add_suppression(req: &mut Request, depot: &mut Depot) -> Result<Rep
                     None
                 }
             },
-            (None, None, false, false) => {
-                f.error("email", "required", "give the email address or the domain to suppress");
-                None
-            }
             _ => None,
         };
+        // Neither given, or given as null (a field that failed its own check has its error already).
+        if entry.is_none() && f.errors.is_empty() {
+            f.error("email", "required", "give the email address or the domain to suppress");
+        }
         f.finish()?;
         let entry = entry.ok_or_else(|| Error::Internal("validated entry missing".into()))?;
         let reason = reason.as_deref().and_then(Reason::parse).unwrap_or(Reason::Manual);

@@ -57,11 +57,34 @@ pub(crate) fn build_signed(
 }
 
 /// The complete RFC 5322 message of an email (unsigned).
+/// An unstructured header (a subject, a caller's header). Printable ASCII goes as it is (lettre folds
+/// it); anything else is sent as RFC 2047 encoded words of Herald's own, each holding its spaces (the
+/// encoder lettre uses splits words at a space and loses it, as the space between two encoded words is
+/// not text), and so is text that itself looks like an encoded word (`=?...?=`), so a reader shows it
+/// as written instead of decoding it.
+fn unstructured(name: HeaderName, value: &str) -> HeaderValue {
+    let plain = value.bytes().all(|b| b == b' ' || b.is_ascii_graphic());
+    if plain && !value.contains("=?") {
+        return HeaderValue::new(name, value.to_string());
+    }
+    let mut words = Vec::new();
+    let mut rest = value;
+    while !rest.is_empty() {
+        let mut end = rest.len().min(45);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        words.push(format!("=?utf-8?b?{}?=", STANDARD.encode(&rest.as_bytes()[..end])));
+        rest = &rest[end..];
+    }
+    HeaderValue::dangerous_new_pre_encoded(name, value.to_string(), words.join("\r\n "))
+}
+
 pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
     let mut b = lettre::Message::builder()
         .from(mailbox(e.from_name.as_deref(), &e.from)?)
         .to(mailbox(e.recipient_name.as_deref(), &e.recipient)?)
-        .subject(e.subject.clone())
+        .raw_header(unstructured(HeaderName::new_from_ascii_str("Subject"), &e.subject))
         .message_id(Some(e.message_id.clone()))
         .date(UNIX_EPOCH + Duration::from_millis(now_ms.max(0) as u64));
     if let Some(r) = &e.reply_to {
@@ -70,7 +93,7 @@ pub fn build_message(e: &EmailRow, now_ms: i64) -> Result<Vec<u8>, String> {
     let headers: Vec<(String, String)> = serde_json::from_str(&e.headers).unwrap_or_default();
     for (name, value) in headers {
         let name = HeaderName::new_from_ascii(name).map_err(|e| format!("invalid header name: {e}"))?;
-        b = b.raw_header(HeaderValue::new(name, value));
+        b = b.raw_header(unstructured(name, &value));
     }
     let attachments: Vec<StoredAttachment> = serde_json::from_str(&e.attachments).unwrap_or_default();
     let alternative = MultiPart::alternative_plain_html(e.text.clone(), e.html.clone());
