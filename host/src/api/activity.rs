@@ -143,8 +143,8 @@ pub(crate) fn window_params(req: &Request, now: i64) -> Result<(i64, i64), ApiEr
         ("type" = Option<Vec<String>>, Query, description = "activity types (repeatable or comma-separated)"),
         ("contactId" = Option<String>, Query, description = "only this contact's activity"),
         ("campaignId" = Option<String>, Query, description = "only this campaign's activity"),
-        ("from" = Option<String>, Query, description = "RFC 3339 start (inclusive)"),
-        ("to" = Option<String>, Query, description = "RFC 3339 end (exclusive)"),
+        ("from" = Option<String>, Query, format = DateTime, description = "RFC 3339 start (inclusive)"),
+        ("to" = Option<String>, Query, format = DateTime, description = "RFC 3339 end (exclusive)"),
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20"),
         ("cursor" = Option<String>, Query, description = "cursor of the previous page"),
     ),
@@ -200,9 +200,9 @@ pub struct ActivityStatsOut {
     tags("activity"),
     security(("bearer" = [])),
     parameters(
-        ("days" = Option<i64>, Query, description = "window length in days ending at `to`, 1 to 366, default 30"),
-        ("from" = Option<String>, Query, description = "RFC 3339 start (inclusive)"),
-        ("to" = Option<String>, Query, description = "RFC 3339 end (exclusive), default now"),
+        ("days" = Option<i64>, Query, minimum = 1, maximum = 366, description = "window length in days ending at `to`, 1 to 366, default 30"),
+        ("from" = Option<String>, Query, format = DateTime, description = "RFC 3339 start (inclusive)"),
+        ("to" = Option<String>, Query, format = DateTime, description = "RFC 3339 end (exclusive), default now"),
     ),
     responses((status_code = 200, body = ActivityStatsOut))
 )]
@@ -233,7 +233,7 @@ pub struct RecentCountOut {
 #[endpoint(
     tags("activity"),
     security(("bearer" = [])),
-    parameters(("since" = Option<String>, Query, description = "RFC 3339; default one minute ago")),
+    parameters(("since" = Option<String>, Query, format = DateTime, description = "RFC 3339; default one minute ago")),
     responses((status_code = 200, body = RecentCountOut))
 )]
 pub async fn recent_count(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {

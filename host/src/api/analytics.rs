@@ -45,9 +45,9 @@ pub struct SeriesOut {
     security(("bearer" = [])),
     parameters(
         ("metric" = Option<String>, Query, description = "comma-separated metrics"),
-        ("interval" = Option<String>, Query, description = "hour or day (default day)"),
-        ("from" = Option<String>, Query, description = "RFC 3339 start (default 30 days before `to`)"),
-        ("to" = Option<String>, Query, description = "RFC 3339 end (exclusive), default now"),
+        ("interval" = Option<String>, Query, pattern = "^(hour|day)$", description = "hour or day (default day)"),
+        ("from" = Option<String>, Query, format = DateTime, description = "RFC 3339 start (default 30 days before `to`)"),
+        ("to" = Option<String>, Query, format = DateTime, description = "RFC 3339 end (exclusive), default now"),
     ),
     responses((status_code = 200, body = SeriesOut))
 )]
@@ -156,7 +156,7 @@ pub struct TopCampaignsOut {
     tags("analytics"),
     security(("bearer" = [])),
     parameters(
-        ("metric" = Option<String>, Query, description = "opens, clicks, openRate or clickRate (default opens)"),
+        ("metric" = Option<String>, Query, pattern = "^(opens|clicks|openRate|clickRate)$", description = "opens, clicks, openRate or clickRate (default opens)"),
         ("limit" = Option<i64>, Query, description = "1 to 50, default 10"),
     ),
     responses((status_code = 200, body = TopCampaignsOut))
@@ -176,7 +176,7 @@ pub async fn top_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply
 #[endpoint(
     tags("analytics"),
     security(("bearer" = [])),
-    parameters(("campaignId" = String, Query, description = "the campaign")),
+    parameters(("campaignId" = String, Query, min_length = 1, description = "the campaign")),
     responses((status_code = 200, body = CampaignStatsOut))
 )]
 pub async fn campaign_stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -210,9 +210,9 @@ pub struct TopEventsOut {
     security(("bearer" = [])),
     parameters(
         ("limit" = Option<i64>, Query, description = "1 to 100, default 10"),
-        ("days" = Option<i64>, Query, description = "window length in days ending at `to`, 1 to 366"),
-        ("from" = Option<String>, Query, description = "RFC 3339 start"),
-        ("to" = Option<String>, Query, description = "RFC 3339 end (exclusive), default now"),
+        ("days" = Option<i64>, Query, minimum = 1, maximum = 366, description = "window length in days ending at `to`, 1 to 366"),
+        ("from" = Option<String>, Query, format = DateTime, description = "RFC 3339 start"),
+        ("to" = Option<String>, Query, format = DateTime, description = "RFC 3339 end (exclusive), default now"),
     ),
     responses((status_code = 200, body = TopEventsOut))
 )]

@@ -362,7 +362,7 @@ pub async fn create_campaign(req: &mut Request, depot: &mut Depot) -> Result<Rep
     parameters(
         ("page" = Option<i64>, Query, description = "1-based, default 1"),
         ("pageSize" = Option<i64>, Query, description = "1 to 100, default 20"),
-        ("status" = Option<String>, Query, description = "DRAFT, SCHEDULED, SENDING, SENT or CANCELLED"),
+        ("status" = Option<String>, Query, pattern = "^(DRAFT|SCHEDULED|SENDING|SENT|CANCELLED)$", description = "DRAFT, SCHEDULED, SENDING, SENT or CANCELLED"),
         ("search" = Option<String>, Query, description = "case-insensitive, on name, subject and sender address"),
         ("sort" = Option<String>, Query, description = "name, createdAt (default) or updatedAt"),
         ("dir" = Option<String>, Query, description = "asc or desc (default)"),

@@ -307,8 +307,8 @@ pub async fn contact_events(
     security(("bearer" = [])),
     parameters(
         ("days" = Option<i64>, Query, description = "window length in days ending now, 1 to 365, default 30"),
-        ("from" = Option<String>, Query, description = "RFC 3339 start (inclusive)"),
-        ("to" = Option<String>, Query, description = "RFC 3339 end (exclusive), default now"),
+        ("from" = Option<String>, Query, format = DateTime, description = "RFC 3339 start (inclusive)"),
+        ("to" = Option<String>, Query, format = DateTime, description = "RFC 3339 end (exclusive), default now"),
     ),
     responses((status_code = 200, body = StatsOut))
 )]

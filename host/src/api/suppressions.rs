@@ -101,7 +101,7 @@ fn entry_of(value: &str) -> Result<Entry, ApiError> {
     parameters(
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20"),
         ("cursor" = Option<String>, Query, description = "cursor of the previous page"),
-        ("reason" = Option<String>, Query, description = "bounce, complaint or manual"),
+        ("reason" = Option<String>, Query, pattern = "^(bounce|complaint|manual)$", description = "bounce, complaint or manual"),
     ),
     responses((status_code = 200, body = SuppressionPage))
 )]

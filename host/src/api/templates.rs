@@ -265,7 +265,7 @@ pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Rep
     parameters(
         ("page" = Option<i64>, Query, description = "1-based, default 1"),
         ("pageSize" = Option<i64>, Query, description = "1 to 100, default 20"),
-        ("type" = Option<String>, Query, description = "TRANSACTIONAL, MARKETING or HEADLESS"),
+        ("type" = Option<String>, Query, pattern = "^(TRANSACTIONAL|MARKETING|HEADLESS)$", description = "TRANSACTIONAL, MARKETING or HEADLESS"),
         ("search" = Option<String>, Query, description = "case-insensitive, on name, description and subject"),
         ("sort" = Option<String>, Query, description = "name, createdAt (default) or updatedAt"),
         ("dir" = Option<String>, Query, description = "asc or desc (default)"),

@@ -312,7 +312,7 @@ pub async fn test_webhook(id: PathParam<String>, depot: &mut Depot) -> Result<Re
     parameters(
         ("limit" = Option<i64>, Query, description = "1 to 100, default 20"),
         ("cursor" = Option<String>, Query, description = "cursor of the previous page"),
-        ("status" = Option<String>, Query, description = "PENDING, SUCCEEDED or FAILED"),
+        ("status" = Option<String>, Query, pattern = "^(PENDING|SUCCEEDED|FAILED)$", description = "PENDING, SUCCEEDED or FAILED"),
     ),
     responses((status_code = 200, body = DeliveryPage))
 )]

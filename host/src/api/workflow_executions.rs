@@ -173,7 +173,7 @@ pub async fn start_execution(id: PathParam<String>, req: &mut Request, depot: &m
     parameters(
         ("page" = Option<i64>, Query, description = "1-based, default 1"),
         ("pageSize" = Option<i64>, Query, description = "1 to 100, default 20"),
-        ("status" = Option<String>, Query, description = "RUNNING, WAITING, COMPLETED, EXITED, FAILED or CANCELLED"),
+        ("status" = Option<String>, Query, pattern = "^(RUNNING|WAITING|COMPLETED|EXITED|FAILED|CANCELLED)$", description = "RUNNING, WAITING, COMPLETED, EXITED, FAILED or CANCELLED"),
     ),
     responses((status_code = 200, body = ExecutionPage))
 )]
