@@ -1,0 +1,108 @@
+//! `kill -9` of the real binary in the middle of work (issue 60): after the restart, everything that was
+//! accepted is done, and nothing twice beyond what the docs allow (docs/delivery.md).
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use herald_host::config::Config;
+use serde_json::{Value, json};
+
+use crate::binary::{Serving, herald, wait_until_up};
+use crate::smtp_sink::{SmtpSink, header};
+
+/// Sessions one process hands over at once: the most transactional emails a kill can leave uncertain,
+/// each then sent again with its Message-ID.
+const SESSIONS: usize = herald_host::services::delivery::smtp::SESSIONS;
+
+#[tokio::test]
+async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_restart() {
+    const SENDS: usize = 300;
+    let dir = Config::test_scratch().join(format!("send-crash-{}", uuid::Uuid::new_v4()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let sink = SmtpSink::start(0).await;
+    let cmd = || {
+        let mut c = herald(&dir, port);
+        c.env("HERALD_SECRET", "a test secret of the crash suite")
+            .env("HERALD_SMTP_URL", sink.url())
+            .env("HERALD_JOB_LEASE_SECS", "2");
+        c
+    };
+    let out = cmd()
+        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (pid, secret) = (project["id"].as_str().unwrap().to_string(), project["secret"].as_str().unwrap().to_string());
+    let out = cmd().args(["domain", "add", "shop.test", "--project", &pid, "--trust"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    assert!(wait_until_up(&base).await);
+    let http = reqwest::Client::new();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let sends: Vec<_> = (0..SENDS)
+        .map(|i| {
+            let (http, base, secret, answered) = (http.clone(), base.clone(), secret.clone(), answered.clone());
+            tokio::spawn(async move {
+                let r = http
+                    .post(format!("{base}/v1/send"))
+                    .bearer_auth(&secret)
+                    .json(&json!({ "to": format!("r{i}@example.org"), "from": "hi@shop.test", "subject": "s", "body": "<p>b</p>" }))
+                    .send()
+                    .await
+                    .ok()?;
+                if r.status() != 200 {
+                    return None;
+                }
+                let v: Value = r.json().await.ok()?;
+                answered.fetch_add(1, Ordering::SeqCst);
+                v["data"]["emails"][0]["email"].as_str().map(str::to_string)
+            })
+        })
+        .collect();
+    // Killed once a third of the burst is answered, with the rest in flight.
+    let started = Instant::now();
+    while answered.load(Ordering::SeqCst) < SENDS / 3 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the burst was answered");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
+    let _ = server.0.wait();
+    let mut accepted = Vec::new();
+    for s in sends {
+        if let Some(id) = s.await.unwrap() {
+            accepted.push(id);
+        }
+    }
+    assert!(accepted.len() >= SENDS / 3 && accepted.len() < SENDS, "{} accepted", accepted.len());
+
+    // Restarted: every accepted email arrives; a repeat only of what a kill can leave uncertain.
+    let _server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    assert!(wait_until_up(&base).await);
+    let started = Instant::now();
+    let arrived = loop {
+        let mut by_id: HashMap<String, usize> = HashMap::new();
+        for m in sink.received() {
+            let mid = header(&m.data, "Message-ID").unwrap_or_default();
+            let id = mid.trim_matches(['<', '>']).split('@').next().unwrap_or("").to_string();
+            *by_id.entry(id).or_default() += 1;
+        }
+        if accepted.iter().all(|id| by_id.contains_key(id)) {
+            break by_id;
+        }
+        let missing = accepted.iter().filter(|id| !by_id.contains_key(*id)).count();
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "{missing} of {} accepted emails never arrived",
+            accepted.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let repeats: usize = arrived.values().map(|n| n - 1).sum();
+    assert!(repeats <= SESSIONS, "{repeats} repeats, more than the {SESSIONS} hand-overs a kill can interrupt");
+}
