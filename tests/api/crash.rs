@@ -106,3 +106,81 @@ async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_rest
     let repeats: usize = arrived.values().map(|n| n - 1).sum();
     assert!(repeats <= SESSIONS, "{repeats} repeats, more than the {SESSIONS} hand-overs a kill can interrupt");
 }
+
+#[tokio::test]
+async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_twice() {
+    const ROWS: i64 = 20_000;
+    let dir = Config::test_scratch().join(format!("import-crash-{}", uuid::Uuid::new_v4()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cmd = || {
+        let mut c = herald(&dir, port);
+        c.env("HERALD_SECRET", "a test secret of the crash suite").env("HERALD_JOB_LEASE_SECS", "2");
+        c
+    };
+    let out = cmd()
+        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let secret = project["secret"].as_str().unwrap().to_string();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    assert!(wait_until_up(&base).await);
+    let http = reqwest::Client::new();
+
+    let mut body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c.csv\"\r\nContent-Type: text/csv\r\n\r\nemail,n\n".to_vec();
+    for i in 0..ROWS {
+        body.extend(format!("c{i}@example.com,{i}\n").bytes());
+    }
+    body.extend(b"\r\n--b--\r\n");
+    let r = http
+        .post(format!("{base}/contacts/import"))
+        .bearer_auth(&secret)
+        .header("content-type", "multipart/form-data; boundary=b")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let job = r.json::<Value>().await.unwrap()["jobId"].as_str().unwrap().to_string();
+    let status = async || -> Value {
+        let r = http.get(format!("{base}/contacts/import/{job}")).bearer_auth(&secret).send().await;
+        match r {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        }
+    };
+    // Killed once some rows are in.
+    let started = Instant::now();
+    loop {
+        let s = status().await;
+        if s["progress"]["done"].as_i64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the import started: {s}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
+    let _ = server.0.wait();
+
+    let _server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    assert!(wait_until_up(&base).await);
+    let mid = status().await;
+    let done = mid["progress"]["done"].as_i64().unwrap_or(0);
+    assert!(done > 0 && done < ROWS, "stopped part-way: {mid}");
+    let started = Instant::now();
+    let end = loop {
+        let s = status().await;
+        if s["state"] == "completed" {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the import finished after the restart: {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(end["result"]["created"], json!(ROWS), "each row created once: {end}");
+    assert_eq!(end["result"]["updated"], json!(0), "no row imported a second time: {end}");
+    let total: Value =
+        http.get(format!("{base}/contacts?limit=1")).bearer_auth(&secret).send().await.unwrap().json().await.unwrap();
+    assert_eq!(total["total"], json!(ROWS), "one contact per row");
+}
