@@ -73,7 +73,7 @@ pub struct Context {
     /// Failed logins per account and per address (`/auth/login` slows down after repeated failures).
     pub login_failures: crate::infra::ratelimit::FailureThrottle,
     /// The operator's ceilings per project and user, with the contact counts read.
-    pub quotas: crate::services::quotas::Ceilings,
+    pub quotas: Arc<crate::services::quotas::Ceilings>,
     /// Password hashing, bounded.
     pub passwords: crate::infra::security::Passwords,
     /// Account mails (sign-up, verification, password reset) and invitations, counted per client, per

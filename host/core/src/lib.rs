@@ -165,6 +165,9 @@ impl Core {
         plugins.load_all().await;
         let throttle = ratelimit::SendThrottle::new(config.send_rate_per_second, clock.clone());
         let ledger = delivery::ledger::Ledger::start(store.clone(), clock.clone());
+        // The return-path host and the key of its tokens: delivery writes them, receiving reads them.
+        let return_path =
+            config.return_path_host.clone().map(|host| (host, security::derive_key(&secret, "herald-return-path-v1")));
         let delivery = Arc::new(delivery::Delivery {
             smtp,
             file: delivery::Transport::File(config.mail_dir.clone()),
@@ -176,10 +179,7 @@ impl Core {
             sign: config.dkim_signing,
             ledger: ledger.clone(),
             handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
-            return_path: config
-                .return_path_host
-                .clone()
-                .map(|host| (host, security::derive_key(&secret, "herald-return-path-v1"))),
+            return_path: return_path.clone(),
         });
         delivery.register(&mut registry);
         let system_mail = Arc::new(
@@ -230,12 +230,10 @@ impl Core {
         );
         webhooks.register(&mut registry);
         bus.subscribe(Arc::new(services::webhooks::Fanout(webhooks.clone())));
-        let inbound = Arc::new(services::inbound::Inbound::new(
-            store.clone(),
-            clock.clone(),
-            config.return_path_host.clone().map(|host| (host, security::derive_key(&secret, "herald-return-path-v1"))),
-            services::quotas::Ceilings::new(config.quotas),
-        ));
+        // The project ceilings and the contact counts read for them, one copy for the process.
+        let quotas = Arc::new(services::quotas::Ceilings::new(config.quotas));
+        let inbound =
+            Arc::new(services::inbound::Inbound::new(store.clone(), clock.clone(), return_path, quotas.clone()));
         inbound.register(&mut registry);
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
@@ -269,7 +267,7 @@ impl Core {
             ),
             account_mail: services::throttles::Throttles::new(clock.clone()),
             passwords: Default::default(),
-            quotas: services::quotas::Ceilings::new(config.quotas),
+            quotas,
             oauth_documents: Default::default(),
             system_mail,
             stripe: match &config.stripe {

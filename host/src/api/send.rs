@@ -17,28 +17,10 @@ use crate::api::errors::ApiError;
 use crate::error::{Error, FieldError};
 use crate::infra::clock::rfc3339;
 use crate::services::delivery::StoredAttachment;
-use crate::services::send::{MAX_MESSAGE_BYTES, SendCommand, send as accept_send};
+use crate::services::send::{MAX_ATTACHMENTS, MAX_MESSAGE_BYTES, RESERVED_HEADERS, SendCommand, send as accept_send};
 
 pub const MAX_RECIPIENTS: usize = 100;
-pub const MAX_ATTACHMENTS: usize = 10;
 pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
-/// Headers Herald writes itself; a request cannot set them.
-const RESERVED_HEADERS: &[&str] = &[
-    "from",
-    "to",
-    "cc",
-    "bcc",
-    "subject",
-    "date",
-    "message-id",
-    "reply-to",
-    "mime-version",
-    "content-type",
-    "content-transfer-encoding",
-    "dkim-signature",
-    "return-path",
-    "sender",
-];
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]

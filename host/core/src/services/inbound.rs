@@ -61,13 +61,18 @@ pub struct Inbound {
     clock: SharedClock,
     /// The return-path host and the key of its tokens (docs/behaviour.md#return-path).
     return_path: Option<(String, Vec<u8>)>,
-    quotas: Ceilings,
+    quotas: Arc<Ceilings>,
     /// Set once the worker exists (it is built after the job handlers).
     pub wake: std::sync::OnceLock<JobWake>,
 }
 
 impl Inbound {
-    pub fn new(store: Store, clock: SharedClock, return_path: Option<(String, Vec<u8>)>, quotas: Ceilings) -> Inbound {
+    pub fn new(
+        store: Store,
+        clock: SharedClock,
+        return_path: Option<(String, Vec<u8>)>,
+        quotas: Arc<Ceilings>,
+    ) -> Inbound {
         Inbound { store, clock, return_path, quotas, wake: Default::default() }
     }
 

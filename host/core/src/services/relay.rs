@@ -14,32 +14,12 @@ use crate::domain::contacts::DataPatch;
 use crate::error::Error;
 use crate::infra::security;
 use crate::services::delivery::StoredAttachment;
-use crate::services::send::SendCommand;
+use crate::services::send::{MAX_ATTACHMENTS, RESERVED_HEADERS, SendCommand};
 
-/// Headers Herald writes on every email (or that describe the MIME structure it builds again); the
-/// caller's are dropped.
-const OWNED_HEADERS: &[&str] = &[
-    "from",
-    "to",
-    "cc",
-    "bcc",
-    "subject",
-    "date",
-    "message-id",
-    "reply-to",
-    "mime-version",
-    "content-type",
-    "content-transfer-encoding",
-    "content-disposition",
-    "content-id",
-    "dkim-signature",
-    "return-path",
-    "sender",
-    "received",
-];
+/// Headers of a submitted message that describe the MIME structure Herald builds again, or its route
+/// here; dropped like [`RESERVED_HEADERS`], the ones Herald writes on every email.
+const REBUILT_HEADERS: &[&str] = &["content-disposition", "content-id", "received"];
 
-/// Attachments one relayed message may carry (as `/v1/send`).
-const MAX_ATTACHMENTS: usize = 10;
 /// Headers of the caller's kept.
 const MAX_HEADERS: usize = 50;
 
@@ -112,7 +92,10 @@ pub fn command(project: &str, envelope_from: &str, recipients: &[String], raw: &
     }
     let headers = message
         .headers_raw()
-        .filter(|(name, _)| !OWNED_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+        .filter(|(name, _)| {
+            let name = name.to_ascii_lowercase();
+            !RESERVED_HEADERS.contains(&name.as_str()) && !REBUILT_HEADERS.contains(&name.as_str())
+        })
         .filter(|(name, _)| name.len() <= 100 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':'))
         .map(|(name, value)| (name.to_string(), value.split_whitespace().collect::<Vec<_>>().join(" ")))
         .filter(|(_, value)| value.chars().count() <= 998)

@@ -20,6 +20,28 @@ use crate::services::delivery::StoredAttachment;
 /// The largest message: subject, body and attachments together.
 pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
 
+/// Attachments one send may carry.
+pub const MAX_ATTACHMENTS: usize = 10;
+
+/// Headers Herald writes itself on every email; a send cannot set them (`/v1/send` refuses them by
+/// field, the SMTP relay drops the caller's).
+pub const RESERVED_HEADERS: &[&str] = &[
+    "from",
+    "to",
+    "cc",
+    "bcc",
+    "subject",
+    "date",
+    "message-id",
+    "reply-to",
+    "mime-version",
+    "content-type",
+    "content-transfer-encoding",
+    "dkim-signature",
+    "return-path",
+    "sender",
+];
+
 /// The one-click unsubscribe pair: Herald's own on marketing mail; transactional and headless mail may
 /// set its own (the caller then owns both).
 const LIST_UNSUBSCRIBE: &[&str] = &["list-unsubscribe", "list-unsubscribe-post"];
