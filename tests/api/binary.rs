@@ -40,6 +40,43 @@ impl std::ops::DerefMut for Serving {
     }
 }
 
+/// `herald project create` (then `herald domain add DOMAIN --trust` when a domain is given) with
+/// commands made by `c`: answers the project's id and secret key.
+pub fn project_with(c: impl Fn() -> Command, domain: Option<&str>) -> (String, String) {
+    let out = c()
+        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = project["id"].as_str().unwrap().to_string();
+    if let Some(d) = domain {
+        let out = c().args(["domain", "add", d, "--project", &id, "--trust"]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    (id, project["secret"].as_str().unwrap().to_string())
+}
+
+/// `herald serve` from the command `c`, its output discarded, killed when dropped.
+pub fn serve(mut c: Command) -> Serving {
+    Serving(c.arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
+}
+
+/// Sends `signal` (`-KILL`, `-TERM`) to the process and waits for it to end.
+pub fn signal(server: &mut Serving, signal: &str) {
+    let _ = Command::new("kill").args([signal, &server.0.id().to_string()]).status();
+    let _ = server.0.wait();
+}
+
+/// The JSON body of `GET url` with a bearer key (Null when the request or its body fails: a server
+/// starting up).
+pub async fn get_json(http: &reqwest::Client, url: &str, key: &str) -> Value {
+    match http.get(url).bearer_auth(key).send().await {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
 /// Polls `/health` for up to ten seconds.
 /// A CLI command that succeeded and closed the store as the last of its handles, inside its runtime:
 /// the services' background tasks (group-commit lanes, the delivery ledger) had ended first, or the store

@@ -2,7 +2,7 @@
 //! delivering process or another one sharing the database), and a `kill -9` mid-send re-sends nothing.
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -154,12 +154,7 @@ fn herald(dir: &std::path::Path, port: u16, sink: &SmtpSink) -> Command {
 
 /// `herald serve` on `dir`, killed when dropped.
 fn serve(dir: &std::path::Path, port: u16, sink: &SmtpSink) -> Serving {
-    Serving(herald(dir, port, sink).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap())
-}
-
-fn kill(child: &mut std::process::Child, signal: &str) {
-    let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
-    let _ = child.wait();
+    crate::binary::serve(herald(dir, port, sink))
 }
 
 #[tokio::test]
@@ -168,16 +163,7 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
     let sink = SmtpSink::start(0).await;
     let dir = herald_host::config::Config::test_scratch().join(format!("crash-{}", uuid::Uuid::new_v4()));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let out = herald(&dir, port, &sink)
-        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (pid, secret) = (project["id"].as_str().unwrap().to_string(), project["secret"].as_str().unwrap().to_string());
-    let out =
-        herald(&dir, port, &sink).args(["domain", "add", "shop.test", "--project", &pid, "--trust"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (pid, secret) = crate::binary::project_with(|| herald(&dir, port, &sink), Some("shop.test"));
     {
         let mut config = Config::for_tests();
         config.db = format!("surrealkv://{}", dir.display());
@@ -211,7 +197,7 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
         assert!(started.elapsed() < Duration::from_secs(120), "delivery started ({} so far)", sink.received().len());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    kill(&mut server.0, "-KILL");
+    crate::binary::signal(&mut server, "-KILL");
     let at_kill = sink.received().len();
     assert!(at_kill < N, "the kill landed mid-send ({at_kill} of {N})");
 
@@ -220,22 +206,14 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
     assert!(crate::binary::wait_until_up(&base).await);
     let started = Instant::now();
     let stats = loop {
-        let s: Value = http
-            .get(format!("{base}/campaigns/{id}/stats"))
-            .bearer_auth(&secret)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let s = crate::binary::get_json(&http, &format!("{base}/campaigns/{id}/stats"), &secret).await;
         if s["status"] == "SENT" {
             break s;
         }
         assert!(started.elapsed() < Duration::from_secs(180), "the campaign completes after the restart: {s}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    kill(&mut server.0, "-TERM");
+    crate::binary::signal(&mut server, "-TERM");
     eprintln!("killed at {at_kill} of {N} received; after the restart: {stats}");
 
     let got = per_recipient(&sink);

@@ -2,7 +2,6 @@
 //! accepted is done, and nothing twice beyond what the docs allow (docs/delivery.md).
 
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -10,7 +9,7 @@ use std::time::{Duration, Instant};
 use herald_host::config::Config;
 use serde_json::{Value, json};
 
-use crate::binary::{Serving, herald, wait_until_up};
+use crate::binary::{get_json, herald, project_with, serve, signal, wait_until_up};
 use crate::smtp_sink::{SmtpSink, header};
 
 /// Sessions one process hands over at once: the most transactional emails a kill can leave uncertain,
@@ -30,18 +29,10 @@ async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_rest
             .env("HERALD_JOB_LEASE_SECS", "2");
         c
     };
-    let out = cmd()
-        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (pid, secret) = (project["id"].as_str().unwrap().to_string(), project["secret"].as_str().unwrap().to_string());
-    let out = cmd().args(["domain", "add", "shop.test", "--project", &pid, "--trust"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, secret) = project_with(cmd, Some("shop.test"));
 
     let base = format!("http://127.0.0.1:{port}");
-    let mut server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let mut server = serve(cmd());
     assert!(wait_until_up(&base).await);
     let http = reqwest::Client::new();
     let answered = Arc::new(AtomicUsize::new(0));
@@ -71,8 +62,7 @@ async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_rest
         assert!(started.elapsed() < Duration::from_secs(60), "the burst was answered");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
-    let _ = server.0.wait();
+    signal(&mut server, "-KILL");
     let mut accepted = Vec::new();
     for s in sends {
         if let Some(id) = s.await.unwrap() {
@@ -82,7 +72,7 @@ async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_rest
     assert!(accepted.len() >= SENDS / 3 && accepted.len() < SENDS, "{} accepted", accepted.len());
 
     // Restarted: every accepted email arrives; a repeat only of what a kill can leave uncertain.
-    let _server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _server = serve(cmd());
     assert!(wait_until_up(&base).await);
     let started = Instant::now();
     let arrived = loop {
@@ -117,15 +107,9 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
         c.env("HERALD_SECRET", "a test secret of the crash suite").env("HERALD_JOB_LEASE_SECS", "2");
         c
     };
-    let out = cmd()
-        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let secret = project["secret"].as_str().unwrap().to_string();
+    let (_, secret) = project_with(cmd, None);
     let base = format!("http://127.0.0.1:{port}");
-    let mut server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let mut server = serve(cmd());
     assert!(wait_until_up(&base).await);
     let http = reqwest::Client::new();
 
@@ -144,13 +128,7 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
         .unwrap();
     assert_eq!(r.status(), 202);
     let job = r.json::<Value>().await.unwrap()["jobId"].as_str().unwrap().to_string();
-    let status = async || -> Value {
-        let r = http.get(format!("{base}/contacts/import/{job}")).bearer_auth(&secret).send().await;
-        match r {
-            Ok(r) => r.json().await.unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        }
-    };
+    let status = async || get_json(&http, &format!("{base}/contacts/import/{job}"), &secret).await;
     // Killed once some rows are in.
     let started = Instant::now();
     loop {
@@ -161,10 +139,9 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
         assert!(started.elapsed() < Duration::from_secs(60), "the import started: {s}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
-    let _ = server.0.wait();
+    signal(&mut server, "-KILL");
 
-    let _server = Serving(cmd().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _server = serve(cmd());
     assert!(wait_until_up(&base).await);
     let mid = status().await;
     let done = mid["progress"]["done"].as_i64().unwrap_or(0);
@@ -180,7 +157,6 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
     };
     assert_eq!(end["result"]["created"], json!(ROWS), "each row created once: {end}");
     assert_eq!(end["result"]["updated"], json!(0), "no row imported a second time: {end}");
-    let total: Value =
-        http.get(format!("{base}/contacts?limit=1")).bearer_auth(&secret).send().await.unwrap().json().await.unwrap();
+    let total = get_json(&http, &format!("{base}/contacts?limit=1"), &secret).await;
     assert_eq!(total["total"], json!(ROWS), "one contact per row");
 }

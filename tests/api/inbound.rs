@@ -264,7 +264,6 @@ async fn mail_for_an_unknown_domain_is_refused_at_rcpt_and_an_oversize_message_a
 
 #[tokio::test]
 async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
-    use std::process::{Command, Stdio};
     let dir = Config::test_scratch().join(format!("inbound-crash-{}", uuid::Uuid::new_v4()));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let smtp_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -275,41 +274,22 @@ async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
             .env("HERALD_RUN_JOBS", run_jobs.to_string());
         c
     };
-    let out = herald(true)
-        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (pid, secret) = (project["id"].as_str().unwrap(), project["secret"].as_str().unwrap().to_string());
-    let out = herald(true).args(["domain", "add", "shop.test", "--project", pid, "--trust"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, secret) = crate::binary::project_with(|| herald(true), Some("shop.test"));
 
     // Jobs off: the message is only stored when the 250 comes; then the process dies.
     let base = format!("http://127.0.0.1:{port}");
-    let mut server =
-        crate::binary::Serving(herald(false).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let mut server = crate::binary::serve(herald(false));
     assert!(crate::binary::wait_until_up(&base).await);
     let msg = "From: carol@example.net\r\nTo: help@shop.test\r\nSubject: Hello after a crash\r\n\r\nHi\r\n";
     deliver(smtp_port, Some("carol@example.net"), &["help@shop.test"], msg).await.expect("250");
-    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
-    let _ = server.0.wait();
+    crate::binary::signal(&mut server, "-KILL");
 
-    let _server =
-        crate::binary::Serving(herald(true).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let _server = crate::binary::serve(herald(true));
     assert!(crate::binary::wait_until_up(&base).await);
     let http = reqwest::Client::new();
     let started = std::time::Instant::now();
     loop {
-        let v: Value = http
-            .get(format!("{base}/events?name=email.received"))
-            .bearer_auth(&secret)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = crate::binary::get_json(&http, &format!("{base}/events?name=email.received"), &secret).await;
         let found =
             v["data"].as_array().map(|a| a.iter().filter(|e| e["data"]["subject"] == "Hello after a crash").count());
         if found == Some(1) {

@@ -347,7 +347,6 @@ async fn without_the_operators_leave_a_name_that_resolves_to_loopback_is_not_cal
 
 #[tokio::test]
 async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restart() {
-    use std::process::{Command, Stdio};
     const N: usize = 30;
     let dir = Config::test_scratch().join(format!("webhook-crash-{}", uuid::Uuid::new_v4()));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -358,15 +357,8 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
             .env("HERALD_JOB_LEASE_SECS", "2");
         c
     };
-    let serve =
-        || crate::binary::Serving(herald().arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
-    let out = herald()
-        .args(["project", "create", "Crash", "--owner", "c@example.com", "--password", "password123"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let project: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let secret = project["secret"].as_str().unwrap().to_string();
+    let serve = || crate::binary::serve(herald());
+    let (_, secret) = crate::binary::project_with(herald, None);
     let hang = Arc::new(AtomicBool::new(true));
     let receiver = http_sink::start_holding(hang.clone()).await;
     let ids = || -> Vec<String> {
@@ -400,15 +392,8 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
     let deliveries = |http: reqwest::Client, status: &'static str| {
         let (base, secret, webhook) = (base.clone(), secret.clone(), webhook.clone());
         async move {
-            let v: Value = http
-                .get(format!("{base}/webhooks/{webhook}/deliveries?limit=100&status={status}"))
-                .bearer_auth(&secret)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let url = format!("{base}/webhooks/{webhook}/deliveries?limit=100&status={status}");
+            let v = crate::binary::get_json(&http, &url, &secret).await;
             v["data"].as_array().map(Vec::len).unwrap_or(0)
         }
     };
@@ -418,8 +403,7 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let _ = Command::new("kill").args(["-KILL", &server.0.id().to_string()]).status();
-    let _ = server.0.wait();
+    crate::binary::signal(&mut server, "-KILL");
     assert!(ids().is_empty(), "nothing was answered before the kill");
 
     // Restarted, with the receiver answering: every event arrives.
