@@ -25,6 +25,32 @@ async fn unknown_routes_get_a_json_404_envelope_with_the_request_id() {
     s.stop().await;
 }
 
+/// A literal path that a `{id}` route shadows answers a wrong method with 405 and its own methods, not
+/// with the parameter route's handler or methods (found by the schema fuzzer).
+#[tokio::test]
+async fn wrong_methods_on_shadowed_paths_are_405_with_the_paths_own_methods() {
+    let s = Server::start().await;
+    let p = proj(&s, "shadow@example.com").await;
+    let c = &p.secret;
+    for (method, path, allow) in [
+        ("DELETE", "/contacts/fields", "GET, HEAD"),
+        ("PATCH", "/contacts/fields", "GET, HEAD"),
+        ("PUT", "/contacts/fields", "GET, HEAD"),
+        ("GET", "/contacts/import", "POST"),
+        ("DELETE", "/events/names", "GET, HEAD"),
+        ("GET", "/uploads/image", "POST"),
+        ("GET", "/workflows/w1/executions/cancel-all", "POST"),
+    ] {
+        let r = c.send(method, path, None).await;
+        assert_envelope(&r, 405, "METHOD_NOT_ALLOWED");
+        assert_eq!(r.header("allow").as_deref(), Some(allow), "{method} {path}");
+    }
+    // The parameter routes themselves are untouched.
+    assert_eq!(c.get("/contacts/fields").await.status, 200);
+    assert_eq!(c.delete("/contacts/no-such-contact").await.status, 404);
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_a_given_one_is_kept() {
     let s = Server::start().await;

@@ -31,6 +31,7 @@ pub mod domains;
 pub mod errors;
 pub mod events;
 pub mod idempotency;
+pub mod methods;
 pub mod notifications;
 pub mod oauth;
 pub mod pages;
@@ -188,6 +189,7 @@ pub fn openapi(router: &Router) -> OpenApi {
 pub fn service(state: Arc<AppState>) -> Service {
     let api = api_router();
     let doc = openapi(&api);
+    let shadowed = methods::ShadowedMethods::from_document(&serde_json::to_value(&doc).unwrap_or_default());
     let router = Router::new()
         .hoop(salvo::prelude::CatchPanic::new())
         .push(api)
@@ -196,5 +198,9 @@ pub fn service(state: Arc<AppState>) -> Service {
         .push(tracking::router())
         .push(doc.into_router("/openapi.json"))
         .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));
-    Service::new(router).hoop(InjectState(state)).hoop(request_context).catcher(Catcher::new(catch_errors))
+    Service::new(router)
+        .hoop(InjectState(state))
+        .hoop(request_context)
+        .hoop(shadowed)
+        .catcher(Catcher::new(catch_errors))
 }
