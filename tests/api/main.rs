@@ -30,6 +30,7 @@ mod jobs;
 mod oauth;
 mod payments;
 mod plugins;
+mod processes;
 mod project_state;
 mod quotas;
 mod segments;

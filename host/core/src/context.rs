@@ -30,14 +30,28 @@ pub struct KeyCache {
     map: RwLock<HashMap<String, KeyEntry>>,
     /// The database's `keys_epoch` when this cache was last known to be current.
     epoch: RwLock<Option<String>>,
+    /// Moves (under the map's lock) whenever entries are dropped, so that a key read from the database
+    /// before the drop is not cached after it ([`KeyCache::put`]).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl KeyCache {
     pub fn get(&self, digest: &str) -> Option<KeyEntry> {
         self.map.read().unwrap_or_else(|p| p.into_inner()).get(digest).cloned()
     }
-    pub fn put(&self, digest: String, entry: KeyEntry) {
+    /// The cache's generation: read it before looking a key up in the database and give it to
+    /// [`KeyCache::put`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Caches a key read from the database while the cache was at `generation`; nothing when entries
+    /// were dropped since (the read may predate a regeneration another process made).
+    pub fn put(&self, digest: String, entry: KeyEntry, generation: u64) {
         let mut m = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if self.generation() != generation {
+            return;
+        }
         if m.len() > 50_000 {
             m.clear();
         }
@@ -47,13 +61,17 @@ impl KeyCache {
     pub fn observe_epoch(&self, epoch: Option<String>) {
         let mut seen = self.epoch.write().unwrap_or_else(|p| p.into_inner());
         if *seen != epoch {
-            self.map.write().unwrap_or_else(|p| p.into_inner()).clear();
+            let mut m = self.map.write().unwrap_or_else(|p| p.into_inner());
+            self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            m.clear();
             *seen = epoch;
         }
     }
 
     pub fn invalidate_project(&self, project_id: &str) {
-        self.map.write().unwrap_or_else(|p| p.into_inner()).retain(|_, e| e.project_id != project_id);
+        let mut m = self.map.write().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        m.retain(|_, e| e.project_id != project_id);
     }
 }
 
@@ -71,7 +89,7 @@ pub struct Context {
     pub notifications_key: Vec<u8>,
     pub limiter: RateLimiter,
     /// Failed logins per account and per address (`/auth/login` slows down after repeated failures).
-    pub login_failures: crate::infra::ratelimit::FailureThrottle,
+    pub login_failures: crate::services::throttles::Throttle,
     /// The operator's ceilings per project and user, with the contact counts read.
     pub quotas: Arc<crate::services::quotas::Ceilings>,
     /// Password hashing, bounded.
@@ -92,4 +110,35 @@ pub struct Context {
     pub job_wake: crate::infra::jobs::JobWake,
     /// The plugin runtime (operators, step types, transports).
     pub plugins: Arc<crate::plugins::PluginHost>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> KeyEntry {
+        KeyEntry { project_id: "p".into(), is_secret: true, disabled: false }
+    }
+
+    #[test]
+    fn a_key_read_before_the_cache_was_cleared_is_not_cached_after() {
+        let cache = KeyCache::default();
+        cache.observe_epoch(Some("1".into()));
+        // A request reads the key from the database...
+        let generation = cache.generation();
+        // ...another process regenerates the keys meanwhile, and this one notices...
+        cache.observe_epoch(Some("2".into()));
+        // ...before the request caches what it read: it must not be cached.
+        cache.put("digest".into(), entry(), generation);
+        assert!(cache.get("digest").is_none());
+        // The same after a project's keys were dropped here.
+        let generation = cache.generation();
+        cache.invalidate_project("p");
+        cache.put("digest".into(), entry(), generation);
+        assert!(cache.get("digest").is_none());
+        // A read with nothing dropped meanwhile is cached.
+        let generation = cache.generation();
+        cache.put("digest".into(), entry(), generation);
+        assert!(cache.get("digest").is_some());
+    }
 }

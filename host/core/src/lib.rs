@@ -214,6 +214,7 @@ impl Core {
             composer: composer.clone(),
             wake: Default::default(),
             listening: Default::default(),
+            listening_epoch: Default::default(),
             budgets: workflows::limits::Budgets::of(&config),
             schedule_audience: config.quotas.schedule_audience,
         });
@@ -260,12 +261,8 @@ impl Core {
             tracking_key: security::derive_key(&secret, "herald-tracking-v1"),
             notifications_key: security::derive_key(&secret, "herald-notifications-v1"),
             limiter: ratelimit::RateLimiter::new(config.rate_limit_per_minute, clock.clone()),
-            login_failures: ratelimit::FailureThrottle::new(
-                services::throttles::LOGIN_FAILURES,
-                services::throttles::LOGIN_WINDOW_MS,
-                clock.clone(),
-            ),
-            account_mail: services::throttles::Throttles::new(clock.clone()),
+            login_failures: services::throttles::login_failures(&store, clock.clone()),
+            account_mail: services::throttles::Throttles::new(&store, clock.clone()),
             passwords: Default::default(),
             quotas,
             oauth_documents: Default::default(),

@@ -90,7 +90,7 @@ pub async fn request_verification(req: &mut Request, depot: &mut Depot) -> Resul
             (None, Some(e)) => e,
             (None, None) => return Err(Error::Internal("validated email missing".into()).into()),
         };
-        if account_mail::throttle(&st, &email, &client_ip(req))? {
+        if account_mail::throttle(&st, &email, &client_ip(req)).await? {
             account_mail::request_verification(&st, &email).await?;
         }
         Reply::ok(&OkOut::yes())
@@ -131,7 +131,7 @@ pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Res
         let email = f.email("email", true);
         f.finish()?;
         let email = email.ok_or_else(|| Error::Internal("validated email missing".into()))?;
-        if account_mail::throttle(&st, &email, &client_ip(req))? {
+        if account_mail::throttle(&st, &email, &client_ip(req)).await? {
             account_mail::request_password_reset(&st, &email).await?;
         }
         Reply::ok(&OkOut::yes())

@@ -121,7 +121,7 @@ pub async fn signup(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiEr
         let (Some(email), Some(password)) = (email, password) else {
             return Err(Error::Internal("validated fields missing".into()).into());
         };
-        let send = crate::services::account_mail::throttle(&st, &email, &client_ip(req))?;
+        let send = crate::services::account_mail::throttle(&st, &email, &client_ip(req)).await?;
         crate::services::account_mail::sign_up(&st, &email, &password, name.as_deref(), send).await?;
         Reply::with(StatusCode::ACCEPTED, &OkOut::yes())
     })
@@ -142,7 +142,8 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         };
         // Repeated failures slow down, per account and per address (docs/security.md).
         let (account, address) = (format!("email:{email}"), format!("ip:{}", client_ip(req)));
-        if let Some(wait) = [&account, &address].into_iter().filter_map(|k| st.login_failures.blocked(k)).max() {
+        let waits = [st.login_failures.blocked(&account).await?, st.login_failures.blocked(&address).await?];
+        if let Some(wait) = waits.into_iter().flatten().max() {
             return Err(Error::RateLimited { limit: LOGIN_FAILURES, retry_after_secs: wait }.into());
         }
         let user = accounts::user_by_email(&st, &email).await?;
@@ -151,13 +152,13 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
         let ok = st.passwords.verify(password, hash).await;
         match user {
             Some(u) if ok => {
-                st.login_failures.succeeded(&account);
+                st.login_failures.succeeded(&account).await?;
                 res.add_cookie(session_cookie(&st, &u));
                 Reply::ok(&UserOut::from(&u))
             }
             _ => {
-                st.login_failures.failed(&account);
-                st.login_failures.failed(&address);
+                st.login_failures.failed(&account).await?;
+                st.login_failures.failed(&address).await?;
                 Err(Error::Unauthenticated("Invalid email or password".into()).into())
             }
         }
@@ -357,11 +358,12 @@ pub async fn authenticate(req: &Request, st: &AppState, rule: KeyRule) -> Result
     let entry = match st.keys.get(&digest) {
         Some(e) => e,
         None => {
+            let generation = st.keys.generation();
             let (project, is_secret) = accounts::project_by_key(st, &digest)
                 .await?
                 .ok_or_else(|| Error::InvalidApiKey("Invalid API key".into()))?;
             let e = KeyEntry { project_id: project.id, is_secret, disabled: project.disabled };
-            st.keys.put(digest, e.clone());
+            st.keys.put(digest, e.clone(), generation);
             e
         }
     };

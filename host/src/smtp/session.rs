@@ -294,7 +294,11 @@ impl Session {
             return self.failed("503 5.5.1 Already authenticated").await;
         }
         let throttle_key = format!("smtp-auth:{}", self.peer.ip());
-        if self.state.login_failures.blocked(&throttle_key).is_some() {
+        let blocked = match self.state.login_failures.blocked(&throttle_key).await {
+            Ok(wait) => wait.is_some(),
+            Err(_) => return self.reply("454 4.7.0 Temporary authentication failure").await,
+        };
+        if blocked {
             let _ = self.reply("454 4.7.0 Too many failed attempts, try again later").await;
             return Err(Closed);
         }
@@ -328,12 +332,16 @@ impl Session {
         };
         match project {
             Some(p) => {
-                self.state.login_failures.succeeded(&throttle_key);
+                if let Err(e) = self.state.login_failures.succeeded(&throttle_key).await {
+                    tracing::warn!(error = %e, "cannot clear the failed logins of an SMTP client");
+                }
                 self.project = Some(p);
                 self.reply("235 2.7.0 Authentication succeeded").await
             }
             None => {
-                self.state.login_failures.failed(&throttle_key);
+                if let Err(e) = self.state.login_failures.failed(&throttle_key).await {
+                    tracing::warn!(error = %e, "cannot count a failed SMTP login");
+                }
                 self.auth_failures += 1;
                 self.reply("535 5.7.8 Authentication credentials invalid: use a project's secret key as the password")
                     .await?;

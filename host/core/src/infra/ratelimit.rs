@@ -1,6 +1,6 @@
 //! The API rate limit (docs/behaviour.md#limits): a token bucket per project holding `limit` requests
-//! that refills at `limit` per minute. Buckets live in this process's memory (a cluster-wide limit is part
-//! of the scale-out work).
+//! that refills at `limit` per minute. Buckets live in this process's memory: N processes allow N times
+//! the limit (docs/behaviour.md#running-several-processes).
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -109,48 +109,6 @@ impl SendThrottle {
         while let Err(wait_ms) = self.try_take(project) {
             tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
         }
-    }
-}
-
-/// Failed password checks per account and per address: after `max` failures within `window_ms`, more
-/// attempts wait until the window that began with the first failure has passed. Per process, bounded
-/// in size; a success clears the account's count.
-pub struct FailureThrottle {
-    max: u32,
-    window_ms: i64,
-    clock: SharedClock,
-    seen: Mutex<HashMap<String, (u32, i64)>>,
-}
-
-impl FailureThrottle {
-    pub fn new(max: u32, window_ms: i64, clock: SharedClock) -> Self {
-        FailureThrottle { max, window_ms, clock, seen: Mutex::new(HashMap::new()) }
-    }
-
-    /// Seconds to wait before `key` may try again, or None when it may try now.
-    pub fn blocked(&self, key: &str) -> Option<u64> {
-        let now = self.clock.now_ms();
-        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (n, since) = *seen.get(key)?;
-        let ends = since + self.window_ms;
-        (n >= self.max && now < ends).then(|| ((ends - now) as u64).div_ceil(1000))
-    }
-
-    pub fn failed(&self, key: &str) {
-        let now = self.clock.now_ms();
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() > 100_000 {
-            seen.retain(|_, (_, since)| now < *since + self.window_ms);
-        }
-        let e = seen.entry(key.to_string()).or_insert((0, now));
-        if now >= e.1 + self.window_ms {
-            *e = (0, now);
-        }
-        e.0 += 1;
-    }
-
-    pub fn succeeded(&self, key: &str) {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
     }
 }
 

@@ -68,19 +68,19 @@ pub(super) fn link(st: &Context, page: &str, token: &str) -> String {
 /// Counts one mail request of client `ip` about `email`: 429 once the client asked too often (about
 /// this address or about any); false when the address itself was sent enough mail lately, in which
 /// case the caller answers as usual and sends nothing.
-pub fn throttle(st: &Context, email: &str, ip: &str) -> Result<bool, Error> {
+pub async fn throttle(st: &Context, email: &str, ip: &str) -> Result<bool, Error> {
     let t = &st.account_mail;
     let (client, pair, address) = (format!("ip:{ip}"), format!("ip:{ip}:{email}"), format!("mail:{email}"));
-    let waits = [t.by_client.blocked(&client), t.by_client_address.blocked(&pair)];
+    let waits = [t.by_client.blocked(&client).await?, t.by_client_address.blocked(&pair).await?];
     if let Some(wait) = waits.into_iter().flatten().max() {
         return Err(Error::RateLimited { limit: MAILS_PER_CLIENT_AND_ADDRESS, retry_after_secs: wait });
     }
-    t.by_client.failed(&client);
-    t.by_client_address.failed(&pair);
-    if t.by_address.blocked(&address).is_some() {
+    t.by_client.failed(&client).await?;
+    t.by_client_address.failed(&pair).await?;
+    if t.by_address.blocked(&address).await?.is_some() {
         return Ok(false);
     }
-    t.by_address.failed(&address);
+    t.by_address.failed(&address).await?;
     Ok(true)
 }
 
@@ -175,7 +175,7 @@ pub async fn verify_email(st: &Context, token: &str, password: &str) -> Result<U
     let digest = security::key_digest(token);
     let t = live_token(st, &digest, &[Purpose::Signup, Purpose::Verify]).await?;
     let failures = format!("email:{}", t.email);
-    if let Some(wait) = st.login_failures.blocked(&failures) {
+    if let Some(wait) = st.login_failures.blocked(&failures).await? {
         return Err(Error::RateLimited { limit: crate::services::throttles::LOGIN_FAILURES, retry_after_secs: wait });
     }
     let signup = t.purpose == Purpose::Signup.as_str();
@@ -189,12 +189,12 @@ pub async fn verify_email(st: &Context, token: &str, password: &str) -> Result<U
         None => t.password_hash.clone().unwrap_or_default(),
     };
     if !st.passwords.verify(password.to_string(), hash).await {
-        st.login_failures.failed(&failures);
+        st.login_failures.failed(&failures).await?;
         return Err(Error::Unauthenticated(
             "That is not the password of this account: enter the password chosen when it was signed up".into(),
         ));
     }
-    st.login_failures.succeeded(&failures);
+    st.login_failures.succeeded(&failures).await?;
     let now = st.clock.now_ms();
     let id = match user {
         Some(u) => {
@@ -255,6 +255,6 @@ pub async fn reset_password(st: &Context, token: &str, password: &str) -> Result
     let user = st.store.user(t.user.as_deref().unwrap_or_default()).await?.ok_or_else(invalid_token)?;
     // The mailbox answered, so the address is the user's.
     st.store.set_email_verified(&user.id, now).await?;
-    st.login_failures.succeeded(&format!("email:{}", user.email));
+    st.login_failures.succeeded(&format!("email:{}", user.email)).await?;
     Ok(user)
 }

@@ -72,7 +72,7 @@ pub fn quoted(name: &str) -> String {
 }
 
 /// Counts an invitation against its three throttles; 429 when one of them is spent.
-fn throttle(st: &Context, inviter: &str, project: &str, email: &str) -> Result<(), Error> {
+async fn throttle(st: &Context, inviter: &str, project: &str, email: &str) -> Result<(), Error> {
     let t = &st.account_mail;
     let keys = [
         (&t.invites_by_inviter, format!("inviter:{inviter}"), PER_INVITER),
@@ -80,12 +80,12 @@ fn throttle(st: &Context, inviter: &str, project: &str, email: &str) -> Result<(
         (&t.invites_to_address, format!("to:{email}"), PER_ADDRESS),
     ];
     for (throttle, key, limit) in &keys {
-        if let Some(wait) = throttle.blocked(key) {
+        if let Some(wait) = throttle.blocked(key).await? {
             return Err(Error::RateLimited { limit: *limit, retry_after_secs: wait });
         }
     }
     for (throttle, key, _) in &keys {
-        throttle.failed(key);
+        throttle.failed(key).await?;
     }
     Ok(())
 }
@@ -107,7 +107,7 @@ pub async fn invite(st: &Context, project: &str, inviter: &User, email: &str, ro
         .project(project)
         .await?
         .ok_or_else(|| Error::not_found("PROJECT_NOT_FOUND", format!("Project {project} not found")))?;
-    throttle(st, &inviter.id, project, email)?;
+    throttle(st, &inviter.id, project, email).await?;
     let (token, digest) = new_token();
     let now = st.clock.now_ms();
     let t = NewToken {

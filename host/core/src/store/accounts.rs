@@ -153,9 +153,15 @@ impl Store {
 
     /// Marks every process's API-key cache stale (keys were regenerated or a project deleted).
     pub async fn bump_keys_epoch(&self) -> Result<(), StoreError> {
+        self.bump_epoch("keys_epoch").await
+    }
+
+    /// Gives the shared setting `key` a new random value: the processes that cache what it guards
+    /// notice the change and read again.
+    pub async fn bump_epoch(&self, key: &str) -> Result<(), StoreError> {
         let epoch = uuid::Uuid::new_v4().to_string();
         self.write(|| async {
-            self.query("UPSERT type::record('setting', 'keys_epoch') SET value = $v RETURN NONE", vars! { "v": epoch })
+            self.query("UPSERT type::record('setting', $k) SET value = $v RETURN NONE", vars! { "k": key, "v": epoch })
                 .await
         })
         .await

@@ -49,6 +49,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0039_webhooks.surql", include_str!("../../../../migrations/0039_webhooks.surql")),
     ("0040_tallies.surql", include_str!("../../../../migrations/0040_tallies.surql")),
     ("0041_inbound.surql", include_str!("../../../../migrations/0041_inbound.surql")),
+    ("0042_throttles.surql", include_str!("../../../../migrations/0042_throttles.surql")),
 ];
 
 #[derive(serde::Deserialize)]
@@ -67,60 +68,73 @@ pub async fn apply(store: &Store) -> Result<Vec<String>, StoreError> {
 }
 
 pub async fn apply_list(store: &Store, list: &[(&str, &str)]) -> Result<Vec<String>, StoreError> {
+    // Several processes may start at once against one server: every step below is retried when
+    // SurrealDB reports a write conflict, and a migration is checked again before each attempt, so the
+    // first process applies it and the others find it recorded (docs/behaviour.md#running-several-processes).
     store
-        .query(
-            "DEFINE TABLE IF NOT EXISTS migration SCHEMAFULL;
-             DEFINE FIELD IF NOT EXISTS name ON migration TYPE string;
-             DEFINE FIELD IF NOT EXISTS checksum ON migration TYPE string;
-             DEFINE FIELD IF NOT EXISTS applied_at ON migration TYPE int;
-             DEFINE INDEX IF NOT EXISTS migration_name ON migration FIELDS name UNIQUE;",
-            vars! {},
-        )
+        .write(|| {
+            store.query(
+                "DEFINE TABLE IF NOT EXISTS migration SCHEMAFULL;
+                 DEFINE FIELD IF NOT EXISTS name ON migration TYPE string;
+                 DEFINE FIELD IF NOT EXISTS checksum ON migration TYPE string;
+                 DEFINE FIELD IF NOT EXISTS applied_at ON migration TYPE int;
+                 DEFINE INDEX IF NOT EXISTS migration_name ON migration FIELDS name UNIQUE;",
+                vars! {},
+            )
+        })
         .await
         .map_err(|e| StoreError::Migration(format!("cannot create the migration table: {e}")))?;
     let mut applied_now = Vec::new();
     for (name, text) in list {
-        let sum = checksum(text);
+        if apply_one(store, name, text).await? {
+            tracing::info!(migration = %name, "applied migration");
+            applied_now.push(name.to_string());
+        }
+    }
+    Ok(applied_now)
+}
+
+/// Applies one migration unless it is recorded; true when this call applied it.
+async fn apply_one(store: &Store, name: &str, text: &str) -> Result<bool, StoreError> {
+    let sum = checksum(text);
+    let sql = format!(
+        "BEGIN TRANSACTION;\n{text}\nCREATE migration SET name = $name, checksum = $checksum, applied_at = $now;\nCOMMIT TRANSACTION;"
+    );
+    let recorded = || async {
         let existing: Option<Applied> = store
             .query("SELECT name, checksum FROM migration WHERE name = $name", vars! { "name": name })
             .await?
             .first(0)?;
         match existing {
-            Some(a) if a.checksum == sum => continue,
-            Some(a) => {
-                return Err(StoreError::Migration(format!(
-                    "migration {} was changed after it was applied (recorded checksum {}, file now {}); \
-                     restore the file and put the change in a new migration",
-                    a.name, a.checksum, sum
-                )));
-            }
-            None => {}
+            Some(a) if a.checksum == sum => Ok(true),
+            Some(a) => Err(StoreError::Migration(format!(
+                "migration {} was changed after it was applied (recorded checksum {}, file now {}); \
+                 restore the file and put the change in a new migration",
+                a.name, a.checksum, sum
+            ))),
+            None => Ok(false),
         }
-        let sql = format!(
-            "BEGIN TRANSACTION;\n{text}\nCREATE migration SET name = $name, checksum = $checksum, applied_at = $now;\nCOMMIT TRANSACTION;"
-        );
-        match store
-            .query(&sql, vars! { "name": name, "checksum": sum, "now": crate::infra::clock::wall_now_ms() })
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(migration = %name, "applied migration");
-                applied_now.push(name.to_string());
+    };
+    let outcome = store
+        .write(|| async {
+            if store.write(recorded).await? {
+                return Ok(false);
             }
-            // Another process applied it at the same moment: check what it recorded.
-            Err(StoreError::Conflict(_)) => {
-                let existing: Option<Applied> = store
-                    .query("SELECT name, checksum FROM migration WHERE name = $name", vars! { "name": name })
-                    .await?
-                    .first(0)?;
-                if existing.map(|a| a.checksum) != Some(sum) {
-                    return Err(StoreError::Migration(format!(
-                        "migration {name} was applied concurrently with other text"
-                    )));
-                }
+            let now = crate::infra::clock::wall_now_ms();
+            match store.query(&sql, vars! { "name": name, "checksum": sum.clone(), "now": now }).await {
+                Ok(_) => Ok(true),
+                Err(e) if e.is_retryable() => Err(e),
+                // Another process may have applied it at the same moment (its record, or a definition
+                // it made, conflicts with this attempt): then what it recorded must be this text.
+                Err(e) => match store.write(recorded).await? {
+                    true => Ok(false),
+                    false => Err(e),
+                },
             }
-            Err(e) => return Err(StoreError::Migration(format!("migration {name} failed: {e}"))),
-        }
-    }
-    Ok(applied_now)
+        })
+        .await;
+    outcome.map_err(|e| match e {
+        StoreError::Migration(m) => StoreError::Migration(m),
+        e => StoreError::Migration(format!("migration {name} failed: {e}")),
+    })
 }

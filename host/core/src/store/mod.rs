@@ -34,6 +34,7 @@ pub mod suppressions;
 pub mod suspensions;
 pub mod tallies;
 pub mod templates;
+pub mod throttles;
 pub mod uploads;
 pub mod webhooks;
 pub mod workflow_budgets;
@@ -81,7 +82,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Busy(_))
     }
 

@@ -671,6 +671,7 @@ pub fn builtin_registry() -> Registry {
         ctx.store.purge_finished_jobs(now - 7 * 24 * 3_600_000).await.map_err(|e| e.to_string())?;
         ctx.store.purge_idempotency_keys(now).await.map_err(|e| e.to_string())?;
         ctx.store.purge_revoked_sessions(now).await.map_err(|e| e.to_string())?;
+        ctx.store.purge_throttles(now).await.map_err(|e| e.to_string())?;
         ctx.store.purge_seen_notifications(now).await.map_err(|e| e.to_string())
     });
     r

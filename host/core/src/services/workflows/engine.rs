@@ -63,6 +63,9 @@ pub struct Engine {
     /// Per project, the event names its workflows listen for, and when they were read (on the engine's
     /// clock; see [`LISTEN_FRESH_MS`]).
     pub listening: Mutex<HashMap<String, Listening>>,
+    /// The shared `workflows_epoch` when `listening` was last known to be current: a workflow changed
+    /// through any process moves it, and the next batch of events read after that drops `listening`.
+    pub listening_epoch: Mutex<Option<String>>,
     /// The per-contact hourly budgets that bound loops depth cannot follow (`limits.rs`).
     pub budgets: super::limits::Budgets,
     /// Contacts one SCHEDULE tick enrolls at most (0: no ceiling; docs/security.md#quotas).
@@ -73,9 +76,12 @@ pub struct Engine {
 pub type Listening = (i64, Arc<HashSet<String>>);
 
 /// How long the event names a project's workflows listen for are used before they are read again. A
-/// change made through this process drops them at once; one made through another process shows within
-/// this time.
+/// change made through any process drops them for the next batch of events (the shared
+/// `workflows_epoch`); this bounds what a change whose epoch write failed can miss.
 const LISTEN_FRESH_MS: i64 = 2_000;
+
+/// The shared setting every workflow change moves (docs/behaviour.md#running-several-processes).
+const WORKFLOWS_EPOCH: &str = "workflows_epoch";
 
 /// What a step came to.
 pub(super) enum Outcome {
@@ -335,9 +341,26 @@ impl Engine {
         Ok(())
     }
 
-    /// Forgets what the project's workflows listen for (after a workflow of the project changed).
-    pub fn invalidate(&self, project: &str) {
+    /// Forgets what the project's workflows listen for (after a workflow of the project changed), here
+    /// and, through the shared `workflows_epoch`, in every other process before its next batch of events.
+    pub async fn invalidate(&self, project: &str) {
         self.listening.lock().unwrap_or_else(|p| p.into_inner()).remove(project);
+        if let Err(e) = self.store.bump_epoch(WORKFLOWS_EPOCH).await {
+            tracing::warn!(error = %e, "cannot move the workflows epoch; other processes see the change within 2 s");
+        }
+    }
+
+    /// Drops every project's listened-for names when a workflow changed through another process since
+    /// they were read. Called for each batch of events after the batch was read, so an event stored
+    /// after a workflow change is always matched against the changed workflows.
+    async fn observe_epoch(&self) -> Result<(), StoreError> {
+        let epoch = self.store.setting(WORKFLOWS_EPOCH).await?;
+        let mut seen = self.listening_epoch.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen != epoch {
+            self.listening.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            *seen = epoch;
+        }
+        Ok(())
     }
 
     /// Whether any workflow of the project listens for events named `name` (most events: none).
@@ -369,6 +392,9 @@ impl Engine {
     /// starts are written together, and so are its resumes.
     pub async fn on_events(&self, evs: &[Event]) -> Result<(), String> {
         let s = |e: StoreError| e.to_string();
+        if evs.iter().any(|ev| !ev.contact.is_empty()) {
+            self.observe_epoch().await.map_err(s)?;
+        }
         let mut order: Vec<&str> = Vec::new();
         let mut groups: HashMap<&str, Vec<&Event>> = HashMap::new();
         for ev in evs {

@@ -96,7 +96,7 @@ pub async fn create(
         next_at: None,
     };
     st.store.create_workflow(project, &w, &refs(&w.graph)).await?;
-    workflows.invalidate(project);
+    workflows.invalidate(project).await;
     Ok(w)
 }
 
@@ -129,7 +129,7 @@ async fn edit<T>(
         };
         match st.store.update_workflow(project, &w, &refs(&w.graph), from, structural).await {
             Ok(true) => {
-                workflows.invalidate(project);
+                workflows.invalidate(project).await;
                 return Ok((w, out));
             }
             Ok(false) => continue,
@@ -270,7 +270,7 @@ pub async fn update(
 pub async fn delete(st: &Context, workflows: &super::engine::Engine, project: &str, id: &str) -> Result<(), Error> {
     match st.store.delete_workflow(project, id).await {
         Ok(true) => {
-            workflows.invalidate(project);
+            workflows.invalidate(project).await;
             Ok(())
         }
         Ok(false) => Err(not_found(id)),
