@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::Reply;
-use super::pagination::{decode_cursor, encode_cursor, limit, query_str};
+use super::pagination::{decode_cursor, encode_cursor, limit, query_str, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::error::Error;
@@ -97,7 +97,7 @@ pub struct ActivityPage {
 
 /// An optional RFC 3339 query parameter (400 naming it when it is not one).
 pub(crate) fn time_param(req: &Request, name: &str) -> Result<Option<i64>, ApiError> {
-    query_str(req, name)
+    typed_query(req, name)?
         .map(|s| {
             parse_rfc3339(&s).ok_or_else(|| Error::Invalid(format!("{name} must be an RFC 3339 date-time")).into())
         })
@@ -119,7 +119,7 @@ pub(crate) fn list_param(req: &Request, name: &str) -> Vec<String> {
 /// The window of `from`, `to` and `days` (default the last 30 days, `to` default now).
 pub(crate) fn window_params(req: &Request, now: i64) -> Result<(i64, i64), ApiError> {
     let to = time_param(req, "to")?.unwrap_or(now + 1);
-    let from = match (time_param(req, "from")?, query_str(req, "days")) {
+    let from = match (time_param(req, "from")?, typed_query(req, "days")?) {
         (Some(f), _) => f,
         (None, Some(d)) => {
             let d: i64 = d.trim().parse().map_err(|_| Error::Invalid("days must be an integer".into()))?;

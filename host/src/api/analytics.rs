@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::activity::{list_param, time_param, window_params};
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::Reply;
-use super::pagination::{limit, query_str};
+use super::pagination::{limit, query_str, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::error::Error;
@@ -56,7 +56,7 @@ pub async fn timeseries(req: &mut Request, depot: &mut Depot) -> Result<Reply, A
         let st = state(depot)?;
         let ctx = project(depot)?;
         let metrics = analytics::parse_metrics(&list_param(req, "metric"))?;
-        let interval = match query_str(req, "interval") {
+        let interval = match typed_query(req, "interval")? {
             None => Interval::Day,
             Some(s) => {
                 Interval::parse(&s).ok_or_else(|| Error::Invalid(format!("interval must be hour or day, got {s:?}")))?
@@ -165,7 +165,7 @@ pub async fn top_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Reply
     boxed!({
         let st = state(depot)?;
         let ctx = project(depot)?;
-        let metric = query_str(req, "metric").unwrap_or_else(|| "opens".into());
+        let metric = typed_query(req, "metric")?.unwrap_or_else(|| "opens".into());
         let n = limit(req, 10, 50)?;
         let top = analytics::top_campaigns(&st, &ctx.project_id, &metric, n).await?;
         Reply::ok(&TopCampaignsOut { metric, campaigns: top.iter().map(CampaignStatsOut::from).collect() })

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::{OffsetPage, query_str, sort_and_dir};
+use super::pagination::{OffsetPage, query_str, sort_and_dir, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::domain::campaigns::{AUDIENCES, CampaignStatus, parse_when, rate};
@@ -374,7 +374,7 @@ pub async fn list_campaigns(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
-        let status = match query_str(req, "status") {
+        let status = match typed_query(req, "status")? {
             None => None,
             Some(s) => Some(CampaignStatus::parse(&s).ok_or_else(|| {
                 let all: Vec<&str> = CampaignStatus::ALL.iter().map(|s| s.as_str()).collect();

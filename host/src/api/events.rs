@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
 use super::contacts::data_patch;
-use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str};
+use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str, typed_query};
 use super::{idempotency, state};
 use crate::api::errors::ApiError;
 use crate::domain::contacts::is_reserved_event;
@@ -318,7 +318,7 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
         let ctx = project(depot)?;
         let now = st.clock.now_ms();
         let parse = |name: &str| -> Result<Option<i64>, ApiError> {
-            query_str(req, name)
+            typed_query(req, name)?
                 .map(|s| {
                     parse_rfc3339(&s)
                         .ok_or_else(|| Error::Invalid(format!("{name} must be an RFC 3339 date-time")).into())
@@ -327,7 +327,7 @@ pub async fn stats(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiErr
         };
         // Without `to`, the window ends just after now, so an event tracked this millisecond counts.
         let to = parse("to")?.unwrap_or(now + 1);
-        let from = match (parse("from")?, query_str(req, "days")) {
+        let from = match (parse("from")?, typed_query(req, "days")?) {
             (Some(f), _) => f,
             (None, Some(d)) => {
                 let d: i64 = d.parse().map_err(|_| Error::Invalid("days must be an integer".into()))?;

@@ -33,9 +33,22 @@ pub fn query_str(req: &Request, name: &str) -> Option<String> {
     req.queries().get(name).map(|s| s.to_string()).filter(|s| !s.is_empty())
 }
 
+/// The raw value of a typed query parameter (a number, a date-time, a boolean, one of a list): None
+/// when absent; present but empty is 400 naming it, as any other value that is not of its type (the
+/// dashboard leaves empty parameters out; the document types them, so `?to=` is not a date-time).
+pub fn typed_query(req: &Request, name: &str) -> Result<Option<String>, ApiError> {
+    match req.queries().get(name) {
+        None => Ok(None),
+        Some(s) if s.trim().is_empty() => {
+            Err(Error::Invalid(format!("{name} must not be empty: give a value or leave the parameter out")).into())
+        }
+        Some(s) => Ok(Some(s.to_string())),
+    }
+}
+
 /// `limit` for cursor lists: default 20, clamped to 1..=100; not a number: 400.
 pub fn limit(req: &Request, default: i64, max: i64) -> Result<usize, ApiError> {
-    match query_str(req, "limit") {
+    match typed_query(req, "limit")? {
         None => Ok(default as usize),
         Some(s) => s
             .trim()
@@ -47,7 +60,7 @@ pub fn limit(req: &Request, default: i64, max: i64) -> Result<usize, ApiError> {
 
 /// An optional boolean query parameter; anything but true/false is 400.
 pub fn bool_param(req: &Request, name: &str) -> Result<Option<bool>, ApiError> {
-    match query_str(req, name).as_deref() {
+    match typed_query(req, name)?.as_deref() {
         None => Ok(None),
         Some("true") => Ok(Some(true)),
         Some("false") => Ok(Some(false)),
@@ -76,7 +89,7 @@ pub struct OffsetPage {
 impl OffsetPage {
     pub fn from(req: &Request) -> Result<OffsetPage, ApiError> {
         let int = |name: &str, default: i64| -> Result<i64, ApiError> {
-            match query_str(req, name) {
+            match typed_query(req, name)? {
                 None => Ok(default),
                 Some(s) => s
                     .trim()

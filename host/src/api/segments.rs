@@ -306,7 +306,7 @@ pub async fn delete_segment(id: PathParam<String>, depot: &mut Depot, res: &mut 
 }
 
 fn page_param(req: &Request, name: &str, default: i64) -> Result<i64, ApiError> {
-    match super::pagination::query_str(req, name) {
+    match super::pagination::typed_query(req, name)? {
         None => Ok(default),
         Some(s) => {
             s.trim().parse::<i64>().map_err(|_| Error::Invalid(format!("{name} must be an integer, got {s:?}")).into())

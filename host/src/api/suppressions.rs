@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str};
+use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::domain::suppressions::{Entry, Reason};
@@ -110,7 +110,7 @@ pub async fn list_suppressions(req: &mut Request, depot: &mut Depot) -> Result<R
         let st = state(depot)?;
         let ctx = project(depot)?;
         let limit = limit(req, 20, suppressions::MAX_PAGE as i64)?;
-        let reason = match query_str(req, "reason") {
+        let reason = match typed_query(req, "reason")? {
             None => None,
             Some(r) => Some(Reason::parse(&r).ok_or_else(|| {
                 Error::Invalid(format!("reason must be one of bounce, complaint, manual, got {r:?}"))

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::{OffsetPage, query_str, sort_and_dir};
+use super::pagination::{OffsetPage, query_str, sort_and_dir, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::domain::templating::{Engine, Mode};
@@ -277,7 +277,7 @@ pub async fn list_templates(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
-        let kind = query_str(req, "type");
+        let kind = typed_query(req, "type")?;
         if let Some(k) = &kind
             && !TYPES.contains(&k.as_str())
         {

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::auth::{ApiKeyAuth, KeyRule, project};
 use super::body::{Fields, Reply, json_object};
-use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str};
+use super::pagination::{decode_cursor, encode_cursor, finish_page, limit, query_str, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::domain::status::DeliveryStatus;
@@ -321,7 +321,7 @@ pub async fn list_deliveries(id: PathParam<String>, req: &mut Request, depot: &m
         let st = state(depot)?;
         let ctx = project(depot)?;
         let limit = limit(req, 20, webhooks::MAX_PAGE as i64)?;
-        let status = match query_str(req, "status") {
+        let status = match typed_query(req, "status")? {
             None => None,
             Some(s) => Some(DeliveryStatus::parse(&s).ok_or_else(|| {
                 Error::Invalid(format!("status must be one of PENDING, SUCCEEDED, FAILED, got {s:?}"))

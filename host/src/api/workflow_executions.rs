@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::auth::project;
 use super::body::{Fields, Reply, json_object};
-use super::pagination::{OffsetPage, query_str};
+use super::pagination::{OffsetPage, typed_query};
 use super::state;
 use crate::api::errors::ApiError;
 use crate::domain::status::ExecutionStatus;
@@ -182,7 +182,7 @@ pub async fn list_executions(id: PathParam<String>, req: &mut Request, depot: &m
         let st = state(depot)?;
         let ctx = project(depot)?;
         let paging = OffsetPage::from(req)?;
-        let status = match query_str(req, "status") {
+        let status = match typed_query(req, "status")? {
             None => None,
             Some(s) => Some(ExecutionStatus::parse(&s).ok_or_else(|| {
                 let all: Vec<&str> = ExecutionStatus::ALL.iter().map(|s| s.as_str()).collect();
