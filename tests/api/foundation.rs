@@ -88,6 +88,76 @@ async fn empty_typed_query_parameters_are_refused_naming_the_parameter() {
     s.stop().await;
 }
 
+/// The document states the constraints the server enforces, so a request valid by the document is not
+/// refused for them (found by the schema fuzzer: empty names, non-addresses, null emails, unknown enum
+/// values and empty id lists were all valid by the document and refused by the server).
+#[tokio::test]
+async fn the_openapi_document_states_the_field_constraints_the_server_enforces() {
+    let s = Server::start().await;
+    let doc = s.client().get("/openapi.json").await.json;
+    let schema = |name: &str| doc["components"]["schemas"][format!("herald_host.api.{name}")].clone();
+    let prop = |name: &str, field: &str| schema(name)["properties"][field].clone();
+    for (body, field) in [
+        ("auth.SignupBody", "email"),
+        ("auth.LoginBody", "email"),
+        ("account_mail.ResetRequestBody", "email"),
+        ("contacts.ContactBody", "email"),
+        ("events.TrackBody", "email"),
+        ("campaigns.CampaignBody", "from"),
+        ("templates.TemplateBody", "replyTo"),
+        ("send.SendBody", "reply"),
+        ("suppressions.SuppressionBody", "email"),
+        ("domains.VerifyBody", "email"),
+    ] {
+        assert_eq!(prop(body, field)["format"], "email", "{body}.{field}");
+        assert_eq!(prop(body, field)["maxLength"], 254, "{body}.{field}");
+    }
+    for (body, field, min) in [
+        ("auth.SignupBody", "password", 8),
+        ("account_mail.ResetBody", "password", 8),
+        ("auth.LoginBody", "password", 1),
+        ("account_mail.VerifyBody", "token", 1),
+        ("templates.PreviewBody", "body", 1),
+        ("domains.DomainBody", "domain", 1),
+        ("send.SendBody", "subject", 1),
+        ("workflows.WorkflowBody", "name", 1),
+        ("workflow_executions.StartBody", "contactId", 1),
+    ] {
+        assert_eq!(prop(body, field)["minLength"], min, "{body}.{field}");
+    }
+    // Names are one line and not blank: the pattern refuses "", " " and a line break, as the server does.
+    let name = prop("segments.SegmentBody", "name");
+    let pattern = name["pattern"].as_str().expect("a name pattern");
+    assert!(pattern.contains(r"\u0000-\u001f") && pattern.contains(r"\u3000"), "{pattern}");
+    assert_eq!(name["maxLength"], 100);
+    // Enumerated values are stated, in bodies and in query parameters.
+    assert_eq!(prop("campaigns.CampaignBody", "audienceType")["pattern"], "^(ALL|SEGMENT|FILTERED)$");
+    assert_eq!(prop("campaigns.AudienceBody", "audienceType")["pattern"], "^(ALL|SEGMENT|FILTERED)$");
+    assert_eq!(prop("suppressions.SuppressionBody", "reason")["pattern"], "^(manual|bounce|complaint)$");
+    let feed = &doc["paths"]["/activity"]["get"]["parameters"];
+    let types = feed.as_array().unwrap().iter().find(|p| p["name"] == "type").expect("type");
+    let names = types["schema"]["items"]["enum"].as_array().expect("an enum of activity types");
+    assert!(names.contains(&json!("email.sent")) && names.contains(&json!("workflow.failed")), "{names:?}");
+    // An address a request must give is not nullable; the request-verification one is optional (a session
+    // names the account) but never null.
+    assert_eq!(schema("account_mail.ResetRequestBody")["required"], json!(["email"]));
+    assert_eq!(prop("account_mail.EmailBody", "email")["type"], "string");
+    let reset = &doc["paths"]["/auth/request-password-reset"]["post"]["requestBody"]["content"]["application/json"];
+    assert_eq!(reset["schema"]["$ref"], "#/components/schemas/herald_host.api.account_mail.ResetRequestBody");
+    // Id lists: 1 to 1,000 ids of 1 to 64 characters.
+    let ids = prop("contact_jobs.BulkBody", "contactIds");
+    assert_eq!((ids["minItems"].clone(), ids["maxItems"].clone()), (json!(1), json!(1000)));
+    assert_eq!((ids["items"]["minLength"].clone(), ids["items"]["maxLength"].clone()), (json!(1), json!(64)));
+    // The three bare 400s are documented as such (the fuzzer found them violating the envelope schema).
+    for (path, method) in [("/contacts", "post"), ("/templates", "post"), ("/segments", "post")] {
+        let r = &doc["paths"][path][method]["responses"]["400"]["content"]["application/json"]["schema"]["$ref"];
+        assert_eq!(r, "#/components/schemas/BareErrorOrEnvelope", "{method} {path}");
+    }
+    // GET /plugins takes a key or a session: the key comes first, as on every operation that takes both.
+    assert_eq!(doc["paths"]["/plugins"]["get"]["security"], json!([{"bearer": []}, {"session": []}]));
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_a_given_one_is_kept() {
     let s = Server::start().await;

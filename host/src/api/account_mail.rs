@@ -21,13 +21,24 @@ const TOKEN_CHARS: usize = 200;
 #[allow(dead_code)]
 pub struct EmailBody {
     /// the account's address (not needed with a session for request-verification)
+    #[salvo(schema(nullable = false, format = Email, max_length = 254))]
     email: Option<String>,
+}
+
+/// The body of a password-reset request: the address is required (there is no session to name it).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ResetRequestBody {
+    /// the account's address
+    #[salvo(schema(format = Email, max_length = 254))]
+    email: String,
 }
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct TokenBody {
     /// the token of the link
+    #[salvo(schema(min_length = 1, max_length = 200))]
     token: String,
 }
 
@@ -35,16 +46,20 @@ pub struct TokenBody {
 #[allow(dead_code)]
 pub struct VerifyBody {
     /// the token of the link
+    #[salvo(schema(min_length = 1, max_length = 200))]
     token: String,
     /// the account's password: the one chosen at sign-up
+    #[salvo(schema(min_length = 1, max_length = 256))]
     password: String,
 }
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct ResetBody {
+    #[salvo(schema(min_length = 1, max_length = 200))]
     token: String,
     /// 8 to 256 characters
+    #[salvo(schema(min_length = 8, max_length = 256))]
     password: String,
 }
 
@@ -122,7 +137,7 @@ pub async fn verify_email(req: &mut Request, depot: &mut Depot, res: &mut Respon
 
 /// Mails a password-reset link (valid one hour) to the account with `email`. Answers 200 whether or
 /// not such an account exists.
-#[endpoint(tags("auth"), request_body = EmailBody, responses((status_code = 200, body = OkOut)))]
+#[endpoint(tags("auth"), request_body = ResetRequestBody, responses((status_code = 200, body = OkOut)))]
 pub async fn request_password_reset(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;

@@ -111,6 +111,11 @@ impl From<&invitations::Invitation> for InvitationOut {
 #[allow(dead_code)]
 pub struct ProjectBody {
     /// 1 to 100 characters
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: String,
 }
 
@@ -118,8 +123,14 @@ pub struct ProjectBody {
 #[allow(dead_code)]
 pub struct ProjectPatchBody {
     /// 1 to 100 characters
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: Option<String>,
     /// ENABLED, DISABLED or MARKETING_ONLY
+    #[salvo(schema(pattern = "^(ENABLED|DISABLED|MARKETING_ONLY)$"))]
     tracking: Option<String>,
     /// `smtp` (when configured), `file`, a loaded transport plugin's name, or null for the server's default
     transport: Option<String>,
@@ -129,8 +140,10 @@ pub struct ProjectPatchBody {
 #[allow(dead_code)]
 pub struct InviteBody {
     /// an existing Herald user's email (added at once, 201) or any other address (invited by mail, 202)
+    #[salvo(schema(format = Email, max_length = 254))]
     email: String,
     /// OWNER, ADMIN or MEMBER (default MEMBER)
+    #[salvo(schema(pattern = "^(OWNER|ADMIN|MEMBER)$"))]
     role: Option<String>,
 }
 
@@ -138,6 +151,7 @@ pub struct InviteBody {
 #[allow(dead_code)]
 pub struct RoleBody {
     /// OWNER, ADMIN or MEMBER
+    #[salvo(schema(pattern = "^(OWNER|ADMIN|MEMBER)$"))]
     role: String,
 }
 
@@ -267,6 +281,11 @@ pub async fn delete_project(id: PathParam<String>, depot: &mut Depot) -> Result<
 #[allow(dead_code)]
 pub struct ResetBody {
     /// the project's name, exactly
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     confirm: String,
 }
 

@@ -95,6 +95,16 @@ pub struct ActivityPage {
     has_more: bool,
 }
 
+/// An activity type as the feed's `type` filter takes it: the document lists the types as an enum.
+pub struct ActivityTypeName;
+
+impl ToSchema for ActivityTypeName {
+    fn to_schema(_: &mut salvo::oapi::Components) -> salvo::oapi::RefOr<salvo::oapi::Schema> {
+        let names = crate::domain::activity::TYPES.iter().map(|(t, _)| *t);
+        salvo::oapi::Object::new().schema_type(salvo::oapi::BasicType::String).enum_values(names).into()
+    }
+}
+
 /// An optional RFC 3339 query parameter (400 naming it when it is not one).
 pub(crate) fn time_param(req: &Request, name: &str) -> Result<Option<i64>, ApiError> {
     typed_query(req, name)?
@@ -140,7 +150,7 @@ pub(crate) fn window_params(req: &Request, now: i64) -> Result<(i64, i64), ApiEr
     tags("activity"),
     security(("bearer" = [])),
     parameters(
-        ("type" = Option<Vec<String>>, Query, description = "activity types (repeatable or comma-separated)"),
+        ("type" = Option<Vec<ActivityTypeName>>, Query, description = "activity types (repeatable or comma-separated)"),
         ("contactId" = Option<String>, Query, description = "only this contact's activity"),
         ("campaignId" = Option<String>, Query, description = "only this campaign's activity"),
         ("from" = Option<String>, Query, format = DateTime, description = "RFC 3339 start (inclusive)"),

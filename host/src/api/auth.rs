@@ -48,16 +48,21 @@ impl From<&User> for UserOut {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct SignupBody {
+    #[salvo(schema(format = Email, max_length = 254))]
     email: String,
     /// 8 to 256 characters
+    #[salvo(schema(min_length = 8, max_length = 256))]
     password: String,
+    #[salvo(schema(max_length = 100, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
     name: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct LoginBody {
+    #[salvo(schema(format = Email, max_length = 254))]
     email: String,
+    #[salvo(schema(min_length = 1, max_length = 256))]
     password: String,
 }
 

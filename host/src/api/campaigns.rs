@@ -176,23 +176,36 @@ pub struct TestOut {
 #[salvo(schema(rename_all = "camelCase"))]
 #[allow(dead_code)]
 pub struct CampaignBody {
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: String,
+    #[salvo(schema(max_length = 1000))]
     description: Option<String>,
     /// 1 to 998 characters without line breaks; Handlebars
+    #[salvo(schema(min_length = 1, max_length = 998, pattern = r"^[^\r\n]*$"))]
     subject: String,
     /// HTML; Handlebars with the contact's data and the subscription links
+    #[salvo(schema(min_length = 1))]
     body: String,
     /// an address on a domain verified for the project
+    #[salvo(schema(format = Email, max_length = 254))]
     from: String,
+    #[salvo(schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
     from_name: Option<String>,
+    #[salvo(schema(format = Email, max_length = 254))]
     reply_to: Option<String>,
     /// TRANSACTIONAL, MARKETING (default) or HEADLESS
     #[serde(rename = "type")]
     #[salvo(schema(rename = "type"))]
+    #[salvo(schema(pattern = "^(TRANSACTIONAL|MARKETING|HEADLESS)$"))]
     kind: Option<String>,
     /// ALL, SEGMENT or FILTERED
+    #[salvo(schema(pattern = "^(ALL|SEGMENT|FILTERED)$"))]
     audience_type: String,
-    /// required for SEGMENT
+    /// required for SEGMENT (1 to 100 characters); ignored for the other audiences
     segment_id: Option<String>,
     /// required for FILTERED: a condition tree
     audience_condition: Option<Value>,
@@ -225,8 +238,9 @@ pub struct AudienceCountOut {
 #[allow(dead_code)]
 pub struct AudienceBody {
     /// ALL, SEGMENT or FILTERED
+    #[salvo(schema(pattern = "^(ALL|SEGMENT|FILTERED)$"))]
     audience_type: String,
-    /// required for SEGMENT
+    /// required for SEGMENT (1 to 100 characters); ignored for the other audiences
     segment_id: Option<String>,
     /// required for FILTERED: a condition tree
     audience_condition: Option<Value>,

@@ -83,6 +83,7 @@ impl From<&ContactJobRow> for ContactJobOut {
 #[allow(dead_code)]
 pub struct BulkBody {
     /// 1 to 1,000 ids of the project's contacts (others count as not found)
+    #[salvo(schema(min_items = 1, max_items = 1000, min_length = 1, max_length = 64))]
     contact_ids: Vec<String>,
 }
 

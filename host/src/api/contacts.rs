@@ -77,8 +77,22 @@ pub struct ContactPage {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct ContactBody {
+    #[salvo(schema(format = Email, max_length = 254))]
     email: String,
     /// default true for a new contact; omitted keeps an existing contact's state
+    subscribed: Option<bool>,
+    /// null deletes a key, "" is ignored, reserved keys are dropped
+    data: Option<Map<String, Value>>,
+}
+
+/// The fields a PATCH changes; those left out keep their value.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct ContactPatchBody {
+    /// a new address (409 when another contact has it)
+    #[salvo(schema(format = Email, max_length = 254))]
+    email: Option<String>,
+    /// a change emits contact.subscribed or contact.unsubscribed
     subscribed: Option<bool>,
     /// null deletes a key, "" is ignored, reserved keys are dropped
     data: Option<Map<String, Value>>,
@@ -88,6 +102,7 @@ pub struct ContactBody {
 #[allow(dead_code)]
 pub struct LookupBody {
     /// at most 500
+    #[salvo(schema(max_items = 500))]
     emails: Vec<String>,
 }
 
@@ -222,7 +237,7 @@ pub async fn list_contacts(req: &mut Request, depot: &mut Depot) -> Result<Reply
     tags("contacts"),
     security(("bearer" = [])),
     request_body = ContactBody,
-    responses((status_code = 201, body = ContactOut), (status_code = 200, body = ContactOut))
+    responses((status_code = 201, body = ContactOut), (status_code = 200, body = ContactOut), (status_code = 400, description = "a missing email: the bare `{\"error\": \"...\"}` (docs/behaviour.md#errors); other refusals: the envelope", body = crate::api::errors::BareErrorOrEnvelope))
 )]
 pub async fn upsert_contact(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
@@ -274,7 +289,7 @@ pub async fn get_contact(id: PathParam<String>, depot: &mut Depot) -> Result<Rep
 
 /// Updates a contact: email (409 when another contact has it), subscribed (a flip emits its event),
 /// data (null deletes a key, "" is ignored, reserved keys are dropped).
-#[endpoint(tags("contacts"), security(("bearer" = [])), request_body = ContactBody, responses((status_code = 200, body = ContactOut)))]
+#[endpoint(tags("contacts"), security(("bearer" = [])), request_body = ContactPatchBody, responses((status_code = 200, body = ContactOut)))]
 pub async fn patch_contact(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;
@@ -376,7 +391,7 @@ fn custom_field(raw: &str) -> Result<String, ApiError> {
     if ["email", "subscribed", "createdAt", "updatedAt", "id"].contains(&raw) {
         return Err(Error::Invalid(format!("{raw} is a standard field, not a custom one")).into());
     }
-    if f.is_empty() || f.len() > 200 {
+    if f.is_empty() || f.chars().count() > 200 {
         return Err(Error::Invalid("The field name must be 1 to 200 characters".into()).into());
     }
     Ok(f)
@@ -386,7 +401,10 @@ fn custom_field(raw: &str) -> Result<String, ApiError> {
 #[endpoint(
     tags("contacts"),
     security(("bearer" = [])),
-    parameters(("limit" = Option<i64>, Query, description = "1 to 1000, default 100")),
+    parameters(
+        ("limit" = Option<i64>, Query, description = "1 to 1000, default 100"),
+        ("field" = String, Path, pattern = r"^(?!(?:email|subscribed|createdAt|updatedAt|id|data\.)$)(?:data\.)?[\s\S]{1,200}$", description = "a custom field: `plan` or `data.plan` (1 to 200 characters; not a standard field such as email or createdAt)"),
+    ),
     responses((status_code = 200, body = FieldValuesOut))
 )]
 pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
@@ -401,7 +419,7 @@ pub async fn field_values(field: PathParam<String>, req: &mut Request, depot: &m
 }
 
 /// Where a custom field is used, how many contacts have it, and whether it can be deleted.
-#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldUsageOut)))]
+#[endpoint(tags("contacts"), security(("bearer" = [])), parameters(("field" = String, Path, pattern = r"^(?!(?:email|subscribed|createdAt|updatedAt|id|data\.)$)(?:data\.)?[\s\S]{1,200}$", description = "a custom field: `plan` or `data.plan` (1 to 200 characters; not a standard field such as email or createdAt)")), responses((status_code = 200, body = FieldUsageOut)))]
 pub async fn field_usage(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;
@@ -426,7 +444,7 @@ async fn field_usage_of(st: &AppState, project_id: &str, name: &str) -> Result<F
 }
 
 /// Deletes a custom field on every contact of the project; 409 while something uses it.
-#[endpoint(tags("contacts"), security(("bearer" = [])), responses((status_code = 200, body = FieldDeletedOut)))]
+#[endpoint(tags("contacts"), security(("bearer" = [])), parameters(("field" = String, Path, pattern = r"^(?!(?:email|subscribed|createdAt|updatedAt|id|data\.)$)(?:data\.)?[\s\S]{1,200}$", description = "a custom field: `plan` or `data.plan` (1 to 200 characters; not a standard field such as email or createdAt)")), responses((status_code = 200, body = FieldDeletedOut)))]
 pub async fn delete_field(field: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;

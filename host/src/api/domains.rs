@@ -62,6 +62,7 @@ impl From<&DomainRow> for DomainOut {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct DomainBody {
+    #[salvo(schema(min_length = 1, max_length = 253))]
     domain: String,
     /// with a dashboard session: the project to add it to
     #[serde(rename = "projectId")]
@@ -78,6 +79,7 @@ pub struct DomainDeletedOut {
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct VerifyBody {
+    #[salvo(schema(format = Email, max_length = 254))]
     email: String,
 }
 

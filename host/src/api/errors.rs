@@ -222,6 +222,22 @@ pub struct ErrorBody {
     pub suggestion: Option<String>,
 }
 
+/// The bare `{"error": "<message>"}` of the three 400s the interface lists that way (docs/behaviour.md#errors).
+#[derive(Serialize, ToSchema)]
+#[salvo(schema(name = "BareError"))]
+pub struct BareError {
+    pub error: String,
+}
+
+/// The 400 of an operation with a bare error: that bare form, or the envelope for its other refusals.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[salvo(schema(name = "BareErrorOrEnvelope"))]
+pub enum BareErrorOrEnvelope {
+    Bare(BareError),
+    Envelope(ErrorEnvelope),
+}
+
 /// One field-level problem, as the envelope's `errors` items carry it (`crate::error::FieldError`).
 #[derive(Serialize, ToSchema)]
 pub struct FieldError {

@@ -23,8 +23,14 @@ use crate::store::events::{Event, EventQuery};
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]
 pub struct TrackBody {
+    #[salvo(schema(format = Email, max_length = 254))]
     email: String,
     /// must not be a reserved name (email.*, contact.subscribed, contact.unsubscribed, segment.<slug>.entry|exit)
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     event: String,
     /// omitted keeps an existing contact's state; new contacts default to true
     subscribed: Option<bool>,

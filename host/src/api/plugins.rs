@@ -60,7 +60,7 @@ pub fn router() -> Router {
 }
 
 /// Lists the plugins of this server.
-#[endpoint(tags("plugins"), security(("session" = []), ("bearer" = [])), responses((status_code = 200, body = PluginsOut)))]
+#[endpoint(tags("plugins"), security(("bearer" = []), ("session" = [])), responses((status_code = 200, body = PluginsOut)))]
 pub async fn list_plugins(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;

@@ -67,11 +67,18 @@ impl From<&Segment> for SegmentOut {
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
 pub struct SegmentBody {
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: String,
+    #[salvo(schema(max_length = 500))]
     description: Option<String>,
     /// DYNAMIC (default) or STATIC
     #[serde(rename = "type")]
     #[salvo(schema(rename = "type"))]
+    #[salvo(schema(pattern = "^(DYNAMIC|STATIC)$"))]
     kind: Option<String>,
     /// `{logic, groups: [{filters, conditions?}]}`; required for DYNAMIC, ignored for STATIC
     #[salvo(schema(value_type = Object))]
@@ -96,6 +103,7 @@ pub struct SegmentContactsOut {
 #[salvo(schema(rename_all = "camelCase"))]
 pub struct MembersBody {
     /// at most 1000
+    #[salvo(schema(max_items = 1000))]
     emails: Vec<String>,
     /// create contacts for unknown emails (default false)
     create_missing: Option<bool>,
@@ -226,7 +234,7 @@ pub async fn list_segments(depot: &mut Depot) -> Result<Reply, ApiError> {
     tags("segments"),
     security(("bearer" = [])),
     request_body = SegmentBody,
-    responses((status_code = 201, body = SegmentOut))
+    responses((status_code = 201, body = SegmentOut), (status_code = 400, description = "a missing condition object of a DYNAMIC segment: the bare `{\"error\": \"...\"}` (docs/behaviour.md#errors); other refusals: the envelope", body = crate::api::errors::BareErrorOrEnvelope))
 )]
 pub async fn create_segment(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({

@@ -28,16 +28,21 @@ pub struct SendBody {
     /// an address, {name, email}, or an array of up to 100 of either
     to: Value,
     /// 1 to 998 characters without line breaks; required without a template
+    #[salvo(schema(min_length = 1, max_length = 998, pattern = r"^[^\r\n]*$"))]
     subject: Option<String>,
     /// HTML; required without a template
+    #[salvo(schema(min_length = 1))]
     body: Option<String>,
     /// template id; its subject, body, from and reply-to apply unless given here
+    #[salvo(schema(min_length = 1, max_length = 100))]
     template: Option<String>,
     /// an address on a verified domain, or {name, email}
     from: Option<Value>,
     /// deprecated sender name, used when `from` is a bare address
+    #[salvo(schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
     name: Option<String>,
     /// reply-to address
+    #[salvo(schema(format = Email, max_length = 254))]
     reply: Option<String>,
     /// for new contacts default false
     subscribed: Option<bool>,
@@ -47,6 +52,7 @@ pub struct SendBody {
     /// custom headers
     headers: Option<Map<String, Value>>,
     /// at most 10: {filename, content (base64), contentType, contentId?, disposition: attachment|inline}
+    #[salvo(schema(max_items = 10))]
     attachments: Option<Vec<Value>>,
 }
 

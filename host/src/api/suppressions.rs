@@ -71,12 +71,16 @@ pub struct SuppressionPage {
 #[allow(dead_code)]
 pub struct SuppressionBody {
     /// an address to suppress (give this or `domain`)
+    #[salvo(schema(format = Email, max_length = 254))]
     email: Option<String>,
     /// a domain: every address at it (give this or `email`)
+    #[salvo(schema(min_length = 1, max_length = 253))]
     domain: Option<String>,
     /// `manual` (default), `bounce` or `complaint`
+    #[salvo(schema(pattern = "^(manual|bounce|complaint)$"))]
     reason: Option<String>,
     /// a note, up to 500 characters
+    #[salvo(schema(max_length = 500))]
     detail: Option<String>,
 }
 
@@ -187,7 +191,7 @@ pub async fn add_suppression(req: &mut Request, depot: &mut Depot) -> Result<Rep
 }
 
 /// The entry for an address or domain; 404 when it is not on the list.
-#[endpoint(tags("suppressions"), security(("bearer" = [])), responses((status_code = 200, body = SuppressionOut)))]
+#[endpoint(tags("suppressions"), security(("bearer" = [])), parameters(("value" = String, Path, max_length = 254, pattern = r#"^(?:@|(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)?(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?![0-9]+$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"#, description = "an address (`jane@example.com`) or a domain (`example.com` or `@example.com`)")), responses((status_code = 200, body = SuppressionOut)))]
 pub async fn get_suppression(value: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;
@@ -199,7 +203,7 @@ pub async fn get_suppression(value: PathParam<String>, depot: &mut Depot) -> Res
 }
 
 /// Removes an address or domain from the list (mail to it goes out again): 204; 404 when it was not on it.
-#[endpoint(tags("suppressions"), security(("bearer" = [])), responses((status_code = 204, description = "removed")))]
+#[endpoint(tags("suppressions"), security(("bearer" = [])), parameters(("value" = String, Path, max_length = 254, pattern = r#"^(?:@|(?=[^@]{1,64}@)[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)?(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?![0-9]+$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"#, description = "an address (`jane@example.com`) or a domain (`example.com` or `@example.com`)")), responses((status_code = 204, description = "removed")))]
 pub async fn delete_suppression(
     value: PathParam<String>,
     depot: &mut Depot,

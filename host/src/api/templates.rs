@@ -78,19 +78,31 @@ pub struct TemplatePage {
 #[salvo(schema(rename_all = "camelCase"))]
 #[allow(dead_code)]
 pub struct TemplateBody {
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: String,
+    #[salvo(schema(max_length = 1000))]
     description: Option<String>,
     /// 1 to 998 characters without line breaks; Handlebars
+    #[salvo(schema(min_length = 1, max_length = 998, pattern = r"^[^\r\n]*$"))]
     subject: String,
     /// HTML; Handlebars (`{{var}}` escaped, `{{{var}}}` raw, `{{var ?? "fallback"}}`)
+    #[salvo(schema(min_length = 1))]
     body: String,
     /// an address on a domain verified for the project
+    #[salvo(schema(format = Email, max_length = 254))]
     from: String,
+    #[salvo(schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
     from_name: Option<String>,
+    #[salvo(schema(format = Email, max_length = 254))]
     reply_to: Option<String>,
     /// TRANSACTIONAL, MARKETING (default) or HEADLESS
     #[serde(rename = "type")]
     #[salvo(schema(rename = "type"))]
+    #[salvo(schema(pattern = "^(TRANSACTIONAL|MARKETING|HEADLESS)$"))]
     kind: Option<String>,
 }
 
@@ -126,8 +138,10 @@ pub struct PreviewOut {
 #[allow(dead_code)]
 pub struct PreviewBody {
     /// the subject source (optional)
+    #[salvo(schema(max_length = 998))]
     subject: Option<String>,
     /// the body source
+    #[salvo(schema(min_length = 1))]
     body: String,
     /// the variables to render with, as a contact's data would give them
     data: Option<Map<String, Value>>,
@@ -226,7 +240,7 @@ fn read_fields(f: &mut Fields, body: &Map<String, Value>, base: &mut TemplateRow
 }
 
 /// Creates a template. Missing `from`: a bare `{"error": "..."}` 400; an unverified sender domain: 403.
-#[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut)))]
+#[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 201, body = TemplateOut), (status_code = 400, description = "a missing from: the bare `{\"error\": \"...\"}` (docs/behaviour.md#errors); other refusals: the envelope", body = crate::api::errors::BareErrorOrEnvelope)))]
 pub async fn create_template(req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;

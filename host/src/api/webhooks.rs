@@ -136,10 +136,17 @@ pub struct DeliveryPage {
 #[allow(dead_code)]
 pub struct WebhookBody {
     /// the endpoint: an http or https URL
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\u0000-\u001f\u007f-\u009f]+$"
+    ))]
     url: String,
     /// event names and prefixes it wants (`email.*`, `contact.unsubscribed`, `*` for all), 1 to 50
+    #[salvo(schema(min_items = 1, max_items = 50, max_length = 100, pattern = r"^(\*|[A-Za-z0-9._:-]+(\.\*)?)$"))]
     events: Vec<String>,
     /// up to 500 characters
+    #[salvo(schema(max_length = 500, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
     description: Option<String>,
     /// default true
     enabled: Option<bool>,
@@ -150,9 +157,23 @@ pub struct WebhookBody {
 #[salvo(schema(rename_all = "camelCase"))]
 #[allow(dead_code)]
 pub struct WebhookPatch {
+    #[salvo(schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 2048,
+        pattern = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\u0000-\u001f\u007f-\u009f]+$"
+    ))]
     url: Option<String>,
+    #[salvo(schema(
+        nullable = false,
+        min_items = 1,
+        max_items = 50,
+        max_length = 100,
+        pattern = r"^(\*|[A-Za-z0-9._:-]+(\.\*)?)$"
+    ))]
     events: Option<Vec<String>>,
     /// null removes it
+    #[salvo(schema(max_length = 500, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
     description: Option<String>,
     /// true re-enables an endpoint Herald disabled
     enabled: Option<bool>,

@@ -122,6 +122,11 @@ pub struct CancelledOut {
 #[salvo(schema(rename_all = "camelCase"))]
 #[allow(dead_code)]
 pub struct StartBody {
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     contact_id: String,
     /// a JSON object of per-execution variables (`workflow.<path>` and `event.<path>` read it)
     #[salvo(schema(value_type = Object))]

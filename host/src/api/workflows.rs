@@ -199,19 +199,50 @@ pub struct WorkflowPage {
 #[allow(dead_code)]
 pub struct WorkflowBody {
     /// 1 to 100 characters
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: String,
     /// at most 500 characters
+    #[salvo(schema(max_length = 500))]
     description: Option<String>,
-    /// the event that starts an execution (create; later through triggerConfig)
-    event_name: Option<String>,
-    /// EVENT, MANUAL (PATCH only)
-    trigger_type: Option<String>,
-    /// EVENT: `{eventName}`; MANUAL: null (PATCH only)
-    #[salvo(schema(value_type = Object))]
-    trigger_config: Option<Value>,
-    /// PATCH only; false on create
-    enabled: Option<bool>,
+    /// the event that starts an execution (its EVENT trigger; change it later through `triggerConfig`)
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
+    event_name: String,
     /// default false: a contact enters once; true: again once its last execution ended
+    allow_reentry: Option<bool>,
+}
+
+/// The fields a PATCH changes; those left out keep their value.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+#[allow(dead_code)]
+pub struct WorkflowPatchBody {
+    /// 1 to 100 characters
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
+    name: Option<String>,
+    /// at most 500 characters; null removes it
+    #[salvo(schema(max_length = 500))]
+    description: Option<String>,
+    /// EVENT, MANUAL or SCHEDULE, with `triggerConfig`
+    #[salvo(schema(pattern = "^(EVENT|MANUAL|SCHEDULE)$"))]
+    trigger_type: Option<String>,
+    /// EVENT: `{eventName}`; MANUAL: null; SCHEDULE: its schedule (docs/behaviour.md#workflows)
+    #[salvo(schema(value_type = Option<Object>))]
+    trigger_config: Option<Value>,
+    enabled: Option<bool>,
+    /// false: a contact enters once; true: again once its last execution ended
     allow_reentry: Option<bool>,
 }
 
@@ -223,13 +254,28 @@ pub struct StepBody {
     /// SEND_EMAIL, DELAY, WAIT_FOR_EVENT, CONDITION, EXIT or a plugin's type (WEBHOOK, UPDATE_CONTACT, ...)
     #[serde(rename = "type")]
     #[salvo(schema(rename = "type"))]
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     kind: String,
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     name: String,
     position: Option<PositionOut>,
     /// the step type's settings (docs/behaviour.md#workflows)
     #[salvo(schema(value_type = Object))]
     config: Option<Value>,
     /// SEND_EMAIL: the template to send
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     template_id: Option<String>,
     /// default true: link the new step after the newest step that leads nowhere yet
     auto_connect: Option<bool>,
@@ -240,12 +286,23 @@ pub struct StepBody {
 #[salvo(schema(rename_all = "camelCase"))]
 #[allow(dead_code)]
 pub struct TransitionBody {
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     from_step_id: String,
+    #[salvo(schema(
+        min_length = 1,
+        max_length = 64,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
     to_step_id: String,
     /// `{branch: "yes"|"no"}` from a CONDITION step
     #[salvo(schema(value_type = Object))]
     condition: Option<Value>,
     /// EVENT or TIMEOUT from a WAIT_FOR_EVENT step
+    #[salvo(schema(pattern = "^(EVENT|TIMEOUT)$"))]
     wait_outcome: Option<String>,
 }
 
@@ -402,7 +459,7 @@ pub async fn get_workflow(id: PathParam<String>, depot: &mut Depot) -> Result<Re
 /// Changes name, description, enabled, allowReentry, or the trigger (`triggerType` with
 /// `triggerConfig`; the TRIGGER step follows). A new trigger is refused (409) while the workflow is
 /// enabled and has RUNNING or WAITING executions.
-#[endpoint(tags("workflows"), security(("bearer" = [])), request_body = WorkflowBody, responses((status_code = 200, body = WorkflowOut)))]
+#[endpoint(tags("workflows"), security(("bearer" = [])), request_body = WorkflowPatchBody, responses((status_code = 200, body = WorkflowOut)))]
 pub async fn patch_workflow(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;
