@@ -138,7 +138,8 @@ fn project(c: &Cluster) -> (String, String) {
     let out = Command::new(bin).args(["project", "create", "scale"]).envs(envs.clone()).output().unwrap();
     let p: Value = serde_json::from_slice(&out.stdout).expect("project json");
     let id = p["id"].as_str().unwrap().to_string();
-    let out = Command::new(bin).args(["domain", "add", DOMAIN, "--project", &id, "--trust"]).envs(envs).output().unwrap();
+    let out =
+        Command::new(bin).args(["domain", "add", DOMAIN, "--project", &id, "--trust"]).envs(envs).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     (id, p["secret"].as_str().unwrap().to_string())
 }
@@ -183,18 +184,34 @@ async fn setup(c: &Cluster, key: &str) -> String {
     let http = reqwest::Client::new();
     let base = c.base(0);
     let from = format!("news@{DOMAIN}");
-    let t = post(&http, format!("{base}/templates"), key, json!({ "name": "Welcome", "type": "TRANSACTIONAL",
-        "subject": "Welcome {{email}}", "body": "<p>Welcome</p>", "from": from })).await;
+    let t = post(
+        &http,
+        format!("{base}/templates"),
+        key,
+        json!({ "name": "Welcome", "type": "TRANSACTIONAL",
+        "subject": "Welcome {{email}}", "body": "<p>Welcome</p>", "from": from }),
+    )
+    .await;
     let wf = post(&http, format!("{base}/workflows"), key, json!({ "name": "Welcome", "eventName": "enroll" })).await;
     let wf = wf["id"].as_str().unwrap();
-    for step in [json!({ "type": "SEND_EMAIL", "name": "welcome", "templateId": t["id"] }), json!({ "type": "EXIT", "name": "done" })] {
+    for step in [
+        json!({ "type": "SEND_EMAIL", "name": "welcome", "templateId": t["id"] }),
+        json!({ "type": "EXIT", "name": "done" }),
+    ] {
         post(&http, format!("{base}/workflows/{wf}/steps"), key, step).await;
     }
-    let r = http.patch(format!("{base}/workflows/{wf}")).bearer_auth(key).json(&json!({ "enabled": true })).send().await;
+    let r =
+        http.patch(format!("{base}/workflows/{wf}")).bearer_auth(key).json(&json!({ "enabled": true })).send().await;
     assert!(r.unwrap().status().is_success());
-    let campaign = post(&http, format!("{base}/campaigns"), key, json!({ "name": "Scale", "subject": "Campaign for {{firstName}}",
+    let campaign = post(
+        &http,
+        format!("{base}/campaigns"),
+        key,
+        json!({ "name": "Scale", "subject": "Campaign for {{firstName}}",
         "body": "<p>Hello {{firstName}}</p><p><a href=\"{{unsubscribeUrl}}\">Unsubscribe</a></p>",
-        "from": from, "audienceType": "ALL" })).await;
+        "from": from, "audienceType": "ALL" }),
+    )
+    .await;
     campaign["data"]["id"].as_str().unwrap().to_string()
 }
 
@@ -210,7 +227,11 @@ fn call(i: u64, s: &Sizes) -> (&'static str, String, Value) {
         ("/v1/track", format!("visit-{k}"), json!({ "email": email, "event": "visit", "data": { "k": k } }))
     } else {
         let k = i - s.sends - s.events;
-        ("/v1/track", format!("enroll-{k}"), json!({ "email": format!("new{k}@example.org"), "event": "enroll", "data": { "k": k } }))
+        (
+            "/v1/track",
+            format!("enroll-{k}"),
+            json!({ "email": format!("new{k}@example.org"), "event": "enroll", "data": { "k": k } }),
+        )
     }
 }
 
@@ -252,7 +273,13 @@ async fn run(n: usize, kill: bool, s: &Sizes, surreal_bin: &str) -> Outcome {
                 let (path, idem, body) = call(i, &sizes);
                 for attempt in 0..1_200usize {
                     let base = &bases[(i as usize + attempt) % bases.len()];
-                    let r = http.post(format!("{base}{path}")).bearer_auth(&key).header("Idempotency-Key", &idem).json(&body).send().await;
+                    let r = http
+                        .post(format!("{base}{path}"))
+                        .bearer_auth(&key)
+                        .header("Idempotency-Key", &idem)
+                        .json(&body)
+                        .send()
+                        .await;
                     match r {
                         Ok(r) if r.status().is_success() => {
                             outcome[i as usize].store(1, Ordering::Relaxed);
@@ -280,7 +307,11 @@ async fn run(n: usize, kill: bool, s: &Sizes, surreal_bin: &str) -> Outcome {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         cluster.kill(1);
-        println!("    process 2 killed with SIGKILL after {:.1} s, {} calls answered", t0.elapsed().as_secs_f64(), done.load(Ordering::Relaxed));
+        println!(
+            "    process 2 killed with SIGKILL after {:.1} s, {} calls answered",
+            t0.elapsed().as_secs_f64(),
+            done.load(Ordering::Relaxed)
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
         let child = cluster.herald(1);
         cluster.procs[1] = Some(child);
@@ -321,7 +352,10 @@ async fn run(n: usize, kill: bool, s: &Sizes, surreal_bin: &str) -> Outcome {
         let project = project.clone();
         async move {
             let ks: Vec<Value> = st
-                .query("SELECT VALUE data.k FROM event WHERE project = $p AND name = $name", json!({ "p": project, "name": name }))
+                .query(
+                    "SELECT VALUE data.k FROM event WHERE project = $p AND name = $name",
+                    json!({ "p": project, "name": name }),
+                )
                 .await
                 .unwrap()
                 .all(0)
@@ -343,7 +377,10 @@ async fn run(n: usize, kill: bool, s: &Sizes, surreal_bin: &str) -> Outcome {
     let allowed = if kill { HANDOVERS } else { 0 };
     let lost_mail = (s.contacts as usize).saturating_sub(campaign_to.len())
         + accepted(0, s.sends).iter().filter(|i| !sends.contains(&format!("Send {i}"))).count()
-        + accepted(s.sends + s.events, s.enrolls).iter().filter(|k| !welcomes.contains(&format!("new{k}@example.org"))).count();
+        + accepted(s.sends + s.events, s.enrolls)
+            .iter()
+            .filter(|k| !welcomes.contains(&format!("new{k}@example.org")))
+            .count();
     let ok = lost_mail == 0
         && lost_events == 0
         && unanswered == 0
@@ -357,12 +394,21 @@ async fn run(n: usize, kill: bool, s: &Sizes, surreal_bin: &str) -> Outcome {
     );
     println!(
         "    events stored: visit {}/{} ({visits_twice} twice), enroll {}/{} ({enrolled_twice} twice); accepted but not stored {lost_events}",
-        visits.len(), s.events, enrolled.len(), s.enrolls
+        visits.len(),
+        s.events,
+        enrolled.len(),
+        s.enrolls
     );
     println!(
         "    emails: {} received, campaign {}/{}, sends {}/{}, workflow {}/{}; accepted but not received {lost_mail}; \
          repeated by Message-ID {repeated} (allowed {allowed})",
-        got.len(), campaign_to.len(), s.contacts, sends.len(), s.sends, welcomes.len(), s.enrolls
+        got.len(),
+        campaign_to.len(),
+        s.contacts,
+        sends.len(),
+        s.sends,
+        welcomes.len(),
+        s.enrolls
     );
     for (id, n) in repeats.iter().take(40) {
         println!("      uncertain hand-over: {id} arrived {n} times");

@@ -157,14 +157,28 @@ async fn main() {
         s.await.unwrap();
     }
     let from = format!("news@{DOMAIN}");
-    let t = post(&http, format!("{base}/templates"), &key, json!({ "name": "Welcome", "type": "TRANSACTIONAL",
-        "subject": "Welcome {{email}}", "body": "<p>Welcome</p>", "from": from })).await;
+    let t = post(
+        &http,
+        format!("{base}/templates"),
+        &key,
+        json!({ "name": "Welcome", "type": "TRANSACTIONAL",
+        "subject": "Welcome {{email}}", "body": "<p>Welcome</p>", "from": from }),
+    )
+    .await;
     let wf = post(&http, format!("{base}/workflows"), &key, json!({ "name": "Welcome", "eventName": "enroll" })).await;
     let wf = wf["id"].as_str().unwrap().to_string();
-    for step in [json!({ "type": "SEND_EMAIL", "name": "welcome", "templateId": t["id"] }), json!({ "type": "EXIT", "name": "done" })] {
+    for step in [
+        json!({ "type": "SEND_EMAIL", "name": "welcome", "templateId": t["id"] }),
+        json!({ "type": "EXIT", "name": "done" }),
+    ] {
         post(&http, format!("{base}/workflows/{wf}/steps"), &key, step).await;
     }
-    http.patch(format!("{base}/workflows/{wf}")).bearer_auth(&key).json(&json!({ "enabled": true })).send().await.unwrap();
+    http.patch(format!("{base}/workflows/{wf}"))
+        .bearer_auth(&key)
+        .json(&json!({ "enabled": true }))
+        .send()
+        .await
+        .unwrap();
     let c = post(&http, format!("{base}/campaigns"), &key, json!({ "name": "Soak", "subject": "News for {{firstName}}",
         "body": "<p>Hello {{firstName}}</p><p><a href=\"{{unsubscribeUrl}}\">Unsubscribe</a></p>", "from": from, "audienceType": "ALL" })).await;
     let campaign = c["data"]["id"].as_str().unwrap().to_string();
@@ -188,7 +202,11 @@ async fn main() {
     }));
     let b = base.clone();
     tasks.push(load(enroll_rate, seconds, tally.clone(), http.clone(), key.clone(), false, move |i| {
-        (reqwest::Method::POST, format!("{b}/v1/track"), Some(json!({ "email": format!("new{i}@example.org"), "event": "enroll" })))
+        (
+            reqwest::Method::POST,
+            format!("{b}/v1/track"),
+            Some(json!({ "email": format!("new{i}@example.org"), "event": "enroll" })),
+        )
     }));
     let b = base.clone();
     tasks.push(load(read_rate, seconds, tally.clone(), http.clone(), key.clone(), false, move |_| {
