@@ -153,6 +153,9 @@ async fn the_openapi_document_states_the_field_constraints_the_server_enforces()
         let r = &doc["paths"][path][method]["responses"]["400"]["content"]["application/json"]["schema"]["$ref"];
         assert_eq!(r, "#/components/schemas/BareErrorOrEnvelope", "{method} {path}");
     }
+    // A static segment's condition is null, and the answer's schema says so.
+    let condition = &schema("segments.SegmentOut")["properties"]["condition"];
+    assert_eq!(condition["type"], json!(["object", "null"]), "{condition}");
     // GET /plugins takes a key or a session: the key comes first, as on every operation that takes both.
     assert_eq!(doc["paths"]["/plugins"]["get"]["security"], json!([{"bearer": []}, {"session": []}]));
     s.stop().await;

@@ -35,7 +35,7 @@ pub struct SegmentOut {
     #[salvo(schema(rename = "type"))]
     kind: String,
     /// the condition tree (null for static segments)
-    #[salvo(schema(value_type = Object))]
+    #[salvo(schema(value_type = Option<Object>))]
     condition: Value,
     track_membership: bool,
     /// cached count (see refresh)
