@@ -160,3 +160,103 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
     let total = get_json(&http, &format!("{base}/contacts?limit=1"), &secret).await;
     assert_eq!(total["total"], json!(ROWS), "one contact per row");
 }
+
+#[tokio::test]
+async fn bulk_jobs_killed_midway_resume_after_the_restart_and_change_each_contact_once() {
+    const JOBS: usize = 5;
+    const PER_JOB: usize = 1_000;
+    let dir = Config::test_scratch().join(format!("bulk-crash-{}", uuid::Uuid::new_v4()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cmd = || {
+        let mut c = herald(&dir, port);
+        c.env("HERALD_SECRET", "a test secret of the crash suite").env("HERALD_JOB_LEASE_SECS", "2");
+        c
+    };
+    let (project, secret) = project_with(cmd, None);
+    let mut config = Config::for_tests();
+    config.db = format!("surrealkv://{}", dir.display());
+    let ids: Vec<String> = (0..JOBS * PER_JOB).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    {
+        let store = herald_host::store::Store::connect(&config).await.unwrap();
+        let now = chrono::Utc::now().timestamp_millis();
+        let rows: Vec<herald_host::store::contacts::Contact> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| herald_host::store::contacts::Contact {
+                id: id.clone(),
+                email: format!("b{i}@example.org"),
+                subscribed: true,
+                data: Default::default(),
+                version: 1,
+                created_at: now,
+                updated_at: now,
+            })
+            .collect();
+        for chunk in rows.chunks(500) {
+            store.write_contact_batch(&project, chunk, &[], &[], &[]).await.unwrap();
+        }
+        store.close().await;
+    }
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = serve(cmd());
+    assert!(wait_until_up(&base).await);
+    let http = reqwest::Client::new();
+    let mut jobs = Vec::new();
+    for chunk in ids.chunks(PER_JOB) {
+        let r = http
+            .post(format!("{base}/contacts/bulk-unsubscribe"))
+            .bearer_auth(&secret)
+            .json(&json!({ "contactIds": chunk }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+        jobs.push(r.json::<Value>().await.unwrap()["jobId"].as_str().unwrap().to_string());
+    }
+    let statuses = async || {
+        let mut all = Vec::new();
+        for j in &jobs {
+            all.push(get_json(&http, &format!("{base}/contacts/bulk/{j}"), &secret).await);
+        }
+        all
+    };
+    let done = |all: &[Value]| all.iter().map(|s| s["progress"]["done"].as_u64().unwrap_or(0)).sum::<u64>();
+    // Killed once some contacts are changed.
+    let started = Instant::now();
+    while done(&statuses().await) == 0 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the jobs started");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    signal(&mut server, "-KILL");
+
+    let mut server = serve(cmd());
+    assert!(wait_until_up(&base).await);
+    let mid = done(&statuses().await);
+    assert!(mid > 0 && mid < (JOBS * PER_JOB) as u64, "stopped part-way: {mid} done");
+    let started = Instant::now();
+    let end = loop {
+        let all = statuses().await;
+        if all.iter().all(|s| s["state"] == "completed") {
+            break all;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "the jobs finished after the restart: {all:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for s in &end {
+        assert_eq!(s["result"]["updated"], json!(PER_JOB), "each contact changed once: {s}");
+        assert_eq!(s["result"]["unchanged"], json!(0), "no contact handled a second time: {s}");
+    }
+    // One `contact.unsubscribed` event per contact, none twice.
+    signal(&mut server, "-TERM");
+    let store = herald_host::store::Store::connect(&config).await.unwrap();
+    let n = store
+        .query(
+            "SELECT count() AS n FROM event WHERE project = $p AND name = 'contact.unsubscribed' GROUP ALL",
+            json!({ "p": project }),
+        )
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    assert_eq!(n[0]["n"], json!(JOBS * PER_JOB), "one event per contact");
+}
