@@ -20,6 +20,7 @@ mod contact_bulk;
 mod contact_import;
 mod contacts;
 mod crash;
+mod crash_workflows;
 mod dashboard;
 mod domains;
 mod foundation;
