@@ -22,6 +22,7 @@ mod contacts;
 mod crash;
 mod crash_workflows;
 mod dashboard;
+mod disk_full;
 mod domains;
 mod foundation;
 mod hardening;

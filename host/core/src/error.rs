@@ -127,6 +127,10 @@ pub enum Error {
     /// A plugin needed for the operation failed (trap, timeout); the message names it.
     #[error("{0}")]
     PluginUnavailable(String),
+    /// The server cannot store anything now (its disk is full or read-only); nothing of the request was
+    /// kept, and the same request succeeds once space returns.
+    #[error("The server cannot store data right now; try again shortly")]
+    StorageUnavailable(String),
     /// A refusal with a code of its own (`INVALID_TOKEN`, `EMAIL_NOT_VERIFIED`, ...), and details for the
     /// client where it has some (`SUBSCRIPTION_ACTIVE` and its portal link).
     #[error("{message}")]
@@ -172,6 +176,7 @@ impl From<StoreError> for Error {
                 Error::Conflict("This would duplicate a record that already exists".into())
             }
             StoreError::Refused(m) => Error::Conflict(m),
+            StoreError::Storage(m) => Error::StorageUnavailable(m),
             StoreError::Validation(m) => {
                 tracing::debug!(error = %m, "refused by the schema");
                 let field = m.split_once("field `").and_then(|(_, rest)| rest.split_once('`')).map(|(f, _)| f);

@@ -40,6 +40,9 @@ impl From<crate::services::segments::SegmentError> for ApiError {
     }
 }
 
+/// The `Retry-After` of a 503 for a database that cannot write: seconds.
+const STORAGE_RETRY_SECS: &str = "30";
+
 /// Status, code and suggestion of each error of the core: the table.
 fn parts(e: &Error) -> (u16, &'static str, Option<&'static str>) {
     use Error::*;
@@ -77,6 +80,7 @@ fn parts(e: &Error) -> (u16, &'static str, Option<&'static str>) {
         PluginUnavailable(_) => {
             (503, "PLUGIN_UNAVAILABLE", Some("GET /plugins shows each plugin's status and last error"))
         }
+        StorageUnavailable(_) => (503, "SERVICE_UNAVAILABLE", Some("Retry after the Retry-After seconds")),
         // The interface names this 403 INTERNAL_SERVER_ERROR (docs/behaviour.md#errors).
         SenderDomain { .. } => (
             403,
@@ -187,6 +191,10 @@ impl Writer for ApiError {
     async fn write(self, _req: &mut Request, depot: &mut Depot, res: &mut Response) {
         if let ApiError::Core(Error::Internal(detail)) = &self {
             tracing::error!(error = %detail, "internal error");
+        }
+        if let ApiError::Core(Error::StorageUnavailable(detail)) = &self {
+            tracing::error!(error = %detail, "the database cannot write");
+            res.headers_mut().insert("Retry-After", salvo::http::HeaderValue::from_static(STORAGE_RETRY_SECS));
         }
         if let ApiError::Core(Error::RateLimited { retry_after_secs, .. }) = &self
             && let Ok(v) = retry_after_secs.to_string().parse()

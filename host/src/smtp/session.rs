@@ -523,7 +523,9 @@ impl Session {
 /// The SMTP reply of a send the core refused.
 fn refusal(e: &Error) -> String {
     match e {
-        Error::Internal(_) | Error::PluginUnavailable(_) => "451 4.3.0 Temporary failure, try again later".into(),
+        Error::Internal(_) | Error::PluginUnavailable(_) | Error::StorageUnavailable(_) => {
+            "451 4.3.0 Temporary failure, try again later".into()
+        }
         Error::Refused { code: Code::BillingLimitExceeded, message, .. } => format!("452 4.5.3 {}", one_line(message)),
         Error::Validation(errors) => {
             let said: Vec<String> = errors.iter().map(|f| format!("{}: {}", f.field, f.message)).collect();

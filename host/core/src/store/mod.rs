@@ -75,6 +75,10 @@ pub enum StoreError {
     /// A rule of the data that the store checked, worded for the client (answered 409 as it is).
     #[error("{0}")]
     Refused(String),
+    /// The database's storage cannot take writes now (disk full, read-only): answered 503 until space
+    /// returns (docs/behaviour.md#errors).
+    #[error("the database cannot write: {0}")]
+    Storage(String),
     /// A query's own `THROW 'CODE: detail'`: a rule the statement checked (compare with
     /// [`StoreError::thrown`], never by substring).
     #[error("{0}")]
@@ -92,6 +96,11 @@ impl StoreError {
     }
 }
 
+/// What the engine's messages say when the disk it writes to is full or read-only (the operating
+/// system's words, which SurrealKV passes on).
+const STORAGE_FULL: [&str; 4] =
+    ["no space left on device", "no storage space", "read-only file system", "disk quota exceeded"];
+
 /// Classifies a SurrealDB error by its kind and message. SurrealDB reports unique-index violations and
 /// assertion failures as generic errors told apart only by their text, so this is the one place that
 /// reads that text.
@@ -103,7 +112,12 @@ fn classify(e: surrealdb::Error) -> StoreError {
     if let Some(at) = msg.find(THROWN) {
         return StoreError::Thrown(msg[at + THROWN.len()..].trim().to_string());
     }
-    if lower.contains("can be retried") || lower.contains("transaction conflict") || lower.contains("write conflict") {
+    if STORAGE_FULL.iter().any(|m| lower.contains(m)) {
+        StoreError::Storage(msg)
+    } else if lower.contains("can be retried")
+        || lower.contains("transaction conflict")
+        || lower.contains("write conflict")
+    {
         StoreError::Busy(msg)
     } else if lower.contains("already contains") || e.is_already_exists() {
         StoreError::Conflict(msg)
