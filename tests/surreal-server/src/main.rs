@@ -1,6 +1,8 @@
 //! SurrealDB's `surreal` command, as its own binary starts it: `surreal start --bind ADDR --user root
 //! --pass root memory` (or `surrealkv://PATH`). Built only for the scale-out tests.
 
+#![recursion_limit = "256"]
+
 use std::process::ExitCode;
 
 use surrealdb_server::core::CommunityComposer;
