@@ -71,8 +71,8 @@ fn load(
         let mut i = 0u64;
         let end = Duration::from_secs(seconds);
         while start.elapsed() < end {
-            let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
-            while i < due {
+            let due = (start.elapsed().min(end).as_secs_f64() * rate as f64) as u64;
+            while i < due && start.elapsed() < end {
                 let permit = slots.clone().acquire_owned().await.unwrap();
                 let (method, url, body) = make(i);
                 let (http, key, tally) = (http.clone(), key.clone(), tally.clone());
@@ -217,7 +217,7 @@ async fn main() {
     let start = Instant::now();
     let (mut baseline, mut worst, mut received) = (0.0f64, 0.0f64, 0usize);
     let mut all_track: Vec<u64> = Vec::new();
-    println!("     t    RSS MB   track p99 ms   calls ok   emails");
+    println!("     t    RSS MB   track p99 ms   calls ok   5xx   emails");
     for tick in 1..=seconds / 10 {
         tokio::time::sleep_until((start + Duration::from_secs(tick * 10)).into()).await;
         let rss = rss_mb(pid);
@@ -225,10 +225,11 @@ async fn main() {
         window.sort_unstable();
         received += std::mem::take(&mut *sink.messages.lock().unwrap()).len();
         println!(
-            "  {:>4}   {rss:>7.0}   {:>12.1}   {:>8}   {received:>6}",
+            "  {:>4}   {rss:>7.0}   {:>12.1}   {:>8}   {:>3}   {received:>6}",
             tick * 10,
             percentile_ms(&window, 0.99),
-            tally.ok.load(Ordering::Relaxed)
+            tally.ok.load(Ordering::Relaxed),
+            tally.server_errors.load(Ordering::Relaxed)
         );
         all_track.extend(window);
         if tick == 6 {
