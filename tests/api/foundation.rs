@@ -156,6 +156,15 @@ async fn the_openapi_document_states_the_field_constraints_the_server_enforces()
     // A static segment's condition is null, and the answer's schema says so.
     let condition = &schema("segments.SegmentOut")["properties"]["condition"];
     assert_eq!(condition["type"], json!(["object", "null"]), "{condition}");
+    // Updates take any of the create's fields: nothing is required, and a given name is never null.
+    for (path, body) in
+        [("/templates/{id}", "templates.TemplatePatchBody"), ("/segments/{id}", "segments.SegmentPatchBody")]
+    {
+        let r = &doc["paths"][path]["patch"]["requestBody"]["content"]["application/json"]["schema"]["$ref"];
+        assert_eq!(r, &json!(format!("#/components/schemas/herald_host.api.{body}")), "PATCH {path}");
+        assert!(schema(body)["required"].as_array().is_none_or(|r| r.is_empty()), "{body}");
+        assert_eq!(prop(body, "name")["type"], "string", "{body}");
+    }
     // GET /plugins takes a key or a session: the key comes first, as on every operation that takes both.
     assert_eq!(doc["paths"]["/plugins"]["get"]["security"], json!([{"bearer": []}, {"session": []}]));
     s.stop().await;

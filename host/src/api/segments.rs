@@ -86,6 +86,28 @@ pub struct SegmentBody {
     track_membership: Option<bool>,
 }
 
+/// The body of a segment update: any of these, each checked as on create; the type cannot change.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+pub struct SegmentPatchBody {
+    #[salvo(schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
+    name: Option<String>,
+    #[salvo(schema(max_length = 500))]
+    description: Option<String>,
+    /// `{logic, groups: [{filters, conditions?}]}`, for a DYNAMIC segment
+    #[serde(default)]
+    #[salvo(schema(value_type = Object))]
+    condition: Option<Value>,
+    track_membership: Option<bool>,
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
@@ -272,7 +294,7 @@ pub async fn get_segment(id: PathParam<String>, depot: &mut Depot) -> Result<Rep
 
 /// Updates name, description, condition (dynamic segments only) and trackMembership. A condition that
 /// references this segment, directly or through others, is refused.
-#[endpoint(tags("segments"), security(("bearer" = [])), request_body = SegmentBody, responses((status_code = 200, body = SegmentOut)))]
+#[endpoint(tags("segments"), security(("bearer" = [])), request_body = SegmentPatchBody, responses((status_code = 200, body = SegmentOut)))]
 pub async fn patch_segment(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;

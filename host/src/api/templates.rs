@@ -106,6 +106,41 @@ pub struct TemplateBody {
     kind: Option<String>,
 }
 
+/// The body of a template update: any of the create's fields, each checked as on create.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
+#[allow(dead_code)]
+pub struct TemplatePatchBody {
+    #[salvo(schema(
+        nullable = false,
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^ \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    ))]
+    name: Option<String>,
+    #[salvo(schema(max_length = 1000))]
+    description: Option<String>,
+    /// 1 to 998 characters without line breaks; Handlebars
+    #[salvo(schema(nullable = false, min_length = 1, max_length = 998, pattern = r"^[^\r\n]*$"))]
+    subject: Option<String>,
+    /// HTML; Handlebars
+    #[salvo(schema(nullable = false, min_length = 1))]
+    body: Option<String>,
+    /// an address on a domain verified for the project
+    #[salvo(schema(nullable = false, format = Email, max_length = 254))]
+    from: Option<String>,
+    #[salvo(schema(max_length = 200, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$"))]
+    from_name: Option<String>,
+    #[salvo(schema(format = Email, max_length = 254))]
+    reply_to: Option<String>,
+    /// TRANSACTIONAL, MARKETING or HEADLESS
+    #[serde(rename = "type")]
+    #[salvo(schema(rename = "type"))]
+    #[salvo(schema(nullable = false, pattern = "^(TRANSACTIONAL|MARKETING|HEADLESS)$"))]
+    kind: Option<String>,
+}
+
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
@@ -331,7 +366,7 @@ pub async fn get_template(id: PathParam<String>, depot: &mut Depot) -> Result<Re
 }
 
 /// Updates a template; the same checks as on create apply to the fields given.
-#[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplateBody, responses((status_code = 200, body = TemplateOut)))]
+#[endpoint(tags("templates"), security(("bearer" = [])), request_body = TemplatePatchBody, responses((status_code = 200, body = TemplateOut)))]
 pub async fn patch_template(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
     boxed!({
         let st = state(depot)?;
