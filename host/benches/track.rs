@@ -147,7 +147,9 @@ async fn main() {
 
     if let Ok(r) = http.get(format!("{base}/metrics")).send().await {
         let text = r.text().await.unwrap_or_default();
-        for l in text.lines().filter(|l| l.starts_with("herald_group_commit_")) {
+        for l in
+            text.lines().filter(|l| l.starts_with("herald_group_commit_") || l.starts_with("herald_job_seconds_total"))
+        {
             println!("  {l}");
         }
     }

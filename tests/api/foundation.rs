@@ -246,6 +246,8 @@ async fn metrics_count_requests_by_route_and_jobs_by_state() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert!(runs.contains("herald_job_runs_total{kind=\"events.dispatch\",outcome=\"completed\"}"), "{runs}");
+    // And the time they took, by kind.
+    assert!(runs.contains("herald_job_seconds_total{kind=\"events.dispatch\"} "), "{runs}");
     s.stop().await;
 }
 

@@ -25,6 +25,8 @@ struct Registry {
     requests: BTreeMap<(String, String, u16), u64>,
     latency: BTreeMap<String, Histogram>,
     jobs: BTreeMap<(String, &'static str), u64>,
+    /// Time spent running jobs, by kind (a batch counts once).
+    job_seconds: BTreeMap<String, f64>,
     /// Recorded delivery outcomes by status (SENT, BOUNCED, FAILED, CANCELLED).
     deliveries: BTreeMap<String, u64>,
     /// Group-commit batches by engine name.
@@ -73,8 +75,14 @@ pub fn request_finished(method: &str, route: &str, status: u16, elapsed: Duratio
 
 /// Counts a finished job by kind and outcome (`completed`, `retried`, `dead`, `lease_lost`: the job
 /// queue's `Outcome::label`).
-pub fn job_finished(kind: &str, outcome: &'static str, _elapsed: Duration) {
+pub fn job_finished(kind: &str, outcome: &'static str) {
     with(|r| *r.jobs.entry((kind.to_string(), outcome)).or_default() += 1);
+}
+
+/// Adds the time one run of a job kind took, from its claim to its recorded outcome (a batch of jobs is
+/// one run).
+pub fn job_ran(kind: &str, elapsed: Duration) {
+    with(|r| *r.job_seconds.entry(kind.to_string()).or_default() += elapsed.as_secs_f64());
 }
 
 /// Counts delivery outcomes once they are recorded.
@@ -175,6 +183,11 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         out.push_str("# TYPE herald_job_runs_total counter\n");
         for ((kind, outcome), n) in &r.jobs {
             let _ = writeln!(out, "herald_job_runs_total{{kind=\"{}\",outcome=\"{outcome}\"}} {n}", esc(kind));
+        }
+        out.push_str("# HELP herald_job_seconds_total Time this process spent running jobs, by kind.\n");
+        out.push_str("# TYPE herald_job_seconds_total counter\n");
+        for (kind, secs) in &r.job_seconds {
+            let _ = writeln!(out, "herald_job_seconds_total{{kind=\"{}\"}} {secs:.3}", esc(kind));
         }
         out.push_str("# HELP herald_emails_delivered_total Delivery outcomes recorded in this process by status.\n");
         out.push_str("# TYPE herald_emails_delivered_total counter\n");

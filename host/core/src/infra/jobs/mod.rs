@@ -409,8 +409,9 @@ impl Worker {
             }
         }
         for (job, outcome) in &outcomes {
-            crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
+            crate::infra::metrics::job_finished(&job.kind, outcome.label());
         }
+        crate::infra::metrics::job_ran(kind, started.elapsed());
         self.recorded(kind);
         outcomes
     }
@@ -481,7 +482,8 @@ impl Worker {
                 }
             }
         };
-        crate::infra::metrics::job_finished(&job.kind, outcome.label(), started.elapsed());
+        crate::infra::metrics::job_finished(&job.kind, outcome.label());
+        crate::infra::metrics::job_ran(&job.kind, started.elapsed());
         self.recorded(&job.kind);
         outcome
     }
