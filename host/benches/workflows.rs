@@ -131,6 +131,7 @@ async fn main() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 
     // The instant part: track every contact's `signup`, 64 requests at a time.
+    let cpu_before = cpu_seconds();
     let started = Instant::now();
     let responded: Arc<std::sync::Mutex<HashMap<String, i64>>> = Default::default();
     let next = Arc::new(AtomicUsize::new(0));
@@ -176,6 +177,9 @@ async fn main() {
     let instant = started.elapsed().as_secs_f64();
     println!("  tracked {n} events in {tracked:.1} s; every execution in its DELAY after {instant:.1} s");
     println!("  instant steps: {:.0} executions/s", n as f64 / instant);
+    // The process's CPU over the instant part (Herald, its database and this benchmark's clients share it).
+    let cpu = cpu_seconds() - cpu_before;
+    println!("  CPU of the process over the instant part: {cpu:.1} s ({:.2} ms an execution)", 1000.0 * cpu / n as f64);
     while written("EXITED") < n as u64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -248,10 +252,89 @@ async fn main() {
         "  ceiling (the same rows in batches straight to the store): {ceiling:.0} executions/s; Herald's instant steps at {:.1}% of it",
         100.0 * (n as f64 / instant) / ceiling
     );
+    // Sustained load: new contacts tracked at a steady rate (half the instant rate just measured unless
+    // BENCH_RATE says otherwise) for BENCH_SUSTAIN_SECONDS, each request sent at its own time whether or
+    // not the earlier ones were answered; p50/p99 from each track response to its execution's first step.
+    let seconds = env_or("BENCH_SUSTAIN_SECONDS", 30);
+    if seconds > 0 {
+        let rate = env_or("BENCH_RATE", ((n as f64 / instant) / 2.0).round().max(1.0) as u64).max(1);
+        let total = (rate * seconds) as usize;
+        let before = written("WAITING");
+        let responded: Arc<std::sync::Mutex<HashMap<String, i64>>> = Default::default();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(256));
+        let began = tokio::time::Instant::now();
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..total {
+            tokio::time::sleep_until(began + Duration::from_secs_f64(i as f64 / rate as f64)).await;
+            let permit = in_flight.clone().acquire_owned().await.unwrap();
+            let (http, base, key, responded) = (http.clone(), base.clone(), key.clone(), responded.clone());
+            calls.spawn(async move {
+                let body = json!({ "email": format!("steady{i}@example.org"), "event": "signup",
+                    "data": { "source": "bench", "firstName": format!("Steady{i}") } });
+                let r: Value = http
+                    .post(format!("{base}/v1/track"))
+                    .bearer_auth(&key)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let contact = r["data"]["contact"].as_str().unwrap_or_default().to_string();
+                responded.lock().unwrap().insert(contact, wall_now_ms());
+                drop(permit);
+            });
+        }
+        while calls.join_next().await.is_some() {}
+        let offered = began.elapsed().as_secs_f64();
+        let goal = before + total as u64;
+        while written("WAITING") < goal && Instant::now() < deadline + Duration::from_secs(600) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let rows = st
+            .store
+            .query(
+                "SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w AND contact IN $c",
+                json!({ "p": pid, "w": wf, "c": responded.lock().unwrap().keys().cloned().collect::<Vec<_>>() }),
+            )
+            .await
+            .unwrap()
+            .value(0)
+            .unwrap();
+        let responded = responded.lock().unwrap().clone();
+        let mut lat_us: Vec<u64> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| {
+                let at = responded.get(r["contact"].as_str()?)?;
+                Some(((r["created_at"].as_i64()? - at).max(0) * 1000) as u64)
+            })
+            .collect();
+        lat_us.sort_unstable();
+        println!(
+            "  sustained {rate} events/s for {offered:.1} s ({total} tracked): track response to first step p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} executions)",
+            percentile_ms(&lat_us, 0.50),
+            percentile_ms(&lat_us, 0.99),
+            percentile_ms(&lat_us, 1.0),
+            lat_us.len()
+        );
+    }
     running.shutdown().await;
     let _ = sink.kill();
     let _ = sink.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// User and system CPU time of this process so far, in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces) closed by ')': utime and stime are the
+    // 12th and 13th of them, in clock ticks (100 a second on Linux).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
 /// Writes the rows of `chunk`'s executions as Herald's instant part does, one transaction per stage:
