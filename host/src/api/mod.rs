@@ -27,6 +27,7 @@ pub mod campaigns;
 pub mod contact_jobs;
 pub mod contacts;
 pub mod dashboard;
+pub mod document;
 pub mod domains;
 pub mod errors;
 pub mod events;
@@ -188,15 +189,15 @@ pub fn openapi(router: &Router) -> OpenApi {
 /// The whole service: routes, the OpenAPI document, the reference UI, the dashboard and the middleware.
 pub fn service(state: Arc<AppState>) -> Service {
     let api = api_router();
-    let doc = openapi(&api);
-    let shadowed = methods::ShadowedMethods::from_document(&serde_json::to_value(&doc).unwrap_or_default());
+    let doc = document::finish(&openapi(&api));
+    let shadowed = methods::ShadowedMethods::from_document(&doc);
     let router = Router::new()
         .hoop(salvo::prelude::CatchPanic::new())
         .push(api)
         .push(pages::router())
         .push(dashboard::router())
         .push(tracking::router())
-        .push(doc.into_router("/openapi.json"))
+        .push(Router::with_path("openapi.json").get(document::Served::new(&doc)))
         .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));
     Service::new(router)
         .hoop(InjectState(state))
