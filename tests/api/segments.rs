@@ -494,6 +494,11 @@ async fn a_condition_and_a_campaign_audience_are_counted_without_saving_anything
     assert_eq!(r.json["error"]["errors"][0]["field"], "audienceCondition", "{}", r.json);
     let r = c.post("/campaigns/audience-count", json!({ "audienceType": "SOME" })).await;
     assert_eq!(r.json["error"]["errors"][0]["field"], "audienceType", "{}", r.json);
+    // A segmentId beside another audience is ignored, but must still be a segment id (the schema fuzzer
+    // found `{"audienceType": "ALL", "segmentId": {}}` counted).
+    let r = c.post("/campaigns/audience-count", json!({ "audienceType": "ALL", "segmentId": {} })).await;
+    assert_eq!(r.status, 422, "{}", r.json);
+    assert_eq!(r.json["error"]["errors"][0]["field"], "segmentId", "{}", r.json);
 
     // Another project's segment is not found from here, and its contacts are not counted.
     let q = proj(&s, "count-other@x.test").await;

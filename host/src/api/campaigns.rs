@@ -246,6 +246,17 @@ pub struct AudienceBody {
     audience_condition: Option<Value>,
 }
 
+/// The segmentId of a body: required and non-blank for a SEGMENT audience; beside another audience it is
+/// ignored, but must still be a string (or null) of at most 100 characters.
+fn segment_id(f: &mut Fields, audience: Option<&str>) -> Option<String> {
+    if audience == Some("SEGMENT") {
+        f.text("segmentId", true, 100)
+    } else {
+        f.string("segmentId", false, 0, 100);
+        None
+    }
+}
+
 /// How many subscribed contacts an audience reaches now, counted as a send would resolve it: the count
 /// a send confirmation names. Fields as in a campaign; 400 for an audience a campaign could not have.
 #[endpoint(tags("campaigns"), security(("bearer" = [])), request_body = AudienceBody, responses((status_code = 200, body = AudienceCountOut)))]
@@ -256,7 +267,8 @@ pub async fn audience_count(req: &mut Request, depot: &mut Depot) -> Result<Repl
         let body = json_object(req).await?;
         let mut f = Fields::new(&body);
         let audience = f.one_of("audienceType", true, AUDIENCES);
-        let segment = if audience.as_deref() == Some("SEGMENT") { f.text("segmentId", true, 100) } else { None };
+        // Checked whenever given (a segmentId beside another audience is ignored, but must still be one).
+        let segment = segment_id(&mut f, audience.as_deref());
         let condition = match (audience.as_deref(), body.get("audienceCondition")) {
             (Some("FILTERED"), Some(v @ Value::Object(_))) => Some(v.clone()),
             (Some("FILTERED"), None | Some(Value::Null)) => {
@@ -330,8 +342,9 @@ fn read_campaign(st: &AppState, body: &Map<String, Value>, c: &mut CampaignRow) 
     c.audience_type = audience.clone().unwrap_or_default();
     c.segment = None;
     c.audience_condition = None;
+    let segment = segment_id(&mut f, audience.as_deref());
     match audience.as_deref() {
-        Some("SEGMENT") => c.segment = f.text("segmentId", true, 100),
+        Some("SEGMENT") => c.segment = segment,
         Some("FILTERED") => match body.get("audienceCondition") {
             None | Some(Value::Null) => {
                 f.error("audienceCondition", "required", "audienceCondition is required for a FILTERED audience")
