@@ -448,6 +448,11 @@ impl Delivery {
             true => Some(self.handovers.acquire().await),
             false => None,
         };
+        // Transactional mail keeps its session's slot until its outcome is written, so a crash leaves at
+        // most SESSIONS of them handed over without an outcome (each sent again with its Message-ID). A
+        // campaign email's hand-over slot already bounds it, and its outcome may wait for the next claim,
+        // which needs a session: its session slot is freed first.
+        let mut session_slot = None;
         let sent = match self.session(&transport).await {
             Err(err) => Err(err),
             Ok(session) => {
@@ -460,7 +465,11 @@ impl Delivery {
                 }
                 match session {
                     Some(session) => match envelope(&self.envelope_sender(e), &e.recipient) {
-                        Ok(envelope) => session.send(&envelope, &raw).await.map(|_| None),
+                        Ok(envelope) => {
+                            let (sent, held) = session.send(&envelope, &raw).await;
+                            session_slot = Some(held);
+                            sent.map(|_| None)
+                        }
                         Err(err) => Err(err),
                     },
                     None if transport == "file" => self.file.send(&e.from, &e.recipient, &id, &raw).await.map(|_| None),
@@ -501,9 +510,16 @@ impl Delivery {
         };
         let outcomes: Vec<_> = outcome.into_iter().collect();
         match slot {
-            Some(slot) => self.handovers.pass(slot, outcomes, events).await?,
-            None => self.ledger.record(outcomes, events, false).await?,
+            Some(slot) => {
+                if let Some(held) = session_slot.take() {
+                    held.free();
+                }
+                self.handovers.pass(slot, outcomes, events).await?
+            }
+            // Urgent while a session's slot waits for it: the round starts at once.
+            None => self.ledger.record(outcomes, events, session_slot.is_some()).await?,
         }
+        drop(session_slot);
         match retry {
             Some(msg) => Err(msg),
             None => Ok(done),

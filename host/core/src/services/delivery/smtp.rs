@@ -176,7 +176,7 @@ impl Pool {
 
     /// Sends one message: 5xx is permanent, anything else temporary (see [`Session::send`]).
     pub async fn send(&self, envelope: &Envelope, raw: &[u8]) -> Result<(), SendError> {
-        self.session().await?.send(envelope, raw).await
+        self.session().await?.send(envelope, raw).await.0
     }
 
     /// A session ready to carry one message: a free slot and an open connection (reused or new). The
@@ -188,7 +188,7 @@ impl Pool {
             Some(c) => c,
             None => self.relay.connect().await?,
         };
-        Ok(Session { pool: self, conn, _slot: slot })
+        Ok(Session { pool: self, conn, slot })
     }
 
     /// The most recently used idle session that still answers, closing the stale ones on the way.
@@ -216,29 +216,43 @@ impl Pool {
 pub struct Session<'a> {
     pool: &'a Pool,
     conn: AsyncSmtpConnection,
-    _slot: tokio::sync::SemaphorePermit<'a>,
+    slot: tokio::sync::SemaphorePermit<'a>,
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
     /// Sends one message and gives the session back to the pool: 5xx is permanent, a relay that stops
     /// answering mid-conversation is uncertain (it may have taken the message), anything else temporary.
     ///
     /// A message is never sent twice by the pool itself: a session that sat idle longer than
     /// [`PROBE_AFTER`] is probed with `NOOP` before it carries a message (a relay may close idle
     /// sessions), and a failed send is reported as it is, for the delivery job's own decision.
-    pub async fn send(mut self, envelope: &Envelope, raw: &[u8]) -> Result<(), SendError> {
+    ///
+    /// The connection goes back to the pool at once; the session's slot is handed back with the result,
+    /// for the caller to hold until the message's outcome is written (so that at most [`SESSIONS`]
+    /// messages are ever handed over without a written outcome).
+    pub async fn send(mut self, envelope: &Envelope, raw: &[u8]) -> (Result<(), SendError>, SessionSlot<'a>) {
         let timeout = self.pool.relay.send_timeout;
         let Ok(result) = tokio::time::timeout(timeout, self.conn.send(envelope, raw)).await else {
             // The session is mid-command: it is dropped (closing the socket), never reused.
-            return Err(SendError::Uncertain(format!("the SMTP relay did not answer within {} s", timeout.as_secs())));
+            let why = format!("the SMTP relay did not answer within {} s", timeout.as_secs());
+            return (Err(SendError::Uncertain(why)), SessionSlot(self.slot));
         };
         if self.conn.has_broken() {
             self.conn.abort().await;
         } else {
             self.pool.idle.lock().await.push((self.conn, Instant::now()));
         }
-        result.map(|_| ()).map_err(classify)
+        (result.map(|_| ()).map_err(classify), SessionSlot(self.slot))
     }
+}
+
+/// One of the pool's [`SESSIONS`] slots, held after a send until its outcome is written; dropping it
+/// frees the slot.
+pub struct SessionSlot<'a>(#[allow(dead_code)] tokio::sync::SemaphorePermit<'a>);
+
+impl SessionSlot<'_> {
+    /// Frees the slot now.
+    pub fn free(self) {}
 }
 
 #[cfg(test)]
