@@ -11,7 +11,7 @@
 //! Must not import: salvo, surrealdb.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::config::Quotas;
 use crate::error::Error;
@@ -36,13 +36,76 @@ fn fresh_ms(headroom: i64) -> i64 {
 /// The ceilings, and the contact counts this process read.
 pub struct Ceilings {
     pub limits: Quotas,
-    /// Per project: when its contacts were counted, and how many there were.
-    contacts: Mutex<HashMap<String, (i64, i64)>>,
+    /// Per project: its last count and the gate one count at a time passes.
+    contacts: Mutex<HashMap<String, Arc<ContactCount>>>,
 }
 
 impl Ceilings {
     pub fn new(limits: Quotas) -> Ceilings {
         Ceilings { limits, contacts: Mutex::default() }
+    }
+
+    fn contact_count(&self, project: &str) -> Arc<ContactCount> {
+        let mut map = self.contacts.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() > 10_000 && !map.contains_key(project) {
+            map.clear();
+        }
+        map.entry(project.to_string()).or_default().clone()
+    }
+}
+
+/// One project's contact count in this process. Counting walks every contact of the project, so one
+/// count runs at a time: requests arriving meanwhile use the count there is when it is far from the
+/// ceiling, and otherwise wait for the running one (docs/security.md#quotas).
+#[derive(Default)]
+struct ContactCount {
+    /// When it was counted, how many there were, and how many counts this process finished.
+    last: Mutex<Option<(i64, i64, u64)>>,
+    counting: tokio::sync::Mutex<()>,
+}
+
+impl ContactCount {
+    fn last(&self) -> Option<(i64, i64, u64)> {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The count, from the last one while it is fresh for `limit`, else from `count` run by one caller
+    /// at a time.
+    async fn get<F, Fut>(&self, limit: i64, now: i64, count: F) -> Result<i64, StoreError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<i64, StoreError>>,
+    {
+        let last = self.last();
+        if let Some((at, n, _)) = last
+            && (0..fresh_ms(limit - n)).contains(&(now - at))
+        {
+            return Ok(n);
+        }
+        let _gate = match self.counting.try_lock() {
+            Ok(gate) => gate,
+            Err(_) => {
+                // A count is on its way: far from the ceiling the last one serves until it lands.
+                if let Some((_, n, _)) = last
+                    && limit - n > 100
+                {
+                    return Ok(n);
+                }
+                let gate = self.counting.lock().await;
+                let landed = self.last();
+                if let Some((_, n, done)) = landed
+                    && Some(done) != last.map(|l| l.2)
+                {
+                    return Ok(n);
+                }
+                gate
+            }
+        };
+        let n = count().await?;
+        let mut slot = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let done = slot.map_or(0, |l| l.2) + 1;
+        *slot = Some((now, n, done));
+        Ok(n)
     }
 }
 
@@ -103,19 +166,7 @@ pub async fn room_for_segment(store: &Store, c: &Ceilings, project: &str) -> Res
 /// The project's contact count, from this process's copy while it is fresh.
 async fn contacts(store: &Store, c: &Ceilings, project: &str, now: i64) -> Result<i64, StoreError> {
     let limit = c.limits.contacts as i64;
-    let cached = c.contacts.lock().unwrap_or_else(|p| p.into_inner()).get(project).copied();
-    if let Some((at, n)) = cached
-        && (0..fresh_ms(limit - n)).contains(&(now - at))
-    {
-        return Ok(n);
-    }
-    let n = store.count_contacts(project, None, None).await?;
-    let mut map = c.contacts.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() > 10_000 {
-        map.clear();
-    }
-    map.insert(project.to_string(), (now, n));
-    Ok(n)
+    c.contact_count(project).get(limit, now, || store.count_contacts(project, None, None)).await
 }
 
 /// Before a request adds contacts with these (normalised) addresses: 403 when the project has reached
@@ -156,4 +207,64 @@ pub async fn contacts_left(store: &Store, c: &Ceilings, project: &str, now: i64)
 /// enrolls nobody.
 pub fn schedule_audience(c: &Ceilings) -> Option<u64> {
     (c.limits.schedule_audience > 0).then_some(c.limits.schedule_audience)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// `requests` concurrent reads of `entry` at `now`, each with a count that takes 20 ms and finds
+    /// `found`; returns what each read and how many counts ran.
+    async fn concurrent(entry: &ContactCount, limit: i64, now: i64, found: i64, requests: usize) -> (Vec<i64>, usize) {
+        let counts = AtomicUsize::new(0);
+        let reads = (0..requests).map(|_| {
+            entry.get(limit, now, || async {
+                counts.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(found)
+            })
+        });
+        let got = futures_util::future::join_all(reads).await;
+        (got.into_iter().map(|r| r.expect("count")).collect(), counts.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn requests_after_the_count_expires_run_one_count_and_use_the_last_meanwhile() {
+        let entry = ContactCount::default();
+        let (first, ran) = concurrent(&entry, 1_000_000, 0, 5_000, 200).await;
+        assert_eq!(ran, 1, "the first requests share one count");
+        assert!(first.iter().all(|&n| n == 5_000));
+        // Within the far freshness nothing is counted.
+        let (_, ran) = concurrent(&entry, 1_000_000, FAR_FRESH_MS - 1, 6_000, 50).await;
+        assert_eq!(ran, 0);
+        // Expired: one request counts; the others use the count there is instead of counting too.
+        let (after, ran) = concurrent(&entry, 1_000_000, FAR_FRESH_MS, 6_000, 500).await;
+        assert_eq!(ran, 1, "500 requests after expiry ran {ran} counts");
+        assert_eq!(after.iter().filter(|&&n| n == 6_000).count(), 1);
+        assert_eq!(after.iter().filter(|&&n| n == 5_000).count(), 499);
+        assert_eq!(entry.last().map(|l| l.1), Some(6_000));
+    }
+
+    #[tokio::test]
+    async fn near_the_ceiling_requests_wait_for_the_running_count_instead_of_the_last() {
+        let entry = ContactCount::default();
+        // 50 short of the ceiling: every request would count, but those arriving during a count wait
+        // for it and use what it found.
+        let (_, ran) = concurrent(&entry, 1_000, 0, 950, 1).await;
+        assert_eq!(ran, 1);
+        let (got, ran) = concurrent(&entry, 1_000, 1, 1_000, 100).await;
+        assert_eq!(ran, 1, "100 requests near the ceiling ran {ran} counts");
+        assert!(got.iter().all(|&n| n == 1_000), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_failed_count_is_not_kept_and_the_next_request_counts_again() {
+        let entry = ContactCount::default();
+        let failed = entry.get(1_000, 0, || async { Err(StoreError::Busy("down".into())) }).await;
+        assert!(failed.is_err());
+        assert_eq!(entry.last(), None);
+        assert_eq!(entry.get(1_000, 0, || async { Ok(7) }).await.expect("count"), 7);
+    }
 }
