@@ -224,3 +224,49 @@ async fn a_start_that_cannot_succeed_says_why_in_one_line_and_exits_with_its_cod
     let (code, said) = fails(herald(&dir.join("db3"), other).env("HERALD_DB", "postgres://x"));
     assert_eq!(code, Some(2), "{said}");
 }
+
+/// A `herald` for a kill test: a fresh scratch folder, a free port, and commands on the database in
+/// `dir/db` with the crash suite's secret, a 2 s job lease (so a killed process's leases expire soon)
+/// and the settings added with `env`.
+pub struct Killable {
+    pub dir: std::path::PathBuf,
+    pub port: u16,
+    pub base: String,
+    envs: Vec<(String, std::ffi::OsString)>,
+}
+
+impl Killable {
+    pub fn new(name: &str) -> Killable {
+        let dir = herald_host::config::Config::test_scratch().join(format!("{name}-{}", uuid::Uuid::new_v4()));
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Killable { dir, port, base: format!("http://127.0.0.1:{port}"), envs: Vec::new() }
+    }
+
+    pub fn env(mut self, key: &str, value: impl Into<std::ffi::OsString>) -> Killable {
+        self.envs.push((key.to_string(), value.into()));
+        self
+    }
+
+    pub fn db(&self) -> std::path::PathBuf {
+        self.dir.join("db")
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = herald(&self.db(), self.port);
+        c.env("HERALD_SECRET", "a test secret of the crash suite").env("HERALD_JOB_LEASE_SECS", "2");
+        c.envs(self.envs.iter().map(|(k, v)| (k, v)));
+        c
+    }
+
+    /// A project (with `domain` trusted): its id and secret key.
+    pub fn project(&self, domain: Option<&str>) -> (String, String) {
+        project_with(|| self.cmd(), domain)
+    }
+
+    /// `herald serve`, once it answers `/health`.
+    pub async fn serve(&self) -> Serving {
+        let server = serve(self.cmd());
+        assert!(wait_until_up(&self.base).await, "the server came up");
+        server
+    }
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use herald_host::config::Config;
 use serde_json::{Value, json};
 
-use crate::binary::{get_json, herald, project_with, serve, signal, wait_until_up};
+use crate::binary::{Killable, get_json, signal};
 use crate::smtp_sink::{SmtpSink, header};
 
 /// Sessions one process hands over at once: the most transactional emails a kill can leave uncertain,
@@ -19,21 +19,12 @@ const SESSIONS: usize = herald_host::services::delivery::smtp::SESSIONS;
 #[tokio::test]
 async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_restart() {
     const SENDS: usize = 300;
-    let dir = Config::test_scratch().join(format!("send-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let sink = SmtpSink::start(0).await;
-    let cmd = || {
-        let mut c = herald(&dir, port);
-        c.env("HERALD_SECRET", "a test secret of the crash suite")
-            .env("HERALD_SMTP_URL", sink.url())
-            .env("HERALD_JOB_LEASE_SECS", "2");
-        c
-    };
-    let (_, secret) = project_with(cmd, Some("shop.test"));
+    let k = Killable::new("send-crash").env("HERALD_SMTP_URL", sink.url());
+    let (_, secret) = k.project(Some("shop.test"));
 
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let base = k.base.clone();
+    let mut server = k.serve().await;
     let http = reqwest::Client::new();
     let answered = Arc::new(AtomicUsize::new(0));
     let sends: Vec<_> = (0..SENDS)
@@ -72,8 +63,7 @@ async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_rest
     assert!(accepted.len() >= SENDS / 3 && accepted.len() < SENDS, "{} accepted", accepted.len());
 
     // Restarted: every accepted email arrives; a repeat only of what a kill can leave uncertain.
-    let _server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let _server = k.serve().await;
     let started = Instant::now();
     let arrived = loop {
         let mut by_id: HashMap<String, usize> = HashMap::new();
@@ -104,17 +94,10 @@ async fn a_send_burst_killed_midway_delivers_every_accepted_email_after_the_rest
 #[tokio::test]
 async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_twice() {
     const ROWS: i64 = 20_000;
-    let dir = Config::test_scratch().join(format!("import-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let cmd = || {
-        let mut c = herald(&dir, port);
-        c.env("HERALD_SECRET", "a test secret of the crash suite").env("HERALD_JOB_LEASE_SECS", "2");
-        c
-    };
-    let (_, secret) = project_with(cmd, None);
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let k = Killable::new("import-crash");
+    let (_, secret) = k.project(None);
+    let base = k.base.clone();
+    let mut server = k.serve().await;
     let http = reqwest::Client::new();
 
     let mut body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"c.csv\"\r\nContent-Type: text/csv\r\n\r\nemail,n\n".to_vec();
@@ -145,8 +128,7 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
     }
     signal(&mut server, "-KILL");
 
-    let _server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let _server = k.serve().await;
     let mid = status().await;
     let done = mid["progress"]["done"].as_i64().unwrap_or(0);
     assert!(done > 0 && done < ROWS, "stopped part-way: {mid}");
@@ -169,16 +151,10 @@ async fn an_import_killed_midway_resumes_after_the_restart_and_imports_no_row_tw
 async fn bulk_jobs_killed_midway_resume_after_the_restart_and_change_each_contact_once() {
     const JOBS: usize = 5;
     const PER_JOB: usize = 1_000;
-    let dir = Config::test_scratch().join(format!("bulk-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let cmd = || {
-        let mut c = herald(&dir, port);
-        c.env("HERALD_SECRET", "a test secret of the crash suite").env("HERALD_JOB_LEASE_SECS", "2");
-        c
-    };
-    let (project, secret) = project_with(cmd, None);
+    let k = Killable::new("bulk-crash");
+    let (project, secret) = k.project(None);
     let mut config = Config::for_tests();
-    config.db = format!("surrealkv://{}", dir.display());
+    config.db = format!("surrealkv://{}", k.db().display());
     let ids: Vec<String> = (0..JOBS * PER_JOB).map(|_| uuid::Uuid::now_v7().to_string()).collect();
     {
         let store = herald_host::store::Store::connect(&config).await.unwrap();
@@ -201,9 +177,8 @@ async fn bulk_jobs_killed_midway_resume_after_the_restart_and_change_each_contac
         }
         store.close().await;
     }
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let base = k.base.clone();
+    let mut server = k.serve().await;
     let http = reqwest::Client::new();
     let mut jobs = Vec::new();
     for chunk in ids.chunks(PER_JOB) {
@@ -233,8 +208,7 @@ async fn bulk_jobs_killed_midway_resume_after_the_restart_and_change_each_contac
     }
     signal(&mut server, "-KILL");
 
-    let mut server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let mut server = k.serve().await;
     let mid = done(&statuses().await);
     assert!(mid > 0 && mid < (JOBS * PER_JOB) as u64, "stopped part-way: {mid} done");
     let started = Instant::now();

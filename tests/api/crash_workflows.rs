@@ -5,10 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use herald_host::config::Config;
 use serde_json::{Value, json};
 
-use crate::binary::{get_json, herald, project_with, serve, signal, wait_until_up};
+use crate::binary::{Killable, get_json, signal};
 use crate::smtp_sink::SmtpSink;
 
 async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> Value {
@@ -41,20 +40,11 @@ async fn executions(http: &reqwest::Client, base: &str, key: &str, wf: &str) -> 
 #[tokio::test]
 async fn executions_in_a_delay_when_the_process_is_killed_resume_once_after_the_restart() {
     const CONTACTS: usize = 30;
-    let dir = Config::test_scratch().join(format!("delay-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let sink = SmtpSink::start(0).await;
-    let cmd = || {
-        let mut c = herald(&dir, port);
-        c.env("HERALD_SECRET", "a test secret of the crash suite")
-            .env("HERALD_SMTP_URL", sink.url())
-            .env("HERALD_JOB_LEASE_SECS", "2");
-        c
-    };
-    let (_, key) = project_with(cmd, Some("shop.test"));
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let k = Killable::new("delay-crash").env("HERALD_SMTP_URL", sink.url());
+    let (_, key) = k.project(Some("shop.test"));
+    let base = k.base.clone();
+    let mut server = k.serve().await;
     let http = reqwest::Client::new();
     let t = post(
         &http,
@@ -89,8 +79,7 @@ async fn executions_in_a_delay_when_the_process_is_killed_resume_once_after_the_
     // Every execution sent its first email and waits in the delay: killed.
     sink.wait_for(CONTACTS).await;
     signal(&mut server, "-KILL");
-    let _server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let _server = k.serve().await;
     let started = Instant::now();
     while sink.received().iter().map(|m| crate::smtp_sink::header(&m.data, "Message-ID")).collect::<HashSet<_>>().len()
         < 2 * CONTACTS
@@ -121,28 +110,19 @@ async fn executions_in_a_delay_when_the_process_is_killed_resume_once_after_the_
 #[tokio::test]
 async fn webhook_steps_interrupted_by_a_kill_are_called_again_with_the_same_key() {
     const CONTACTS: usize = 60;
-    let dir = Config::test_scratch().join(format!("hook-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let plugins = dir.join("plugins");
+    let k = Killable::new("hook-crash");
+    let plugins = k.dir.join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     crate::plugin_kit::install(&plugins, crate::plugin_kit::WEBHOOK);
     // The operator lets the webhook step call loopback, where the receiver runs.
-    let settings = dir.join("herald.toml");
+    let settings = k.dir.join("herald.toml");
     std::fs::write(&settings, "[plugin.webhook]\nallow_private = true\n").unwrap();
     let receiver = crate::http_sink::start(200, "{}").await;
-    let cmd = || {
-        let mut c = herald(&dir.join("db"), port);
-        c.env("HERALD_SECRET", "a test secret of the crash suite")
-            .env("HERALD_JOB_LEASE_SECS", "2")
-            .env("HERALD_PLUGINS_DIR", &plugins)
-            .env("HERALD_PLUGIN_CACHE_DIR", dir.join("plugin-cache"))
-            .env("HERALD_CONFIG", &settings);
-        c
-    };
-    let (_, key) = project_with(cmd, None);
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let cache = k.dir.join("plugin-cache");
+    let k = k.env("HERALD_PLUGINS_DIR", plugins).env("HERALD_PLUGIN_CACHE_DIR", cache).env("HERALD_CONFIG", settings);
+    let (_, key) = k.project(None);
+    let base = k.base.clone();
+    let mut server = k.serve().await;
     let http = reqwest::Client::new();
     let wf = workflow(
         &http,
@@ -168,8 +148,7 @@ async fn webhook_steps_interrupted_by_a_kill_are_called_again_with_the_same_key(
     }
     signal(&mut server, "-KILL");
     let before = receiver.requests().len();
-    let _server = serve(cmd());
-    assert!(wait_until_up(&base).await);
+    let _server = k.serve().await;
     let started = Instant::now();
     let runs = loop {
         let runs = executions(&http, &base, &key, &wf).await;
