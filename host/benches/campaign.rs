@@ -30,7 +30,7 @@ use herald_host::config::Settings;
 use serde_json::{Value, json};
 
 mod common;
-use common::{chosen, env_opt, env_or, free_port, in_process, peak_rss_mb};
+use common::{chosen, env_opt, env_or, free_port, in_process, peak_rss_mb, post};
 
 fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
@@ -85,10 +85,11 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
     let running = app.start(listener).await.unwrap();
     let base = format!("http://{}", running.addr);
     let http = reqwest::Client::new();
-    let r: Value = http
-        .post(format!("{base}/campaigns"))
-        .bearer_auth(&key)
-        .json(&json!({
+    let r = post(
+        &http,
+        format!("{base}/campaigns"),
+        &key,
+        json!({
             "name": "Bench campaign",
             "subject": "News for {{firstName ?? \"you\"}}",
             "body": "<html><body><p>Hello {{firstName}}, here is what is new on the {{plan}} plan.</p>\
@@ -97,18 +98,13 @@ async fn run(sink_port: u16, signed: bool, contacts: u64, concurrency: Option<us
             "from": "news@bench.test",
             "fromName": "Bench",
             "audienceType": "ALL",
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        }),
+    )
+    .await;
     let id = r["data"]["id"].as_str().expect("campaign created").to_string();
     let peak_reset = reset_peak();
     let t = Instant::now();
-    let r = http.post(format!("{base}/campaigns/{id}/send")).bearer_auth(&key).json(&json!({})).send().await.unwrap();
-    assert!(r.status().is_success());
+    post(&http, format!("{base}/campaigns/{id}/send"), &key, json!({})).await;
     let mut last = Value::Null;
     let deadline = Instant::now() + Duration::from_secs(900);
     while Instant::now() < deadline {

@@ -29,7 +29,7 @@ use herald_host::store::Store;
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_or, free_port, wait_healthy};
+use common::{env_or, free_port, post, wait_healthy};
 #[path = "../../tests/api/smtp_sink.rs"]
 mod smtp_sink;
 use smtp_sink::{SmtpSink, header};
@@ -169,14 +169,6 @@ async fn seed(st: &Store, project: &str, contacts: u64) {
         st.query("INSERT INTO contact $rows RETURN NONE", json!({ "rows": rows })).await.unwrap();
         i += n;
     }
-}
-
-async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> Value {
-    let r = http.post(url).bearer_auth(key).json(&body).send().await.unwrap();
-    let status = r.status();
-    let v: Value = r.json().await.unwrap_or(Value::Null);
-    assert!(status.is_success(), "{status}: {v}");
-    v
 }
 
 /// The workflow on `enroll` whose first step sends an email, and the campaign to every contact.

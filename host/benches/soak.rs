@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_or, free_port, percentile_ms, project_with_trusted_domain, wait_healthy};
+use common::{env_or, free_port, percentile_ms, post, project_with_trusted_domain, wait_healthy};
 #[path = "../../tests/api/smtp_sink.rs"]
 mod smtp_sink;
 
@@ -43,12 +43,6 @@ struct Tally {
     other_errors: AtomicU64,
     /// Microseconds of the `/v1/track` calls answered since the last report.
     track_us: Mutex<Vec<u64>>,
-}
-
-async fn post(http: &reqwest::Client, url: String, key: &str, body: Value) -> Value {
-    let r = http.post(url).bearer_auth(key).json(&body).send().await.unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
-    r.json().await.unwrap()
 }
 
 /// Calls `make(i)` `rate` times a second, open loop (a call does not wait for the one before), for

@@ -36,7 +36,7 @@ use salvo::prelude::*;
 use serde_json::{Value, json};
 
 mod common;
-use common::{build_plugins, env_or, free_port, in_process, peak_rss_mb, percentile_ms, repo};
+use common::{build_plugins, env_or, free_port, in_process, peak_rss_mb, percentile_ms, post, repo};
 
 static HOOKS: AtomicUsize = AtomicUsize::new(0);
 
@@ -97,17 +97,14 @@ async fn main() {
     let base = format!("http://{}", running.addr);
     let http = reqwest::Client::new();
     let key = keys.secret.clone();
-    let post = |path: &str, body: Value| {
-        let req = http.post(format!("{base}{path}")).bearer_auth(&key).json(&body);
-        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
-    };
-    let t = post(
+    let api = |path: &str, body: Value| post(&http, format!("{base}{path}"), &key, body);
+    let t = api(
         "/templates",
         json!({ "name": "Welcome", "type": "TRANSACTIONAL", "from": "hello@bench.test",
                 "subject": "Welcome {{firstName ?? \"friend\"}}", "body": "<p>Hello {{firstName}}, welcome aboard.</p>" }),
     )
     .await;
-    let wf = post("/workflows", json!({ "name": "Onboarding", "eventName": "signup" })).await;
+    let wf = api("/workflows", json!({ "name": "Onboarding", "eventName": "signup" })).await;
     let wf = wf["id"].as_str().expect("workflow created").to_string();
     for step in [
         json!({ "type": "CONDITION", "name": "from the bench?", "config": { "field": "event.source", "operator": "equals", "value": "bench" } }),
@@ -118,7 +115,7 @@ async fn main() {
             "body": { "email": "{{contact.email}}", "onboarded": "{{contact.data.onboarded}}" } } }),
         json!({ "type": "EXIT", "name": "done" }),
     ] {
-        let r = post(&format!("/workflows/{wf}/steps"), step).await;
+        let r = api(&format!("/workflows/{wf}/steps"), step).await;
         assert!(r["id"].is_string(), "step created: {r}");
     }
     http.patch(format!("{base}/workflows/{wf}"))
@@ -133,7 +130,7 @@ async fn main() {
     // The instant part: track every contact's `signup`, 64 requests at a time.
     let cpu_before = cpu_seconds();
     let started = Instant::now();
-    let responded: Arc<std::sync::Mutex<HashMap<String, i64>>> = Default::default();
+    let responded: Responded = Default::default();
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..64 {
@@ -145,20 +142,7 @@ async fn main() {
                 if i >= n {
                     return;
                 }
-                let body = json!({ "email": format!("user{i}@example.org"), "event": "signup",
-                    "data": { "source": "bench", "firstName": format!("User{i}") } });
-                let r: Value = http
-                    .post(format!("{base}/v1/track"))
-                    .bearer_auth(&key)
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                let contact = r["data"]["contact"].as_str().unwrap_or_default().to_string();
-                responded.lock().unwrap().insert(contact, wall_now_ms());
+                track_signup(&http, &base, &key, &format!("user{i}"), &responded).await;
             }
         }));
     }
@@ -186,24 +170,7 @@ async fn main() {
     let finished_at = wall_now_ms();
     // The peak before the benchmark's own reads below (each materialises 20,000 rows).
     let peak = peak_rss_mb(std::process::id());
-    let rows = st
-        .store
-        .query("SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w", vars.clone())
-        .await
-        .unwrap()
-        .value(0)
-        .unwrap();
-    let responded = responded.lock().unwrap().clone();
-    let mut lat_us: Vec<u64> = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|r| {
-            let at = responded.get(r["contact"].as_str()?)?;
-            Some(((r["created_at"].as_i64()? - at).max(0) * 1000) as u64)
-        })
-        .collect();
-    lat_us.sort_unstable();
+    let lat_us = first_step_latencies(&st, &vars, &responded).await;
     println!(
         "  track response to first step: p50 {:.0} ms, p99 {:.0} ms ({} executions)",
         percentile_ms(&lat_us, 0.50),
@@ -260,7 +227,7 @@ async fn main() {
         let rate = env_or("BENCH_RATE", ((n as f64 / instant) / 2.0).round().max(1.0) as u64).max(1);
         let total = (rate * seconds) as usize;
         let before = written("WAITING");
-        let responded: Arc<std::sync::Mutex<HashMap<String, i64>>> = Default::default();
+        let responded: Responded = Default::default();
         let in_flight = Arc::new(tokio::sync::Semaphore::new(256));
         let began = tokio::time::Instant::now();
         let mut calls = tokio::task::JoinSet::new();
@@ -269,20 +236,7 @@ async fn main() {
             let permit = in_flight.clone().acquire_owned().await.unwrap();
             let (http, base, key, responded) = (http.clone(), base.clone(), key.clone(), responded.clone());
             calls.spawn(async move {
-                let body = json!({ "email": format!("steady{i}@example.org"), "event": "signup",
-                    "data": { "source": "bench", "firstName": format!("Steady{i}") } });
-                let r: Value = http
-                    .post(format!("{base}/v1/track"))
-                    .bearer_auth(&key)
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                let contact = r["data"]["contact"].as_str().unwrap_or_default().to_string();
-                responded.lock().unwrap().insert(contact, wall_now_ms());
+                track_signup(&http, &base, &key, &format!("steady{i}"), &responded).await;
                 drop(permit);
             });
         }
@@ -292,27 +246,7 @@ async fn main() {
         while written("WAITING") < goal && Instant::now() < deadline + Duration::from_secs(600) {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let rows = st
-            .store
-            .query(
-                "SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w AND contact IN $c",
-                json!({ "p": pid, "w": wf, "c": responded.lock().unwrap().keys().cloned().collect::<Vec<_>>() }),
-            )
-            .await
-            .unwrap()
-            .value(0)
-            .unwrap();
-        let responded = responded.lock().unwrap().clone();
-        let mut lat_us: Vec<u64> = rows
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|r| {
-                let at = responded.get(r["contact"].as_str()?)?;
-                Some(((r["created_at"].as_i64()? - at).max(0) * 1000) as u64)
-            })
-            .collect();
-        lat_us.sort_unstable();
+        let lat_us = first_step_latencies(&st, &vars, &responded).await;
         println!(
             "  sustained {rate} events/s for {offered:.1} s ({total} tracked): track response to first step p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms ({} executions)",
             percentile_ms(&lat_us, 0.50),
@@ -325,6 +259,42 @@ async fn main() {
     let _ = sink.kill();
     let _ = sink.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+type Responded = Arc<std::sync::Mutex<HashMap<String, i64>>>;
+
+/// Tracks `signup` for `{name}@example.org` and notes when the response came, by the contact's id.
+async fn track_signup(http: &reqwest::Client, base: &str, key: &str, name: &str, responded: &Responded) {
+    let body = json!({ "email": format!("{name}@example.org"), "event": "signup",
+        "data": { "source": "bench", "firstName": name } });
+    let r: Value =
+        http.post(format!("{base}/v1/track")).bearer_auth(key).json(&body).send().await.unwrap().json().await.unwrap();
+    let contact = r["data"]["contact"].as_str().unwrap_or_default().to_string();
+    responded.lock().unwrap().insert(contact, wall_now_ms());
+}
+
+/// Sorted microseconds from each track response in `responded` to its contact's execution's first step
+/// (executions of other contacts are left out).
+async fn first_step_latencies(st: &herald_host::state::AppState, vars: &Value, responded: &Responded) -> Vec<u64> {
+    let responded = responded.lock().unwrap().clone();
+    let rows = st
+        .store
+        .query("SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w", vars.clone())
+        .await
+        .unwrap()
+        .value(0)
+        .unwrap();
+    let mut lat_us: Vec<u64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| {
+            let at = responded.get(r["contact"].as_str()?)?;
+            Some(((r["created_at"].as_i64()? - at).max(0) * 1000) as u64)
+        })
+        .collect();
+    lat_us.sort_unstable();
+    lat_us
 }
 
 /// User and system CPU time of this process so far, in seconds.

@@ -69,6 +69,15 @@ pub async fn wait_healthy(http: &reqwest::Client, base: &str) {
     }
 }
 
+/// POSTs `body` as JSON with the bearer `key`; panics unless the answer is 2xx; answers its JSON.
+pub async fn post(http: &reqwest::Client, url: String, key: &str, body: serde_json::Value) -> serde_json::Value {
+    let r = http.post(url).bearer_auth(key).json(&body).send().await.expect("the server answers");
+    let status = r.status();
+    let v: serde_json::Value = r.json().await.unwrap_or(serde_json::Value::Null);
+    assert!(status.is_success(), "{status}: {v}");
+    v
+}
+
 /// The value at quantile `p` of sorted microsecond samples, in ms.
 pub fn percentile_ms(sorted_us: &[u64], p: f64) -> f64 {
     if sorted_us.is_empty() {
