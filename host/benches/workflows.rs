@@ -47,8 +47,13 @@ async fn hook(req: &mut Request, res: &mut Response) {
     res.render(Text::Json("{}"));
 }
 
+/// The rows the first statement of `sql` returns.
+async fn rows(st: &herald_host::state::AppState, sql: &str, vars: Value) -> Value {
+    st.store.query(sql, vars).await.unwrap().value(0).unwrap()
+}
+
 async fn count(st: &herald_host::state::AppState, sql: &str, vars: Value) -> i64 {
-    let v = st.store.query(sql, vars).await.unwrap().value(0).unwrap();
+    let v = rows(st, sql, vars).await;
     v.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0)
 }
 
@@ -179,13 +184,8 @@ async fn main() {
     );
 
     // The delays: due a minute after each DELAY step started; time from the last due time until all EXITED.
-    let runs = st
-        .store
-        .query("SELECT VALUE runs FROM workflow_execution WHERE project = $p AND workflow = $w", vars.clone())
-        .await
-        .unwrap()
-        .value(0)
-        .unwrap();
+    let runs =
+        rows(&st, "SELECT VALUE runs FROM workflow_execution WHERE project = $p AND workflow = $w", vars.clone()).await;
     let delay_started = runs
         .as_array()
         .unwrap()
@@ -277,14 +277,13 @@ async fn track_signup(http: &reqwest::Client, base: &str, key: &str, name: &str,
 /// (executions of other contacts are left out).
 async fn first_step_latencies(st: &herald_host::state::AppState, vars: &Value, responded: &Responded) -> Vec<u64> {
     let responded = responded.lock().unwrap().clone();
-    let rows = st
-        .store
-        .query("SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w", vars.clone())
-        .await
-        .unwrap()
-        .value(0)
-        .unwrap();
-    let mut lat_us: Vec<u64> = rows
+    let executions = rows(
+        st,
+        "SELECT contact, created_at FROM workflow_execution WHERE project = $p AND workflow = $w",
+        vars.clone(),
+    )
+    .await;
+    let mut lat_us: Vec<u64> = executions
         .as_array()
         .unwrap()
         .iter()
