@@ -103,7 +103,7 @@ pub async fn wait_until_up(base: &str) -> bool {
 #[tokio::test]
 async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gracefully() {
     let dir = herald_host::config::Config::test_scratch().join(format!("bin-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
 
     let out = herald(&dir, port).args(["migrate"]).output().unwrap();
     closed_cleanly(&out);
@@ -192,7 +192,7 @@ async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gra
 async fn a_start_that_cannot_succeed_says_why_in_one_line_and_exits_with_its_code() {
     let dir = herald_host::config::Config::test_scratch().join(format!("bin-fail-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let fails = |c: &mut Command| {
         let out = c.arg("serve").env("HERALD_LOG", "warn").env("RUST_BACKTRACE", "1").output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -207,7 +207,7 @@ async fn a_start_that_cannot_succeed_says_why_in_one_line_and_exits_with_its_cod
         herald(&dir.join("db"), port).arg("serve").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap(),
     );
     assert!(wait_until_up(&base).await);
-    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let other = free_port();
     let (code, said) = fails(&mut herald(&dir.join("db"), other));
     assert_eq!(code, Some(3), "{said}");
     assert!(said.contains("locked by another process"), "{said}");
@@ -225,6 +225,11 @@ async fn a_start_that_cannot_succeed_says_why_in_one_line_and_exits_with_its_cod
     assert_eq!(code, Some(2), "{said}");
 }
 
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// A `herald` for a kill test: a fresh scratch folder, a free port, and commands on the database in
 /// `dir/db` with the crash suite's secret, a 2 s job lease (so a killed process's leases expire soon)
 /// and the settings added with `env`.
@@ -238,7 +243,7 @@ pub struct Killable {
 impl Killable {
     pub fn new(name: &str) -> Killable {
         let dir = herald_host::config::Config::test_scratch().join(format!("{name}-{}", uuid::Uuid::new_v4()));
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         Killable { dir, port, base: format!("http://127.0.0.1:{port}"), envs: Vec::new() }
     }
 

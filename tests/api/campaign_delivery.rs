@@ -162,7 +162,7 @@ async fn a_campaign_killed_mid_send_and_restarted_sends_nobody_anything_twice() 
     const N: usize = 3_000;
     let sink = SmtpSink::start(0).await;
     let dir = herald_host::config::Config::test_scratch().join(format!("crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::binary::free_port();
     let (pid, secret) = crate::binary::project_with(|| herald(&dir, port, &sink), Some("shop.test"));
     {
         let mut config = Config::for_tests();

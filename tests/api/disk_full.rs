@@ -51,7 +51,7 @@ async fn a_full_disk_answers_503_and_the_process_takes_writes_again_when_space_r
         eprintln!("disk_full: mounting a tmpfs is not permitted here; nothing tested");
         return;
     };
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::binary::free_port();
     let cmd = || {
         let mut c = herald(&dir.join("db"), port);
         c.env("HERALD_SECRET", "a test secret of the disk suite");

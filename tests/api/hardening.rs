@@ -21,7 +21,7 @@ fn herald(dir: &std::path::Path, port: u16) -> Command {
 #[tokio::test]
 async fn a_template_of_mutually_recursive_partials_is_refused_and_the_binary_keeps_serving() {
     let dir = herald_host::config::Config::test_scratch().join(format!("hardening-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::binary::free_port();
     let out = herald(&dir, port)
         .args(["project", "create", "Target", "--owner", "t@example.com", "--password", "password123"])
         .output()

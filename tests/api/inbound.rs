@@ -265,8 +265,8 @@ async fn mail_for_an_unknown_domain_is_refused_at_rcpt_and_an_oversize_message_a
 #[tokio::test]
 async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
     let dir = Config::test_scratch().join(format!("inbound-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let smtp_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::binary::free_port();
+    let smtp_port = crate::binary::free_port();
     let herald = |run_jobs: bool| {
         let mut c = crate::binary::herald(&dir, port);
         c.env("HERALD_SECRET", "a test secret of the inbound suite")

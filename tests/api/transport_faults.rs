@@ -147,7 +147,7 @@ async fn failed_in_the_feed(e: &Env, id: &str) -> String {
 
 #[tokio::test]
 async fn a_refused_connection_is_retried_with_backoff_and_then_failed_with_the_reason() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::binary::free_port();
     let e = env(format!("smtp://127.0.0.1:{port}")).await;
     let id = send(&e).await;
     let attempts = settle(&e, &id).await;

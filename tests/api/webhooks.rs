@@ -349,7 +349,7 @@ async fn without_the_operators_leave_a_name_that_resolves_to_loopback_is_not_cal
 async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restart() {
     const N: usize = 30;
     let dir = Config::test_scratch().join(format!("webhook-crash-{}", uuid::Uuid::new_v4()));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::binary::free_port();
     let herald = || {
         let mut c = crate::binary::herald(&dir, port);
         c.env("HERALD_SECRET", "a test secret of the webhook suite")
