@@ -77,6 +77,8 @@ fn email(id: &str) -> EmailRow {
         created_at: NOW,
         updated_at: NOW,
         depth: None,
+        attempts: None,
+        next_attempt_at: None,
     }
 }
 
@@ -103,13 +105,7 @@ async fn rounds(store: &Store, ids: &[String], size: usize, parts: Parts) -> (f6
         let outcomes: Vec<DeliveryOutcome> = match parts.outcomes {
             true => previous
                 .iter()
-                .map(|id| DeliveryOutcome {
-                    id: id.clone(),
-                    campaign: Some(CAMPAIGN.into()),
-                    status: EmailStatus::Sent,
-                    error: None,
-                    provider_message_id: None,
-                })
+                .map(|id| DeliveryOutcome::new(id, Some(CAMPAIGN.into()), EmailStatus::Sent, None))
                 .collect(),
             false => vec![],
         };

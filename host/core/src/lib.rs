@@ -149,10 +149,11 @@ impl Core {
                 async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
             });
         }
-        let smtp = match &config.smtp_url {
-            Some(url) => Some(delivery::Transport::smtp(url).map_err(BuildError::Transport)?),
-            None => None,
-        };
+        let mut transports = std::collections::BTreeMap::new();
+        transports.insert("file".to_string(), delivery::Transport::File(config.mail_dir.clone()));
+        if let Some(url) = &config.smtp_url {
+            transports.insert("smtp".to_string(), delivery::Transport::smtp(url).map_err(BuildError::Transport)?);
+        }
         let plugins = plugins::PluginHost::new(
             plugins::Options {
                 dir: config.plugins_dir.clone(),
@@ -169,8 +170,7 @@ impl Core {
         let return_path =
             config.return_path_host.clone().map(|host| (host, security::derive_key(&secret, "herald-return-path-v1")));
         let delivery = Arc::new(delivery::Delivery {
-            smtp,
-            file: delivery::Transport::File(config.mail_dir.clone()),
+            transports,
             default_transport: config.default_transport(),
             plugins: plugins.clone(),
             signers: Default::default(),
@@ -180,6 +180,9 @@ impl Core {
             ledger: ledger.clone(),
             handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
             return_path: return_path.clone(),
+            breakers: Default::default(),
+            give_up_after_ms: domain::deferral::DEFAULT_GIVE_UP_AFTER_SECS * 1000,
+            wake: Default::default(),
         });
         delivery.register(&mut registry);
         let system_mail = Arc::new(
@@ -253,6 +256,7 @@ impl Core {
         let _ = workflows.wake.set(worker.waker());
         let _ = webhooks.wake.set(worker.waker());
         let _ = inbound.wake.set(worker.waker());
+        let _ = delivery.wake.set(worker.waker());
         let ingest = ingest::Ingester::start(store.clone(), clock.clone(), config.ingest_lanes);
         let accepter = accept::Accepter::start(store.clone(), clock.clone(), composer.clone(), config.ingest_lanes);
         let context = Context {
@@ -291,6 +295,7 @@ impl Core {
             workflows,
             webhooks,
             inbound,
+            delivery,
         });
         Ok(Core { state, worker })
     }
@@ -316,6 +321,7 @@ impl Core {
                 self.worker.on_finished(services::events::DISPATCH_JOB),
                 stop_rx.clone(),
             ));
+            tokio::spawn(st.delivery.clone().watch(st.store.clone(), st.clock.clone(), stop_rx.clone()));
             tokio::spawn(self.worker.clone().run(stop_rx))
         } else {
             tokio::spawn(async {})

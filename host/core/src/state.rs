@@ -33,6 +33,8 @@ pub struct AppState {
     pub webhooks: Arc<crate::services::webhooks::Webhooks>,
     /// Receiving mail: recipients, durable acceptance, the job that applies a message.
     pub inbound: Arc<crate::services::inbound::Inbound>,
+    /// Delivery: the transports, their breakers, deferred mail.
+    pub delivery: Arc<crate::services::delivery::Delivery>,
 }
 
 impl std::ops::Deref for AppState {

@@ -145,6 +145,9 @@ pub struct StatsOut {
     uncertain_count: i64,
     /// emails not settled yet: waiting (PENDING) or inside a hand-over (SENDING)
     pending_count: i64,
+    /// emails a temporary failure deferred: tried again on their schedule or when their transport is
+    /// back, FAILED only when their give-up window ends (DEFERRED)
+    deferred_count: i64,
     /// contacts who unsubscribed through this campaign's emails (the link, one-click, the manage page)
     unsubscribed_count: i64,
     /// percentages of sentCount, two decimals
@@ -578,6 +581,7 @@ pub async fn campaign_stats(id: PathParam<String>, depot: &mut Depot) -> Result<
             cancelled_count: n.cancelled,
             uncertain_count: n.uncertain,
             pending_count: n.pending + n.sending,
+            deferred_count: n.deferred,
             delivery_rate: rate(n.delivered, n.sent),
             open_rate: rate(n.opened, n.sent),
             click_rate: rate(n.clicked, n.sent),

@@ -26,6 +26,7 @@ pub const TYPES: &[(&str, Source)] = &[
     ("email.bounced", Source::Event("email.bounce")),
     ("email.complained", Source::Event("email.complaint")),
     ("email.failed", Source::Event("email.failed")),
+    ("email.deferred", Source::Event("email.deferred")),
     ("email.received", Source::Event("email.received")),
     ("contact.subscribed", Source::Event("contact.subscribed")),
     ("contact.unsubscribed", Source::Event("contact.unsubscribed")),

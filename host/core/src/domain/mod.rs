@@ -7,6 +7,7 @@ pub mod billing;
 pub mod campaigns;
 pub mod conditions;
 pub mod contacts;
+pub mod deferral;
 pub mod domains;
 pub mod images;
 pub mod import;

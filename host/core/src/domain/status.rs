@@ -48,6 +48,9 @@ status! {
         Pending = "PENDING",
         /// Claimed by a delivery (campaign mail: its hand-over began).
         Sending = "SENDING",
+        /// A temporary failure: tried again on its schedule, or when its transport is back, until its
+        /// give-up window ends (docs/delivery.md#deferral).
+        Deferred = "DEFERRED",
         /// The transport accepted it.
         Sent = "SENT",
         /// A hand-over a crash interrupted: the transport may or may not have taken it (never resent).
@@ -170,12 +173,12 @@ impl ExecutionStatus {
 }
 
 impl EmailStatus {
-    /// Rank in the order a status may only move up: PENDING/SENDING < SENT/UNCERTAIN < DELIVERED <
+    /// Rank in the order a status may only move up: PENDING/SENDING/DEFERRED < SENT/UNCERTAIN < DELIVERED <
     /// OPENED < CLICKED < BOUNCED < COMPLAINED. FAILED, CANCELLED and SUPPRESSED are final and have no rank.
     /// UNCERTAIN ranks with SENT: a later notification, open or click shows the message did go.
     pub const fn rank(self) -> Option<u8> {
         Some(match self {
-            EmailStatus::Pending | EmailStatus::Sending => 0,
+            EmailStatus::Pending | EmailStatus::Sending | EmailStatus::Deferred => 0,
             EmailStatus::Sent | EmailStatus::Uncertain => 1,
             EmailStatus::Delivered => 2,
             EmailStatus::Opened => 3,
@@ -210,7 +213,7 @@ mod tests {
         check(ContactJobState::ALL, ContactJobState::as_str, ContactJobState::parse);
         check(ExecutionStatus::ALL, ExecutionStatus::as_str, ExecutionStatus::parse);
         check(StepRunStatus::ALL, StepRunStatus::as_str, StepRunStatus::parse);
-        assert_eq!(EmailStatus::ALL.len(), 12);
+        assert_eq!(EmailStatus::ALL.len(), 13);
         assert_eq!(EmailStatus::parse("sent"), None, "one form only");
         let back: CampaignStatus = serde_json::from_str("\"SCHEDULED\"").unwrap();
         assert_eq!(back, CampaignStatus::Scheduled);

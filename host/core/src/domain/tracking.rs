@@ -78,8 +78,8 @@ mod tests {
     #[test]
     fn below_lists_the_lower_ranks() {
         use EmailStatus::*;
-        assert_eq!(below(Opened), vec![Pending, Sending, Sent, Uncertain, Delivered]);
-        assert_eq!(below(Sent), vec![Pending, Sending]);
+        assert_eq!(below(Opened), vec![Pending, Sending, Deferred, Sent, Uncertain, Delivered]);
+        assert_eq!(below(Sent), vec![Pending, Sending, Deferred]);
         assert!(below(Failed).is_empty());
     }
 

@@ -37,6 +37,8 @@ struct Registry {
     workflow_limits: BTreeMap<&'static str, u64>,
     /// Received messages by what became of them (docs/behaviour.md#receiving-mail).
     inbound: BTreeMap<&'static str, u64>,
+    /// Each transport as this process sees it: up (true) or down (docs/delivery.md#a-breaker-per-transport).
+    transports: BTreeMap<String, bool>,
 }
 
 /// One group-commit counter: its name, its help text and how to read it.
@@ -146,8 +148,14 @@ fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Renders every metric; `job_states` are the current job counts by state.
-pub fn render(job_states: &[(String, i64)]) -> String {
+/// Records whether a transport is up as this process sees it.
+pub fn transport_up(name: &str, up: bool) {
+    with(|r| r.transports.insert(name.to_string(), up));
+}
+
+/// Renders every metric; `job_states` are the current job counts by state, `deferred` the emails
+/// deferred now (None when it could not be counted).
+pub fn render(job_states: &[(String, i64)], deferred: Option<i64>) -> String {
     let mut out = String::new();
     with(|r| {
         out.push_str("# HELP herald_http_requests_total HTTP requests by method, route and status.\n");
@@ -213,6 +221,13 @@ pub fn render(job_states: &[(String, i64)]) -> String {
         for (outcome, n) in &r.inbound {
             let _ = writeln!(out, "herald_inbound_messages_total{{outcome=\"{outcome}\"}} {n}");
         }
+        out.push_str(
+            "# HELP herald_transport_up Whether each transport is up (1) or down (0), as this process sees it.\n",
+        );
+        out.push_str("# TYPE herald_transport_up gauge\n");
+        for (name, up) in &r.transports {
+            let _ = writeln!(out, "herald_transport_up{{transport=\"{}\"}} {}", esc(name), u8::from(*up));
+        }
         let series: [Series; 4] = [
             ("batches", "Group-commit batches written, by engine (ingest: /v1/track, accept: /v1/send).", |g| {
                 g.batches as f64
@@ -229,6 +244,13 @@ pub fn render(job_states: &[(String, i64)]) -> String {
             }
         }
     });
+    if let Some(n) = deferred {
+        out.push_str(
+            "# HELP herald_emails_deferred Emails waiting to be tried again (DEFERRED), in the whole database.\n",
+        );
+        out.push_str("# TYPE herald_emails_deferred gauge\n");
+        let _ = writeln!(out, "herald_emails_deferred {n}");
+    }
     out.push_str("# HELP herald_jobs Jobs in the queue by state.\n");
     out.push_str("# TYPE herald_jobs gauge\n");
     for state in JobStatus::ALL.iter().map(|s| s.as_str()) {

@@ -219,6 +219,8 @@ impl Composer {
             created_at: now,
             updated_at: now,
             depth: None,
+            attempts: None,
+            next_attempt_at: None,
         })
     }
 }

@@ -90,7 +90,9 @@ impl SystemMail {
             .header(ContentType::TEXT_PLAIN)
             .body(mail.text)
             .map_err(|e| e.to_string())?;
-        let transport = self.delivery.smtp.as_ref().unwrap_or(&self.delivery.file);
+        let Some(transport) = self.delivery.system_transport() else {
+            return Err("no transport for Herald's own mail".into());
+        };
         let from = self.from.email.to_string();
         match transport.send(&from, to.email.as_ref(), &ctx.id, &msg.formatted()).await {
             Ok(()) => Ok(()),
@@ -98,7 +100,7 @@ impl SystemMail {
                 tracing::warn!(job = %ctx.id, error = %why, "system mail refused by the relay");
                 Ok(())
             }
-            Err(SendError::Transient(why) | SendError::Uncertain(why)) => Err(why),
+            Err(e) => Err(e.reason().to_string()),
         }
     }
 }

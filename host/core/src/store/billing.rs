@@ -297,6 +297,8 @@ mod tests {
             created_at: at,
             updated_at: at,
             depth: None,
+            attempts: None,
+            next_attempt_at: None,
         }
     }
 

@@ -123,6 +123,9 @@ pub struct EmailCounts {
     pub total: i64,
     pub pending: i64,
     pub sending: i64,
+    /// waiting to be tried again (docs/delivery.md#deferral)
+    #[serde(default)]
+    pub deferred: i64,
     /// handed to a transport and accepted (`sent_at` set)
     pub sent: i64,
     /// DELIVERED or further (opened, clicked, complained)
@@ -502,7 +505,7 @@ impl Store {
              IF array::len($r) == 0 { THROW 'CAMPAIGN_STATE'; };
              UPSERT type::record('campaign_gate', $id) SET project = $p, open = false RETURN NONE;
              LET $handed = (SELECT VALUE id FROM email WHERE campaign = $id
-                AND status NOT IN ['PENDING', 'CANCELLED'] AND project = $p LIMIT 1);
+                AND status NOT IN ['PENDING', 'DEFERRED', 'CANCELLED'] AND project = $p LIMIT 1);
              LET $out = IF array::len($handed) == 0 {
                 LET $gone = (DELETE email WHERE campaign = $id AND project = $p RETURN BEFORE);
                 DELETE array::map($gone, |$e| type::record('email_body', record::id($e.id))) RETURN NONE;
@@ -532,10 +535,13 @@ impl Store {
             let n = self
                 .write(|| async {
                     self.query(
-                        "LET $r = (SELECT VALUE id FROM email WHERE campaign = $id AND status = 'PENDING' AND project = $p
-                            LIMIT 1000);
-                         UPDATE $r SET status = 'CANCELLED', error = $why, updated_at = $now WHERE status = 'PENDING'
-                            RETURN NONE;
+                        "LET $r = array::concat(
+                            (SELECT VALUE id FROM email WHERE campaign = $id AND status = 'PENDING' AND project = $p
+                                LIMIT 1000),
+                            (SELECT VALUE id FROM email WHERE campaign = $id AND status = 'DEFERRED' AND project = $p
+                                LIMIT 1000));
+                         UPDATE $r SET status = 'CANCELLED', error = $why, next_attempt_at = NONE, updated_at = $now
+                            WHERE status IN ['PENDING', 'DEFERRED'] RETURN NONE;
                          RETURN array::len($r);",
                         v.clone(),
                     )
@@ -572,6 +578,7 @@ impl Store {
                 "SELECT count() AS total,
                     count(status = 'PENDING') AS pending,
                     count(status = 'SENDING') AS sending,
+                    count(status = 'DEFERRED') AS deferred,
                     count(sent_at != NONE) AS sent,
                     count(status IN ['DELIVERED', 'OPENED', 'CLICKED', 'COMPLAINED']) AS delivered,
                     count(opened_at != NONE OR clicked_at != NONE) AS opened,
@@ -605,12 +612,14 @@ impl Store {
         Ok(v.as_i64().unwrap_or(0))
     }
 
-    /// Whether any of a campaign's email records is still PENDING or SENDING (index lookups, no scan).
+    /// Whether any of a campaign's email records is still PENDING, SENDING or DEFERRED (index lookups, no
+    /// scan).
     pub async fn campaign_has_unsent(&self, id: &str) -> Result<bool, StoreError> {
         let v = self
             .query(
                 "RETURN array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'PENDING' LIMIT 1))
-                    + array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'SENDING' LIMIT 1));",
+                    + array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'SENDING' LIMIT 1))
+                    + array::len((SELECT VALUE id FROM email WHERE campaign = $id AND status = 'DEFERRED' LIMIT 1));",
                 vars! { "id": id },
             )
             .await?

@@ -44,17 +44,43 @@ pub struct EmailRow {
     /// delivery, opens, clicks and notifications cause (docs/security.md#workflows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<i64>,
+    /// A deferred email's failed attempts so far (docs/delivery.md#deferral).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<i64>,
+    /// When a deferred email is tried next; None while it waits for its transport to come back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<i64>,
 }
 
 /// The recorded outcome of one delivery.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeliveryOutcome {
     pub id: String,
-    /// The email's campaign (a released claim checks its gate).
+    /// The email's campaign (a deferral checks its gate).
     pub campaign: Option<String>,
     pub status: EmailStatus,
     pub error: Option<String>,
     pub provider_message_id: Option<String>,
+    /// DEFERRED: when it is tried next (None: when its transport is back).
+    pub next_attempt_at: Option<i64>,
+    /// DEFERRED: whether an attempt failed (counted in the email's attempts) or it was deferred without
+    /// one (its transport or destination was known to be unavailable).
+    pub attempted: bool,
+}
+
+impl DeliveryOutcome {
+    /// An outcome that is not a deferral.
+    pub fn new(id: &str, campaign: Option<String>, status: EmailStatus, error: Option<String>) -> DeliveryOutcome {
+        DeliveryOutcome {
+            id: id.to_string(),
+            campaign,
+            status,
+            error,
+            provider_message_id: None,
+            next_attempt_at: None,
+            attempted: false,
+        }
+    }
 }
 
 /// Emails per delivery job written by one `/v1/send` transaction: a group-committed batch of sends
@@ -67,7 +93,8 @@ pub const SEND_JOB_CHUNK: usize = 32;
 pub const CANCELLED_REASON: &str = "the campaign was cancelled before this email was handed over";
 
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
-     subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at, depth";
+     subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at, depth, attempts, \
+     next_attempt_at";
 
 /// An email's message, kept in `email_body` under the email's id (written once, never updated).
 #[derive(Serialize, Deserialize)]
@@ -332,18 +359,20 @@ impl Store {
 
     /// One round of the delivery ledger (`delivery::ledger`), in one transaction: the outcomes given
     /// with their events, then the claims (email id, campaign id). Answers each claimed email that was
-    /// PENDING with its new status: SENDING (it may be handed to its transport now), or CANCELLED when
-    /// its campaign's gate is closed. An email not answered was not PENDING (cancelled, decided, or
-    /// claimed by another run) and must not be handed over.
+    /// PENDING or DEFERRED with its new status: SENDING (it may be handed to its transport now), or
+    /// CANCELLED when its campaign's gate is closed. An email not answered was neither (cancelled,
+    /// decided, or claimed by another run) and must not be handed over.
     ///
-    /// The round reads the gate of every campaign it claims or releases for with a locked read: a cancel
+    /// The round reads the gate of every campaign it claims or defers for with a locked read: a cancel
     /// that closes a gate after this round read it open makes this round fail to commit (it is retried
-    /// and reads the gate closed), so no claim slips past a cancel, and claims never hold a cancel up.
+    /// and reads the gate closed), so no claim or deferral slips past a cancel, and claims never hold a
+    /// cancel up.
     ///
-    /// Outcomes never move an email down: SENT is written over PENDING, SENDING or UNCERTAIN only (a
-    /// provider's notification may have moved it further already), the other outcomes over PENDING or
-    /// SENDING only. A `PENDING` outcome releases a claim after a temporary failure: back to PENDING for
-    /// the job's next attempt, or CANCELLED when the campaign was cancelled meanwhile.
+    /// Outcomes never move an email down: SENT is written over PENDING, SENDING, DEFERRED or UNCERTAIN
+    /// only (a provider's notification may have moved it further already), the other outcomes over
+    /// PENDING, SENDING or DEFERRED only. A DEFERRED outcome (docs/delivery.md#deferral) keeps the
+    /// reason and the next attempt, and counts the attempt when one failed; a campaign email whose
+    /// campaign was cancelled meanwhile becomes CANCELLED instead.
     pub async fn delivery_round(
         &self,
         claims: &[(String, String)],
@@ -363,20 +392,25 @@ impl Store {
             .filter(|o| o.status == EmailStatus::Sent && o.provider_message_id.is_some())
             .map(|o| vars! { "id": o.id, "pid": o.provider_message_id })
             .collect();
-        let doc =
-            |o: &DeliveryOutcome| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error });
-        let released: Vec<Value> = outcomes.iter().filter(|o| o.status == EmailStatus::Pending).map(doc).collect();
+        let deferred: Vec<Value> = outcomes
+            .iter()
+            .filter(|o| o.status == EmailStatus::Deferred)
+            .map(|o| {
+                super::jobs::strip_nulls(vars! { "id": o.id, "error": o.error, "next": o.next_attempt_at,
+                "n": i64::from(o.attempted) })
+            })
+            .collect();
         let other: Vec<Value> = outcomes
             .iter()
-            .filter(|o| o.status != EmailStatus::Sent && o.status != EmailStatus::Pending)
-            .map(doc)
+            .filter(|o| !matches!(o.status, EmailStatus::Sent | EmailStatus::Deferred | EmailStatus::Pending))
+            .map(|o| super::jobs::strip_nulls(vars! { "id": o.id, "status": o.status, "error": o.error }))
             .collect();
         let mut sql = String::from("BEGIN TRANSACTION;\n");
         if !sent.is_empty() {
             sql.push_str(
                 "UPDATE array::map($sent, |$i| type::record('email', $i)) SET sent_at = $now,
-                    status = IF status IN ['PENDING', 'SENDING', 'UNCERTAIN'] THEN 'SENT' ELSE status END,
-                    updated_at = $now RETURN NONE;\n",
+                    status = IF status IN ['PENDING', 'SENDING', 'DEFERRED', 'UNCERTAIN'] THEN 'SENT' ELSE status END,
+                    next_attempt_at = NONE, updated_at = $now RETURN NONE;\n",
             );
         }
         if !sent_pid.is_empty() {
@@ -387,27 +421,31 @@ impl Store {
         if !other.is_empty() {
             sql.push_str(
                 "FOR $o IN $other { UPDATE type::record('email', $o.id) SET status = $o.status, error = $o.error,
-                    updated_at = $now WHERE status IN ['PENDING', 'SENDING'] RETURN NONE; };\n",
+                    next_attempt_at = NONE, updated_at = $now WHERE status IN ['PENDING', 'SENDING', 'DEFERRED']
+                    RETURN NONE; };\n",
             );
         }
-        // The gates of the campaigns claimed or released for (a locked read, see above).
+        // The gates of the campaigns claimed or deferred for (a locked read, see above).
         let mut campaigns: Vec<&str> = claims.iter().map(|(_, c)| c.as_str()).collect();
-        campaigns
-            .extend(outcomes.iter().filter(|o| o.status == EmailStatus::Pending).filter_map(|o| o.campaign.as_deref()));
+        campaigns.extend(
+            outcomes.iter().filter(|o| o.status == EmailStatus::Deferred).filter_map(|o| o.campaign.as_deref()),
+        );
         campaigns.sort_unstable();
         campaigns.dedup();
-        if !campaigns.is_empty() {
+        if !campaigns.is_empty() || !deferred.is_empty() {
             sql.push_str(
                 "LET $open = array::filter($campaigns,
                     |$c| (SELECT VALUE open FROM ONLY type::record('campaign_gate', $c) FOR UPDATE) = true);\n",
             );
         }
-        if !released.is_empty() {
+        if !deferred.is_empty() {
             sql.push_str(
-                "FOR $o IN $released { UPDATE type::record('email', $o.id) SET
-                    status = IF campaign IN $open THEN 'PENDING' ELSE 'CANCELLED' END,
-                    error = IF campaign IN $open THEN $o.error ELSE $cancelled END,
-                    updated_at = $now WHERE status = 'SENDING' RETURN NONE; };\n",
+                "FOR $o IN $deferred {
+                    UPDATE type::record('email', $o.id) SET attempts = (attempts ?? 0) + $o.n, updated_at = $now,
+                        status = IF campaign = NONE OR campaign IN $open THEN 'DEFERRED' ELSE 'CANCELLED' END,
+                        error = IF campaign = NONE OR campaign IN $open THEN $o.error ELSE $cancelled END,
+                        next_attempt_at = IF campaign = NONE OR campaign IN $open THEN $o.next ELSE NONE END
+                    WHERE status IN ['PENDING', 'SENDING', 'DEFERRED'] RETURN NONE; };\n",
             );
         }
         let outbox = super::events::outbox_row(events.iter().map(|e| e.id.as_str()));
@@ -422,14 +460,14 @@ impl Store {
                     status = IF campaign IN $open THEN 'SENDING' ELSE 'CANCELLED' END,
                     error = IF campaign IN $open THEN error ELSE $cancelled END,
                     updated_at = $now
-                 WHERE status = 'PENDING' RETURN record::id(id) AS id, status);
+                 WHERE status IN ['PENDING', 'DEFERRED'] RETURN record::id(id) AS id, status);
                  RETURN $claimed;\n",
             );
         }
         sql.push_str("COMMIT TRANSACTION;");
         let claim_ids: Vec<&str> = claims.iter().map(|(id, _)| id.as_str()).collect();
         let v = vars! {
-            "sent": sent, "sent_pid": sent_pid, "other": other, "released": released, "events": events,
+            "sent": sent, "sent_pid": sent_pid, "other": other, "deferred": deferred, "events": events,
             "outbox": outbox, "claims": claim_ids, "campaigns": campaigns, "cancelled": CANCELLED_REASON, "now": now,
         };
         let claimed = self
@@ -444,6 +482,33 @@ impl Store {
             .flatten()
             .filter_map(|r| Some((r.get("id")?.as_str()?.to_string(), r.get("status")?.as_str()?.to_string())))
             .collect())
+    }
+
+    /// DEFERRED emails in the whole database, or of one project: the transactional ones and those of
+    /// each sending campaign (a deferred campaign email keeps its campaign SENDING), each read through
+    /// the (campaign, status) index rather than a walk over every email.
+    pub async fn deferred_emails_of(&self, project: Option<&str>) -> Result<i64, StoreError> {
+        // Fixed fragments only: the project is bound.
+        let of_project = if project.is_some() { "AND project = $p" } else { "" };
+        let v = self
+            .query(
+                &format!(
+                    "LET $c = (SELECT VALUE record::id(id) FROM campaign WHERE status = 'SENDING' {of_project});
+                     RETURN array::len(SELECT VALUE id FROM email WHERE campaign = NONE AND status = 'DEFERRED'
+                            {of_project})
+                        + math::sum(array::map($c, |$i| array::len(
+                            SELECT VALUE id FROM email WHERE campaign = $i AND status = 'DEFERRED')));"
+                ),
+                vars! { "p": project.unwrap_or_default() },
+            )
+            .await?
+            .value_last()?;
+        Ok(v.as_i64().unwrap_or(0))
+    }
+
+    /// DEFERRED emails in the whole database.
+    pub async fn deferred_emails(&self) -> Result<i64, StoreError> {
+        self.deferred_emails_of(None).await
     }
 
     pub async fn email(&self, project: &str, id: &str) -> Result<Option<EmailRow>, StoreError> {

@@ -58,7 +58,14 @@ pub struct FailedJob {
     pub id: String,
     pub error: String,
     pub retry_at: Option<i64>,
+    /// Whether the attempt counts against the job's attempts (false: its work waits, nothing failed).
+    pub counted: bool,
+    /// Signals that bring the job forward to the moment they are given ([`Store::signal_jobs`]).
+    pub signals: Vec<String>,
 }
+
+/// Jobs a signal brings forward per transaction.
+const SIGNAL_CHUNK: usize = 1000;
 
 /// What to enqueue.
 #[derive(Debug, Clone)]
@@ -301,7 +308,15 @@ impl Store {
         }
         let retry: Vec<Value> = failed
             .iter()
-            .filter_map(|f| f.retry_at.map(|at| serde_json::json!({ "id": f.id, "err": f.error, "at": at })))
+            .filter_map(|f| {
+                let uncounted = i64::from(!f.counted);
+                f.retry_at.map(|at| serde_json::json!({ "id": f.id, "err": f.error, "at": at, "uncounted": uncounted }))
+            })
+            .collect();
+        let waits: Vec<Value> = failed
+            .iter()
+            .filter(|f| f.retry_at.is_some())
+            .flat_map(|f| f.signals.iter().map(|s| serde_json::json!({ "job": f.id, "signal": s })))
             .collect();
         let dead: Vec<Value> = failed
             .iter()
@@ -316,8 +331,13 @@ impl Store {
                     WHERE status = 'running' AND lease_owner = $w RETURN NONE;
                  FOR $f IN $retry {
                     UPDATE type::record('job', $f.id) SET status = 'queued', run_at = $f.at, lease_owner = NONE,
-                        lease_expires = NONE, last_error = $f.err, updated_at = $now
+                        lease_expires = NONE, last_error = $f.err, updated_at = $now,
+                        attempts = math::max([attempts - $f.uncounted, 0])
                         WHERE status = 'running' AND lease_owner = $w RETURN NONE;
+                 };
+                 FOR $s IN $waits {
+                    UPSERT type::record('job_wait', [$s.job, $s.signal]) SET job = $s.job, signal = $s.signal,
+                        at = $now RETURN NONE;
                  };
                  FOR $f IN $given_up {
                     UPDATE type::record('job', $f.id) SET status = 'dead', lease_owner = NONE, lease_expires = NONE,
@@ -325,12 +345,58 @@ impl Store {
                         WHERE status = 'running' AND lease_owner = $w RETURN NONE;
                  };
                  COMMIT TRANSACTION;",
-                vars! { "w": worker, "now": now, "done": done, "retry": retry.clone(), "given_up": dead.clone() },
+                vars! { "w": worker, "now": now, "done": done, "retry": retry.clone(), "given_up": dead.clone(),
+                "waits": waits.clone() },
             )
             .await
         })
         .await
         .map(|_| ())
+    }
+
+    /// Gives `signal`: every queued job waiting for it ([`FailedJob::signals`]) is brought forward to
+    /// `now`, and its wait rows are gone. Answers how many jobs moved (a job that already ran or runs
+    /// now is left alone).
+    pub async fn signal_jobs(&self, signal: &str, now: i64) -> Result<usize, StoreError> {
+        let mut moved = 0;
+        loop {
+            let v = self
+                .write(|| async {
+                    self.query(
+                        "BEGIN TRANSACTION;
+                         LET $w = (SELECT id, job FROM job_wait WHERE signal = $s LIMIT $chunk);
+                         LET $moved = (UPDATE array::map($w.job, |$j| type::record('job', $j)) SET run_at = $now,
+                            updated_at = $now WHERE status = 'queued' AND run_at > $now RETURN VALUE id);
+                         DELETE $w.id RETURN NONE;
+                         RETURN [array::len($w), array::len($moved)];
+                         COMMIT TRANSACTION;",
+                        vars! { "s": signal, "now": now, "chunk": SIGNAL_CHUNK },
+                    )
+                    .await?
+                    .value_last()
+                })
+                .await?;
+            let read = v.get(0).and_then(Value::as_u64).unwrap_or(0) as usize;
+            moved += v.get(1).and_then(Value::as_u64).unwrap_or(0) as usize;
+            if read < SIGNAL_CHUNK {
+                return Ok(moved);
+            }
+        }
+    }
+
+    /// Which of `signals` some job waits for (an index lookup each).
+    pub async fn awaited_signals(&self, signals: &[String]) -> Result<Vec<String>, StoreError> {
+        if signals.is_empty() {
+            return Ok(vec![]);
+        }
+        let v = self
+            .query(
+                "RETURN array::filter($signals, |$s| array::len(SELECT VALUE id FROM job_wait WHERE signal = $s LIMIT 1) > 0)",
+                vars! { "signals": signals },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect())
     }
 
     /// Extends the leases of many jobs the worker still holds.
@@ -459,11 +525,13 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.status, r.n)).collect())
     }
 
-    /// Deletes completed and dead jobs that finished before `before`.
+    /// Deletes completed and dead jobs that finished before `before`, and the waits of jobs no longer
+    /// queued (a job that ran at its time before its signal came).
     pub async fn purge_finished_jobs(&self, before: i64) -> Result<(), StoreError> {
         self.write(|| async {
             self.query(
-                "DELETE job WHERE status IN ['completed', 'dead'] AND finished_at < $before",
+                "DELETE job WHERE status IN ['completed', 'dead'] AND finished_at < $before;
+                 DELETE job_wait WHERE type::record('job', job).status != 'queued';",
                 vars! { "before": before },
             )
             .await

@@ -50,6 +50,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0040_tallies.surql", include_str!("../../../../migrations/0040_tallies.surql")),
     ("0041_inbound.surql", include_str!("../../../../migrations/0041_inbound.surql")),
     ("0042_throttles.surql", include_str!("../../../../migrations/0042_throttles.surql")),
+    ("0043_deferral.surql", include_str!("../../../../migrations/0043_deferral.surql")),
 ];
 
 #[derive(serde::Deserialize)]

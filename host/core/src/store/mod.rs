@@ -155,6 +155,8 @@ struct ReadCache {
     domains: CacheMap<Vec<domains::DomainRow>>,
     /// Job counts by state for `/metrics` (a count reads every job row).
     job_counts: CacheMap<Vec<(String, i64)>>,
+    /// DEFERRED emails in the whole database, for `/metrics`.
+    deferred: CacheMap<i64>,
     /// The contacts group commit last read or wrote (see `ingest::KnownContacts`).
     known_contacts: ingest::KnownContacts,
     /// Rows of the contact table, for the segment engine's choice between scanning and reading by id
@@ -240,6 +242,11 @@ impl Store {
     /// row, and a scraper (or a dashboard) may ask many times a second.
     pub async fn job_counts_cached(&self) -> Result<Vec<(String, i64)>, StoreError> {
         self.cache.job_counts.get_or_load("", || self.job_counts()).await
+    }
+
+    /// DEFERRED emails in the whole database, as counted a moment ago (see [`Store::deferred_emails`]).
+    pub async fn deferred_emails_cached(&self) -> Result<i64, StoreError> {
+        self.cache.deferred.get_or_load("", || self.deferred_emails()).await
     }
 
     /// Rows of the contact table (every project), possibly as counted up to a minute ago.

@@ -38,6 +38,11 @@ pub enum JobError {
     /// at once with the reason, whatever attempts are left.
     #[error("{0}")]
     Fatal(String),
+    /// Not a failure of the job: its work waits (deferred mail). Queued again to run at `until`, or
+    /// earlier when one of `signals` is given ([`crate::store::Store::signal_jobs`]); the attempt is not
+    /// counted against the job's attempts.
+    #[error("{reason}")]
+    Wait { until: i64, signals: Vec<String>, reason: String },
 }
 
 impl From<String> for JobError {
@@ -172,10 +177,28 @@ pub fn backoff_ms(attempt: i64) -> i64 {
 }
 
 /// When a failed attempt runs again: after the backoff while attempts are left, never (dead-lettered)
-/// after the last or when the failure is [`JobError::Fatal`].
+/// after the last or when the failure is [`JobError::Fatal`]; a job that waits at its time.
 fn retry_at(job: &Job, error: &JobError, now: i64) -> Option<i64> {
+    if let JobError::Wait { until, .. } = error {
+        return Some(*until);
+    }
     let again = job.attempts < job.max_attempts && matches!(error, JobError::Retry(_));
     again.then(|| now + backoff_ms(job.attempts))
+}
+
+/// A failed (or waiting) attempt as the store records it.
+fn failed_job(job: &Job, error: &JobError, now: i64) -> crate::store::jobs::FailedJob {
+    let (waits, signals) = match error {
+        JobError::Wait { signals, .. } => (true, signals.clone()),
+        _ => (false, vec![]),
+    };
+    crate::store::jobs::FailedJob {
+        id: job.id.clone(),
+        error: error.to_string(),
+        retry_at: retry_at(job, error, now),
+        counted: !waits,
+        signals,
+    }
 }
 
 /// Outcome of one job run, for tests and metrics.
@@ -183,6 +206,10 @@ fn retry_at(job: &Job, error: &JobError, now: i64) -> Option<i64> {
 pub enum Outcome {
     Completed,
     Retried {
+        at: i64,
+    },
+    /// Its work waits ([`JobError::Wait`]): queued again, the attempt not counted.
+    Waiting {
         at: i64,
     },
     Dead,
@@ -196,6 +223,7 @@ impl Outcome {
         match self {
             Outcome::Completed => JobStatus::Completed.as_str(),
             Outcome::Retried { .. } => "retried",
+            Outcome::Waiting { .. } => "waiting",
             Outcome::Dead => JobStatus::Dead.as_str(),
             Outcome::LeaseLost => "lease_lost",
         }
@@ -387,17 +415,17 @@ impl Worker {
                     Outcome::Completed
                 }
                 Err(error) => {
-                    let retry_at = retry_at(&job, &error, now);
-                    tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %error, "job failed");
-                    failed.push(crate::store::jobs::FailedJob {
-                        id: job.id.clone(),
-                        error: error.to_string(),
-                        retry_at,
-                    });
-                    match retry_at {
+                    let f = failed_job(&job, &error, now);
+                    if f.counted {
+                        tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %error, "job failed");
+                    }
+                    let outcome = match f.retry_at {
+                        Some(at) if !f.counted => Outcome::Waiting { at },
                         Some(at) => Outcome::Retried { at },
                         None => Outcome::Dead,
-                    }
+                    };
+                    failed.push(f);
+                    outcome
                 }
             };
             outcomes.push((job, outcome));
@@ -463,6 +491,18 @@ impl Worker {
                     Outcome::LeaseLost
                 }
             },
+            // Waiting work is recorded the way a batch's is (its signals with it).
+            Err(err @ JobError::Wait { .. }) => {
+                let f = failed_job(job, &err, now);
+                let at = f.retry_at.unwrap_or(now);
+                match self.store.finish_jobs(&self.opts.id, &[], &[f], now).await {
+                    Ok(()) => Outcome::Waiting { at },
+                    Err(e) => {
+                        tracing::error!(job = %job.id, error = %e, "cannot record a waiting job");
+                        Outcome::LeaseLost
+                    }
+                }
+            }
             Err(err) => {
                 let retry_at = retry_at(job, &err, now);
                 tracing::warn!(job = %job.id, kind = %job.kind, attempt = job.attempts, error = %err, "job failed");

@@ -9,7 +9,7 @@
 //!   marker and one fewer batch left, in one transaction. A campaign email's record id is derived from
 //!   (campaign, contact), so whatever is retried, restarted or run twice, a contact gets one email.
 //! - `campaigns.progress` (recurring) recounts every sending campaign's counters from its email records
-//!   and moves it to SENT once every batch is written and no email is PENDING or SENDING.
+//!   and moves it to SENT once every batch is written and no email is PENDING, SENDING or DEFERRED.
 //! - `cancel` cancels every email not handed over yet (delivery claims each campaign email right before
 //!   its transport conversation, `delivery::ledger`); nothing handed over → DRAFT, else CANCELLED.
 //!
@@ -522,8 +522,8 @@ impl Campaigns {
     pub async fn progress(&self) -> Result<usize, CampaignError> {
         let mut done = 0;
         for c in self.store.sending_campaigns().await? {
-            // Batches first: once every batch is written no email can appear, so no PENDING or SENDING
-            // email read after that means none will come. (`batches_left` holds the run's batch count;
+            // Batches first: once every batch is written no email can appear, so no PENDING, SENDING or
+            // DEFERRED email read after that means none will come. (`batches_left` holds the run's batch count;
             // each written batch left a marker row.)
             let written = c.resolved && self.store.campaign_batches_done(&c.id, c.run).await? >= c.batches_left;
             let finished = written && !self.store.campaign_has_unsent(&c.id).await?;
@@ -535,7 +535,7 @@ impl Campaigns {
             if stored != (counts.sent, counts.delivered, counts.opened, counts.clicked, counts.bounced) {
                 self.store.set_campaign_counts(&c.project, &c.id, &counts).await?;
             }
-            if finished && counts.pending + counts.sending == 0 {
+            if finished && counts.pending + counts.sending + counts.deferred == 0 {
                 let now = self.clock.now_ms();
                 let m = CampaignMove {
                     from: &[CampaignStatus::Sending],

@@ -165,13 +165,7 @@ mod tests {
     use crate::store::Store;
 
     fn sent(id: &str) -> DeliveryOutcome {
-        DeliveryOutcome {
-            id: id.into(),
-            campaign: None,
-            status: EmailStatus::Sent,
-            error: None,
-            provider_message_id: None,
-        }
+        DeliveryOutcome::new(id, None, EmailStatus::Sent, None)
     }
 
     /// A second email waiting for the slot `held`, and `held` passed on with the outcome of email `id`:

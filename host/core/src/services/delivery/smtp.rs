@@ -100,7 +100,7 @@ impl Relay {
 
     async fn connect(&self) -> Result<AsyncSmtpConnection, SendError> {
         tokio::time::timeout(self.timeout, self.open()).await.map_err(|_| {
-            SendError::Transient(format!("opening an SMTP session to {}:{} timed out", self.host, self.port))
+            SendError::Unreachable(format!("opening an SMTP session to {}:{} timed out", self.host, self.port))
         })?
     }
 
@@ -119,8 +119,8 @@ impl Relay {
         } else {
             let tcp = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
                 .await
-                .map_err(|e| SendError::Transient(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
-            tcp.set_nodelay(true).map_err(|e| SendError::Transient(e.to_string()))?;
+                .map_err(|e| SendError::Unreachable(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
+            tcp.set_nodelay(true).map_err(|e| SendError::Unreachable(e.to_string()))?;
             let mut conn =
                 AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello).await.map_err(classify)?;
             match self.tls {
@@ -136,6 +136,16 @@ impl Relay {
             conn.auth(&[Mechanism::Plain, Mechanism::Login], c).await.map_err(classify)?;
         }
         Ok(conn)
+    }
+}
+
+/// A failure to open a session, as the relay's own.
+fn unreachable(e: SendError) -> SendError {
+    match e {
+        SendError::Transient(m) | SendError::Permanent(m) | SendError::Broken(m) | SendError::Uncertain(m) => {
+            SendError::Unreachable(m)
+        }
+        other => other,
     }
 }
 
@@ -157,9 +167,16 @@ fn percent_decode(s: &str) -> Result<String, std::string::FromUtf8Error> {
     String::from_utf8(out)
 }
 
-/// lettre's error as a delivery outcome: 5xx is permanent, everything else (4xx, network) temporary.
+/// lettre's error as a delivery outcome: 5xx is permanent, 4xx temporary, anything else (the network, a
+/// reply that does not parse) a conversation that broke off.
 fn classify(e: lettre::transport::smtp::Error) -> SendError {
-    if e.is_permanent() { SendError::Permanent(e.to_string()) } else { SendError::Transient(e.to_string()) }
+    if e.is_permanent() {
+        SendError::Permanent(e.to_string())
+    } else if e.is_transient() {
+        SendError::Transient(e.to_string())
+    } else {
+        SendError::Broken(e.to_string())
+    }
 }
 
 /// The pool.
@@ -181,14 +198,24 @@ impl Pool {
 
     /// A session ready to carry one message: a free slot and an open connection (reused or new). The
     /// delivery pipeline takes one *before* it marks a campaign email as being handed over, so an email
-    /// that waits for a connection is still cancellable.
+    /// that waits for a connection is still cancellable. A session that cannot be opened, for whatever
+    /// reason (refused, a timeout, a `421` greeting, TLS, a refused AUTH), is the relay's failure, not the
+    /// message's: [`SendError::Unreachable`].
     pub async fn session(&self) -> Result<Session<'_>, SendError> {
-        let slot = self.slots.acquire().await.map_err(|_| SendError::Transient("the SMTP pool is closed".into()))?;
+        let slot = self.slots.acquire().await.map_err(|_| SendError::Unreachable("the SMTP pool is closed".into()))?;
         let conn = match self.reusable().await {
             Some(c) => c,
-            None => self.relay.connect().await?,
+            None => self.relay.connect().await.map_err(unreachable)?,
         };
         Ok(Session { pool: self, conn, slot })
+    }
+
+    /// Whether the relay answers: a session opened (greeting, EHLO, STARTTLS, AUTH) and closed with
+    /// `QUIT`, outside the pool's slots.
+    pub async fn probe(&self) -> Result<(), String> {
+        let mut conn = self.relay.connect().await.map_err(|e| e.reason().to_string())?;
+        let _ = tokio::time::timeout(self.relay.timeout, conn.quit()).await;
+        Ok(())
     }
 
     /// The most recently used idle session that still answers, closing the stale ones on the way.
@@ -313,10 +340,10 @@ mod tests {
                 let r = tokio::time::timeout(Duration::from_secs(5), pool.send(&envelope, b"Subject: x\r\n\r\nx\r\n"))
                     .await
                     .expect("the send gives up by itself");
-                // A relay that never greets never had the message (temporary); one that stops answering during
-                // the conversation may have taken it (uncertain).
+                // A relay that never greets never had the message (it is unreachable); one that stops
+                // answering during the conversation may have taken it (uncertain).
                 match greet {
-                    false => assert!(matches!(r, Err(SendError::Transient(_))), "{r:?}"),
+                    false => assert!(matches!(r, Err(SendError::Unreachable(_))), "{r:?}"),
                     true => assert!(matches!(r, Err(SendError::Uncertain(_))), "{r:?}"),
                 }
                 assert!(started.elapsed() < Duration::from_secs(2));

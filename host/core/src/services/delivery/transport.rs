@@ -12,13 +12,39 @@ use super::smtp;
 /// Why a transport did not take a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SendError {
-    /// Try again later (SMTP 4xx, connection trouble).
+    /// The transport refused it for now (SMTP 4xx, a plugin's `temporary`): deferred, and offered to the
+    /// next transport of its route at once.
     Transient(String),
+    /// The transport itself failed before the message was offered (no session could be opened: refused,
+    /// a timeout, a `421` greeting, a failed AUTH; a transport plugin that is not loaded): the transport
+    /// is down (`breaker.rs`) and the message waits for it, or goes to the next transport.
+    Unreachable(String),
+    /// The connection broke off mid-conversation without a reply (lettre cannot say at which step): the
+    /// message is deferred until the transport answers again, never offered to another transport at
+    /// once (the first may have taken it; a retry keeps the Message-ID).
+    Broken(String),
+    /// A transport plugin asks for a pause of this many milliseconds: the transport is paused that long
+    /// and the message waits for it.
+    RateLimited(String, u64),
     /// Will never succeed (SMTP 5xx).
     Permanent(String),
     /// The conversation broke off after the message may have been taken (the relay stopped answering, a
     /// plugin trapped or timed out): a campaign email is not sent again, transactional mail is.
     Uncertain(String),
+}
+
+impl SendError {
+    /// The words of the failure.
+    pub fn reason(&self) -> &str {
+        match self {
+            SendError::Transient(m)
+            | SendError::Unreachable(m)
+            | SendError::Broken(m)
+            | SendError::RateLimited(m, _)
+            | SendError::Permanent(m)
+            | SendError::Uncertain(m) => m,
+        }
+    }
 }
 
 /// Where messages go.
