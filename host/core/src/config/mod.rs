@@ -719,7 +719,18 @@ fn mail_host(public_url: &str) -> String {
 fn read_toml(path: &Path) -> Result<Settings, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })
+    toml::from_str(&text).map_err(|e| {
+        // toml's own text quotes the line under a caret, over several lines; a start-up error is one line.
+        let at = e.span().and_then(|s| text.get(..s.start)).map(|before| {
+            let start = before.rfind('\n').map_or(0, |i| i + 1);
+            let line = text[start..].lines().next().unwrap_or("").trim();
+            format!("line {} (`{line}`): ", before.matches('\n').count() + 1)
+        });
+        ConfigError::Parse {
+            path: path.display().to_string(),
+            message: format!("{}{}", at.unwrap_or_default(), e.message()),
+        }
+    })
 }
 
 impl Config {
