@@ -223,6 +223,34 @@ async fn a_start_that_cannot_succeed_says_why_in_one_line_and_exits_with_its_cod
     // A setting that is not one.
     let (code, said) = fails(herald(&dir.join("db3"), other).env("HERALD_DB", "postgres://x"));
     assert_eq!(code, Some(2), "{said}");
+    // Delivery routes that cannot work: the one line names the route's key and what is wrong with it.
+    let settings = |toml: &str| {
+        let path = dir.join(format!("herald-{}.toml", uuid::Uuid::new_v4()));
+        std::fs::write(&path, toml).unwrap();
+        let mut c = herald(&dir.join("db4"), other);
+        c.env("HERALD_CONFIG", path);
+        c
+    };
+    let unknown = "[transports.primary]\nurl = \"smtp://relay-a:587\"\n\
+                   [[routes]]\nclass = \"campaign\"\ntransports = [\"primary\", \"backup2\"]\n";
+    let (code, said) = fails(&mut settings(unknown));
+    assert_eq!(code, Some(2), "{said}");
+    assert_eq!(
+        said,
+        "herald: invalid setting routes[0].transports: unknown transport \"backup2\" (configured: file, primary)"
+    );
+    let shadowed =
+        "[[routes]]\ntransports = [\"file\"]\n[[routes]]\nrecipient_domain = \"gmail.com\"\ntransports = [\"file\"]\n";
+    let (code, said) = fails(&mut settings(shadowed));
+    assert_eq!(code, Some(2), "{said}");
+    assert_eq!(
+        said,
+        "herald: invalid setting routes[1]: never used: routes[0] before it has no condition, so it takes every email"
+    );
+    // A mistyped key is the parser's to refuse, in one line too.
+    let (code, said) = fails(&mut settings("[[routes]]\nrecipient = \"gmail.com\"\ntransports = [\"file\"]\n"));
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("line 2 (`recipient = \"gmail.com\"`): unknown field `recipient`"), "{said}");
 }
 
 /// A loopback port free at the time of asking.

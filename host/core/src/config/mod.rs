@@ -13,7 +13,11 @@ pub use herald_plugin_runtime::manifest::PluginGrant;
 use clap::Args;
 use serde::Deserialize;
 
+mod delivery;
 mod smtp;
+pub use delivery::{
+    DeliveryConfig, DeliverySettings, Limits, RouteSettings, TransportSettings, TransportSpec, TransportTarget,
+};
 pub use smtp::{SmtpConfig, SmtpSettings};
 
 /// Every setting, each optional so that the sources can be layered. Flag names are the TOML keys with
@@ -205,6 +209,21 @@ pub struct Settings {
     /// [default: smtp when smtp_url is set, else file]
     #[arg(long, env = "HERALD_TRANSPORT")]
     pub transport: Option<String>,
+    /// Seconds after its acceptance an email's delivery stops retrying, 1 to 2592000 (30 days) [default: 259200]
+    #[arg(long, env = "HERALD_DELIVERY_GIVE_UP_AFTER_SECS")]
+    pub delivery_give_up_after_secs: Option<u64>,
+    /// Named transports, only in herald.toml: `[transports.<name>]` with `url` (smtp:// or smtps://) or
+    /// `plugin` (a transport plugin's name), and optional `max_per_second`, `max_connections`.
+    #[arg(skip)]
+    pub transports: Option<std::collections::BTreeMap<String, TransportSettings>>,
+    /// Routes, only in herald.toml: `[[routes]]` with `transports` (names in failover order) and optional
+    /// `class`, `project`, `from_domain`, `recipient_domain`; the first that matches an email wins.
+    #[arg(skip)]
+    pub routes: Option<Vec<RouteSettings>>,
+    /// Limits per recipient domain, only in herald.toml: `[destinations."<domain>"]` with `max_per_second`,
+    /// `max_connections`.
+    #[arg(skip)]
+    pub destinations: Option<std::collections::BTreeMap<String, Limits>>,
     /// Per-plugin grants and settings, only in herald.toml: `[plugin.<name>]` with `http` (host patterns),
     /// `allow_private`, `secrets` (name = value), `config` (key = value), `timeout_ms`, `memory_mb`, `fuel`.
     #[arg(skip)]
@@ -323,6 +342,8 @@ pub struct Config {
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
     /// (see [`Config::default_transport`]).
     pub transport: Option<String>,
+    /// Named transports, routes and destination limits, the older settings resolved in (`delivery.rs`).
+    pub delivery: DeliveryConfig,
     pub plugin_grants: std::collections::BTreeMap<String, PluginGrant>,
     /// Stripe, when both its secret key and webhook secret are set (docs/behaviour.md#billing).
     pub stripe: Option<StripeConfig>,
@@ -485,6 +506,10 @@ impl Settings {
             plugins_dir: self.plugins_dir.or(other.plugins_dir),
             plugin_cache_dir: self.plugin_cache_dir.or(other.plugin_cache_dir),
             transport: self.transport.or(other.transport),
+            delivery_give_up_after_secs: self.delivery_give_up_after_secs.or(other.delivery_give_up_after_secs),
+            transports: self.transports.or(other.transports),
+            routes: self.routes.or(other.routes),
+            destinations: self.destinations.or(other.destinations),
             plugin: self.plugin.or(other.plugin),
             stripe_secret_key: self.stripe_secret_key.or(other.stripe_secret_key),
             stripe_webhook_secret: self.stripe_webhook_secret.or(other.stripe_webhook_secret),
@@ -550,6 +575,13 @@ impl Settings {
         if transport.as_deref() == Some("smtp") && smtp_url.is_none() {
             return Err(ConfigError::Invalid("transport = \"smtp\" needs smtp_url".into()));
         }
+        let delivery = DeliverySettings {
+            give_up_after_secs: s.delivery_give_up_after_secs,
+            transports: s.transports,
+            routes: s.routes,
+            destinations: s.destinations,
+        }
+        .resolve(smtp_url.as_deref(), transport.as_deref())?;
         let system_from = match s.system_from.filter(|f| !f.trim().is_empty()) {
             Some(f) => f.trim().to_string(),
             None => format!("Herald <no-reply@{}>", mail_host(&public_url)),
@@ -606,6 +638,7 @@ impl Settings {
         let return_path_host = s.return_path_host.clone().filter(|h| !h.is_empty());
         let smtp = s.smtp.clone().resolve(return_path_host.as_deref().unwrap_or(&mail_host(&public_url)))?;
         Ok(Config {
+            delivery,
             smtp,
             oauth,
             stripe,
@@ -686,7 +719,18 @@ fn mail_host(public_url: &str) -> String {
 fn read_toml(path: &Path) -> Result<Settings, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })
+    toml::from_str(&text).map_err(|e| {
+        // toml's own text quotes the line under a caret, over several lines; a start-up error is one line.
+        let at = e.span().and_then(|s| text.get(..s.start)).map(|before| {
+            let start = before.rfind('\n').map_or(0, |i| i + 1);
+            let line = text[start..].lines().next().unwrap_or("").trim();
+            format!("line {} (`{line}`): ", before.matches('\n').count() + 1)
+        });
+        ConfigError::Parse {
+            path: path.display().to_string(),
+            message: format!("{}{}", at.unwrap_or_default(), e.message()),
+        }
+    })
 }
 
 impl Config {

@@ -13,6 +13,7 @@ pub mod images;
 pub mod import;
 pub mod inbound;
 pub mod return_path;
+pub mod routes;
 pub mod status;
 pub mod suppressions;
 pub mod templating;
