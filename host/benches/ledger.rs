@@ -79,6 +79,7 @@ fn email(id: &str) -> EmailRow {
         depth: None,
         attempts: None,
         next_attempt_at: None,
+        resent_at: None,
     }
 }
 

@@ -138,11 +138,11 @@ async fn a_relay_down_for_a_minute_loses_nothing_and_gets_everything_once_within
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_destination_that_refuses_for_now_holds_up_no_other() {
+async fn a_destination_that_refuses_for_now_is_slowed_then_paused_and_holds_up_no_other() {
     let relay = Relay::start(Rules { tempfail_domains: vec!["slow.test".into()], ..Default::default() }).await;
     let e = env(&relay, |_| {}).await;
     let mut slow = Vec::new();
-    for i in 0..10 {
+    for i in 0..30 {
         slow.push(send_to(&e, &format!("s{i}@slow.test")).await);
     }
     let started = Instant::now();
@@ -155,12 +155,20 @@ async fn a_destination_that_refuses_for_now_holds_up_no_other() {
         until(5, "SENT", || async { status(&e, id).await == "SENT" }).await;
     }
     for id in &slow {
-        assert_eq!(status(&e, id).await, "DEFERRED");
+        until(10, "deferred", || async { status(&e, id).await == "DEFERRED" }).await;
         let row = e.s.state.store.email(&e.p.id, id).await.unwrap().unwrap();
-        assert!(row.error.as_deref().unwrap_or("").contains("Greylisted"), "{:?}", row.error);
+        let why = row.error.as_deref().unwrap_or("");
+        assert!(why.contains("Greylisted") || why.contains("slow.test is paused"), "{why}");
         assert!(row.next_attempt_at.is_some(), "a refused email is tried again on its schedule");
     }
     assert!(relay.accepted().iter().all(|a| a.rcpt.ends_with("@fast.test")));
+    // Each refusal halved what slow.test may have at once, and five in a row paused it: the rest of its
+    // thirty emails were deferred to the pause's end without being offered.
+    let refused = relay.refused();
+    eprintln!("slow.test refused {} of its 30 emails before its pause", refused.len());
+    assert!((5..30).contains(&refused.len()), "{} refusals", refused.len());
+    let paused = e.s.state.store.email(&e.p.id, slow.last().unwrap()).await.unwrap().unwrap();
+    assert!(paused.error.as_deref().unwrap_or("").contains("paused"), "{:?}", paused.error);
     // The transport itself is up: the refusals were the destination's.
     assert_eq!(e.s.state.delivery.breakers.down("smtp"), None);
     e.s.stop().await;

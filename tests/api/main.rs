@@ -23,6 +23,7 @@ mod crash;
 mod crash_workflows;
 mod dashboard;
 mod delivery_control;
+mod delivery_routes;
 mod disk_full;
 mod domains;
 mod foundation;

@@ -4,7 +4,8 @@
 //! chose, so a restart listens where the first one did.
 //!
 //! It keeps every message it accepts as a file in its folder (so what a killed relay took is still
-//! counted), answers `451` to every recipient of the domains in `tempfail_domains`, and waits
+//! counted), answers `451` to every recipient of the domains in `tempfail_domains` (and notes each
+//! refusal), and waits
 //! `delay_ms` before each `250` to DATA (a relay that takes its time).
 
 #![allow(dead_code)]
@@ -87,6 +88,11 @@ impl Relay {
         panic!("the relay process never greeted on port {}", self.port);
     }
 
+    /// Changes how the relay behaves from its next start.
+    pub fn set_rules(&mut self, rules: Rules) {
+        self.rules = rules;
+    }
+
     /// `kill -9`: the process and every connection it had are gone.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -109,6 +115,12 @@ impl Relay {
             out.push(Accepted { rcpt, message_id });
         }
         out
+    }
+
+    /// The recipients refused with `451`, one per refusal.
+    pub fn refused(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(self.dir.join("refused.log")).unwrap_or_default();
+        text.lines().map(str::to_string).collect()
     }
 
     /// How many times each Message-ID was accepted.
@@ -174,6 +186,9 @@ async fn session(
             let rcpt = line[8..].trim().trim_matches(['<', '>']).to_string();
             let domain = rcpt.rsplit_once('@').map(|(_, d)| d.to_ascii_lowercase()).unwrap_or_default();
             if tempfail.contains(&domain) {
+                use std::io::Write;
+                let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("refused.log"));
+                let _ = log.and_then(|mut f| writeln!(f, "{rcpt}"));
                 "451 4.7.1 Greylisted, please try again later\r\n".into()
             } else {
                 to.push(rcpt);

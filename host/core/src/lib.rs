@@ -149,11 +149,7 @@ impl Core {
                 async move { domains.check_all(&ctx.store, ctx.clock.now_ms()).await.map(|_| ()).map_err(|e| e.to_string()) }
             });
         }
-        let mut transports = std::collections::BTreeMap::new();
-        transports.insert("file".to_string(), delivery::Transport::File(config.mail_dir.clone()));
-        if let Some(url) = &config.smtp_url {
-            transports.insert("smtp".to_string(), delivery::Transport::smtp(url).map_err(BuildError::Transport)?);
-        }
+        let transports = delivery::routing::transports(&config).map_err(BuildError::Transport)?;
         let plugins = plugins::PluginHost::new(
             plugins::Options {
                 dir: config.plugins_dir.clone(),
@@ -171,6 +167,8 @@ impl Core {
             config.return_path_host.clone().map(|host| (host, security::derive_key(&secret, "herald-return-path-v1")));
         let delivery = Arc::new(delivery::Delivery {
             transports,
+            routing: delivery::routing::Routing::new(&config, clock.clone()),
+            pacing: delivery::pacing::Pacing::new(config.delivery.destinations.clone(), clock.clone()),
             default_transport: config.default_transport(),
             plugins: plugins.clone(),
             signers: Default::default(),
@@ -181,7 +179,7 @@ impl Core {
             handovers: delivery::handover::Handovers::new(delivery::HANDOVERS, ledger),
             return_path: return_path.clone(),
             breakers: Default::default(),
-            give_up_after_ms: domain::deferral::DEFAULT_GIVE_UP_AFTER_SECS * 1000,
+            give_up_after_ms: config.delivery.give_up_after_ms,
             wake: Default::default(),
         });
         delivery.register(&mut registry);

@@ -262,6 +262,7 @@ fn any_subject_and_sender_name_survive_the_message_and_come_back_from_a_parser()
             depth: None,
             attempts: None,
             next_attempt_at: None,
+            resent_at: None,
         };
         let Ok(raw) = crate::services::delivery::build_message(&e, 1_800_000_000_000) else { continue };
         let m = mail_parser::MessageParser::default().parse(&raw).expect("a message Herald built parses");

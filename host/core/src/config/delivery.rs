@@ -19,7 +19,7 @@ use crate::domain::routes::{DomainPattern, MailClass, Route};
 use herald_plugin_runtime::manifest::valid_name as valid_plugin_name;
 
 /// Default of `delivery_give_up_after_secs`: 72 hours.
-pub const GIVE_UP_AFTER_SECS: u64 = 72 * 3600;
+pub const GIVE_UP_AFTER_SECS: u64 = crate::domain::deferral::DEFAULT_GIVE_UP_AFTER_SECS as u64;
 /// Longest `delivery_give_up_after_secs`: 30 days.
 pub const MAX_GIVE_UP_AFTER_SECS: u64 = 30 * 24 * 3600;
 

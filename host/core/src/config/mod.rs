@@ -16,7 +16,8 @@ use serde::Deserialize;
 mod delivery;
 mod smtp;
 pub use delivery::{
-    DeliveryConfig, DeliverySettings, Limits, RouteSettings, TransportSettings, TransportSpec, TransportTarget,
+    DeliveryConfig, DeliverySettings, FILE, Limits, RouteSettings, SMTP, TransportSettings, TransportSpec,
+    TransportTarget,
 };
 pub use smtp::{SmtpConfig, SmtpSettings};
 

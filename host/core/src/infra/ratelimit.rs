@@ -86,14 +86,20 @@ impl SendThrottle {
 
     /// Takes a token for `project` if one is there; otherwise answers how many ms until one is.
     pub fn try_take(&self, project: &str) -> Result<(), u64> {
-        if self.per_second == 0 {
+        self.try_take_at(project, self.per_second)
+    }
+
+    /// Takes a token for `key` from a bucket of `per_second` (0: no limit) if one is there; otherwise
+    /// answers how many ms until one is. For keys of different rates (a transport, a destination).
+    pub fn try_take_at(&self, key: &str, per_second: u32) -> Result<(), u64> {
+        if per_second == 0 {
             return Ok(());
         }
-        let cap = f64::from(self.per_second);
+        let cap = f64::from(per_second);
         let rate_per_ms = cap / 1000.0;
         let now = self.clock.now_ms();
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let b = buckets.entry(project.to_string()).or_insert(Bucket { tokens: cap, updated_ms: now });
+        let b = buckets.entry(key.to_string()).or_insert(Bucket { tokens: cap, updated_ms: now });
         b.tokens = (b.tokens + (now - b.updated_ms).max(0) as f64 * rate_per_ms).min(cap);
         b.updated_ms = now;
         if b.tokens >= 1.0 {

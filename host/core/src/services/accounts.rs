@@ -162,12 +162,14 @@ pub async fn membership(st: &Context, project: &str, user: &str) -> Result<Optio
 
 /// Transports a project may pick: the built-ins this server can use and the loaded transport plugins.
 pub fn available_transports(st: &Context) -> Vec<String> {
-    let mut t = Vec::new();
+    let mut t: Vec<String> = st.config.delivery.transports.keys().cloned().collect();
     if st.config.smtp_url.is_some() {
-        t.push("smtp".to_string());
+        t.push(crate::config::SMTP.to_string());
     }
-    t.push("file".to_string());
+    t.push(crate::config::FILE.to_string());
     t.extend(st.plugins.transports());
+    t.sort_unstable();
+    t.dedup();
     t
 }
 

@@ -221,6 +221,7 @@ impl Composer {
             depth: None,
             attempts: None,
             next_attempt_at: None,
+            resent_at: None,
         })
     }
 }

@@ -299,6 +299,7 @@ mod tests {
             depth: None,
             attempts: None,
             next_attempt_at: None,
+            resent_at: None,
         }
     }
 

@@ -50,6 +50,16 @@ pub struct EmailRow {
     /// When a deferred email is tried next; None while it waits for its transport to come back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt_at: Option<i64>,
+    /// When a FAILED campaign email was sent again (its give-up window counts from then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resent_at: Option<i64>,
+}
+
+impl EmailRow {
+    /// When the email's give-up window began: when it was written, or sent again.
+    pub fn window_start(&self) -> i64 {
+        self.resent_at.unwrap_or(self.created_at).max(self.created_at)
+    }
 }
 
 /// The recorded outcome of one delivery.
@@ -94,7 +104,7 @@ pub const CANCELLED_REASON: &str = "the campaign was cancelled before this email
 
 const FIELDS: &str = "record::id(id) AS id, project, contact, recipient, recipient_name, from, from_name, reply_to, \
      subject, kind, template, campaign, message_id, status, error, sent_at, created_at, updated_at, depth, attempts, \
-     next_attempt_at";
+     next_attempt_at, resent_at";
 
 /// An email's message, kept in `email_body` under the email's id (written once, never updated).
 #[derive(Serialize, Deserialize)]
@@ -421,8 +431,8 @@ impl Store {
         if !other.is_empty() {
             sql.push_str(
                 "FOR $o IN $other { UPDATE type::record('email', $o.id) SET status = $o.status, error = $o.error,
-                    next_attempt_at = NONE, updated_at = $now WHERE status IN ['PENDING', 'SENDING', 'DEFERRED']
-                    RETURN NONE; };\n",
+                    next_attempt_at = NONE, attempts = attempts ?? 0, updated_at = $now
+                    WHERE status IN ['PENDING', 'SENDING', 'DEFERRED'] RETURN NONE; };\n",
             );
         }
         // The gates of the campaigns claimed or deferred for (a locked read, see above).

@@ -70,19 +70,33 @@ pub(super) fn deferred_event(e: &EmailRow, o: &DeliveryOutcome, deadline: i64, n
     events
 }
 
+/// How an email came to be deferred.
+pub(super) enum Deferred {
+    /// An attempt failed: the next comes on the schedule.
+    Attempted,
+    /// Not attempted: it waits for its transports (its window's end at the latest).
+    Waiting,
+    /// Not attempted: its destination is paused until this moment (ms).
+    Until(i64),
+}
+
 /// The outcome of an email whose hand-over failed for now, at `now`: DEFERRED to its next attempt, or
-/// FAILED when its window has ended. `waits`: it also goes when its transports are back. The first
+/// FAILED when its window has ended. `waits`: it also goes when these transports are back. The first
 /// deferral writes `email.deferred`.
 pub(super) fn defer_or_fail(
     e: &EmailRow,
     reason: &str,
-    attempted: bool,
+    how: Deferred,
     waits: Vec<String>,
     deadline: i64,
     now: i64,
 ) -> (DeliveryOutcome, Vec<Event>, Done) {
-    let failed = e.attempts.unwrap_or(0) + i64::from(attempted);
-    let next = if attempted { deferral::after_failure(failed, now, deadline) } else { Next::At(deadline) };
+    let attempted = matches!(how, Deferred::Attempted);
+    let next = match how {
+        Deferred::Attempted => deferral::after_failure(e.attempts.unwrap_or(0) + 1, now, deadline),
+        Deferred::Waiting => Next::At(deadline),
+        Deferred::Until(at) => Next::At(at.min(deadline)),
+    };
     match next {
         Next::GiveUp => {
             let o = outcome(e, EmailStatus::Failed, Some(reason.to_string()), None);
@@ -90,7 +104,7 @@ pub(super) fn defer_or_fail(
         }
         Next::At(at) => {
             // Waiting for a transport: no time of its own, but the window's end.
-            let next = if attempted { Some(at) } else { None };
+            let next = if waits.is_empty() || attempted { Some(at) } else { None };
             let o = deferral(e, reason, next, attempted);
             let first = e.status != EmailStatus::Deferred;
             let events = if first { deferred_event(e, &o, deadline, now) } else { vec![] };
@@ -125,6 +139,23 @@ impl Delivery {
                 Err(ms) => tokio::time::sleep(Duration::from_millis(ms).min(GATE_POLL)).await,
             }
         }
+        // Its destination's pace: a share of hand-overs at once and a rate, or a pause after repeated
+        // refusals, which defers it without an attempt (`pacing.rs`).
+        let domain = crate::domain::routes::domain_of(&e.recipient).to_ascii_lowercase();
+        let deadline = deferral::deadline(e.window_start(), self.give_up_after_ms);
+        let _pace = match self.pacing.admit(&domain, closed).await {
+            super::pacing::Admit::Go(permit) => permit,
+            super::pacing::Admit::Paused(until) => {
+                let why = format!("{domain} is paused after repeated temporary refusals");
+                let why = match &e.error {
+                    Some(last) => format!("{why} ({last})"),
+                    None => why,
+                };
+                let (o, ev, done) = defer_or_fail(e, &why, Deferred::Until(until), vec![], deadline, clock.now_ms());
+                self.ledger.record(vec![o], ev, false).await?;
+                return Ok(done);
+            }
+        };
         // An email of a cancelled campaign is claimed at once, which cancels it: no throttle token, slot or
         // session is spent on it. (Should the gate be open again, a new run of the campaign, the claim
         // holds and the email goes the normal way.)
@@ -155,6 +186,8 @@ impl Delivery {
                 sent = Some(Err(SendError::Unreachable(why)));
                 continue;
             }
+            // The transport's own limits; a cancel seen meanwhile stops the wait (the claim cancels it).
+            let _admitted = self.routing.admit(t, closed).await;
             let session = match self.session(t).await {
                 Ok(s) => s,
                 Err(err) => {
@@ -186,8 +219,14 @@ impl Delivery {
             }
             session_slot = None;
         }
+        match &sent {
+            Some(Ok(_)) => self.pacing.accepted(&domain),
+            Some(Err(SendError::Transient(_))) => {
+                self.pacing.refused(&domain);
+            }
+            _ => {}
+        }
         let now = clock.now_ms();
-        let deadline = deferral::deadline(e.created_at, self.give_up_after_ms);
         let waits = || transports.to_vec();
         let (outcome, events, done) = match sent {
             Some(Ok(pid)) => {
@@ -206,15 +245,15 @@ impl Delivery {
                 (outcome(e, EmailStatus::Uncertain, Some(why), None), vec![], Done::Settled)
             }
             // Every transport down: the email waits for them, its attempts not counted.
-            None => defer_or_fail(e, "no transport is up", false, waits(), deadline, now),
+            None => defer_or_fail(e, "no transport is up", Deferred::Waiting, waits(), deadline, now),
             Some(Err(SendError::Unreachable(msg) | SendError::RateLimited(msg, _))) => {
-                defer_or_fail(e, &msg, false, waits(), deadline, now)
+                defer_or_fail(e, &msg, Deferred::Waiting, waits(), deadline, now)
             }
             // The connection broke: tried on its schedule, and as soon as the transport answers again.
-            Some(Err(SendError::Broken(msg))) => defer_or_fail(e, &msg, true, waits(), deadline, now),
+            Some(Err(SendError::Broken(msg))) => defer_or_fail(e, &msg, Deferred::Attempted, waits(), deadline, now),
             // Refused for now (or an uncertain transactional hand-over, sent again with its Message-ID).
             Some(Err(SendError::Transient(msg) | SendError::Uncertain(msg))) => {
-                defer_or_fail(e, &msg, true, vec![], deadline, now)
+                defer_or_fail(e, &msg, Deferred::Attempted, vec![], deadline, now)
             }
         };
         let outcomes = vec![outcome];
@@ -272,6 +311,7 @@ impl Delivery {
         match self.transports.get(transport) {
             Some(t @ Transport::File(_)) => (t.send(&e.from, &e.recipient, id, &raw).await.map(|_| None), None),
             Some(Transport::Smtp(_)) => (Err(SendError::Unreachable("no SMTP session".into())), None),
+            Some(Transport::Plugin(plugin)) => (self.send_plugin(plugin, e, id, raw).await, None),
             None => (self.send_plugin(transport, e, id, raw).await, None),
         }
     }

@@ -122,6 +122,8 @@ impl Breakers {
             d.probing = false;
             d.reason = reason.to_string();
         }
+        // The watch plans the next probe.
+        self.changed.notify_one();
     }
 
     /// `transport` answers again.
@@ -142,7 +144,21 @@ impl Breakers {
     }
 }
 
+/// What a project sees of delivery: its deferred emails and the transports as this process sees them.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub deferred: i64,
+    pub transports: Vec<TransportState>,
+}
+
 impl super::Delivery {
+    /// The project's deferred emails and every transport's state in this process (docs/delivery.md).
+    pub async fn status(&self, store: &crate::store::Store, project: &str) -> Result<Status, crate::store::StoreError> {
+        let deferred = store.deferred_emails_of(Some(project)).await?;
+        let names = self.transport_names();
+        Ok(Status { deferred, transports: self.breakers.states(names.iter().map(String::as_str)) })
+    }
+
     /// Every transport name this process knows: its own, the default, and the loaded transport plugins.
     fn transport_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.transports.keys().cloned().collect();
@@ -196,11 +212,15 @@ impl super::Delivery {
     /// Whether a transport answers: an SMTP session opened and closed; the file transport always; a
     /// transport plugin when it is loaded (its next call says more).
     pub async fn probe(&self, transport: &str) -> Result<(), String> {
-        match self.transports.get(transport) {
-            Some(super::Transport::Smtp(pool)) => pool.probe().await,
-            Some(super::Transport::File(_)) => Ok(()),
-            None if self.plugins.transports().iter().any(|t| t == transport) => Ok(()),
-            None => Err(format!("no loaded transport plugin is called {transport}")),
+        let plugin = match self.transports.get(transport) {
+            Some(super::Transport::Smtp(pool)) => return pool.probe().await,
+            Some(super::Transport::File(_)) => return Ok(()),
+            Some(super::Transport::Plugin(p)) => p.as_str(),
+            None => transport,
+        };
+        match self.plugins.transports().iter().any(|t| t == plugin) {
+            true => Ok(()),
+            false => Err(format!("no loaded transport plugin is called {plugin}")),
         }
     }
 

@@ -36,10 +36,12 @@ pub mod breaker;
 pub mod handover;
 pub mod ledger;
 mod message;
+pub mod pacing;
+pub mod routing;
 pub mod smtp;
 mod transport;
 
-use attempt::{defer_or_fail, event, outcome};
+use attempt::{Deferred, defer_or_fail, event, outcome};
 pub use message::{StoredAttachment, build_message};
 pub use transport::{SendError, Transport};
 
@@ -48,9 +50,13 @@ pub type SignerEntry = (String, Arc<crate::infra::dkim::Signer>);
 
 /// Delivery with its dependencies.
 pub struct Delivery {
-    /// The transports by name but the plugins': `file`, and `smtp` when the server has an SMTP URL. A
-    /// name not here is a transport plugin's.
+    /// The transports by name (`routing::transports`): `file`, `smtp` when the server has an SMTP URL,
+    /// the named ones of `herald.toml`. A name not here is a transport plugin's.
     pub transports: BTreeMap<String, Transport>,
+    /// The routes and each transport's limits.
+    pub routing: routing::Routing,
+    /// Each recipient domain's pace (`pacing.rs`).
+    pub pacing: Arc<pacing::Pacing>,
     /// `smtp`, `file` or a transport plugin's name, for projects that have not picked one.
     pub default_transport: String,
     pub plugins: Arc<crate::plugins::PluginHost>,
@@ -211,15 +217,21 @@ impl Delivery {
     }
 
     /// The transports of an email, in failover order: the project's own transport when it picked one,
-    /// else the server's default.
+    /// else its route's (`routing.rs`).
     async fn transports_of(&self, store: &crate::store::Store, e: &EmailRow) -> Result<Vec<String>, String> {
-        let setting = store.project_cached(&e.project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
-        Ok(vec![setting.unwrap_or_else(|| self.default_transport.clone())])
+        let choice = store.project_cached(&e.project).await.map_err(|e| e.to_string())?.and_then(|p| p.transport);
+        Ok(self.routing.transports_of(e, choice))
     }
 
-    /// The transport of Herald's own mail (no project): SMTP when the server has it, else the files.
+    /// The transport of Herald's own mail (no project): the first SMTP or file transport of the
+    /// `system` route, else SMTP when the server has it, else the files.
     pub fn system_transport(&self) -> Option<&Transport> {
-        self.transports.get("smtp").or_else(|| self.transports.get("file"))
+        let routed = self.routing.system_transports().into_iter().filter_map(|t| self.transports.get(&t));
+        routed
+            .into_iter()
+            .find(|t| matches!(t, Transport::Smtp(_) | Transport::File(_)))
+            .or_else(|| self.transports.get("smtp"))
+            .or_else(|| self.transports.get("file"))
     }
 
     /// Delivers a batch: one read of the emails, the messages built and signed, then each email handed
@@ -297,7 +309,7 @@ impl Delivery {
         let mut early: Vec<Option<Done>> = vec![None; items.len()];
         let (mut settled, mut events): (Vec<DeliveryOutcome>, Vec<Event>) = (Vec::new(), Vec::new());
         let now = clock.now_ms();
-        let deadline = |e: &EmailRow| deferral::deadline(e.created_at, self.give_up_after_ms);
+        let deadline = |e: &EmailRow| deferral::deadline(e.window_start(), self.give_up_after_ms);
         let mut todo: Vec<Option<&EmailRow>> = todo
             .into_iter()
             .enumerate()
@@ -350,7 +362,7 @@ impl Delivery {
                 let why = format!("its transport is down: {}", down.join("; "));
                 // Already waiting for its transport: nothing to write.
                 let waiting = e.status == EmailStatus::Deferred && e.next_attempt_at.is_none();
-                let (o, ev, done) = defer_or_fail(e, &why, false, transports, deadline(e), now);
+                let (o, ev, done) = defer_or_fail(e, &why, Deferred::Waiting, transports, deadline(e), now);
                 if !waiting || o.status != EmailStatus::Deferred {
                     settled.push(o);
                     events.extend(ev);

@@ -9,7 +9,10 @@
 //!
 //! At most [`SESSIONS`] messages are in flight; a session is reused while it works, a session idle
 //! longer than [`IDLE`] is closed, and one idle longer than [`PROBE_AFTER`] must answer a `NOOP` first
-//! (a relay may close idle sessions at any time).
+//! (a relay may close idle sessions at any time). A session whose relay closed its socket meanwhile (it
+//! stopped or restarted) is seen closed before it is reused, by a look at the socket that costs no
+//! round trip, so a message never goes to a dead session (where it could only fail without saying
+//! whether it was taken).
 
 use std::time::{Duration, Instant};
 
@@ -98,14 +101,15 @@ impl Relay {
         Ok(Relay { host, port: u.port().unwrap_or(default_port), tls, credentials, hello, timeout, send_timeout })
     }
 
-    async fn connect(&self) -> Result<AsyncSmtpConnection, SendError> {
+    async fn connect(&self) -> Result<(AsyncSmtpConnection, Option<Watch>), SendError> {
         tokio::time::timeout(self.timeout, self.open()).await.map_err(|_| {
             SendError::Unreachable(format!("opening an SMTP session to {}:{} timed out", self.host, self.port))
         })?
     }
 
-    async fn open(&self) -> Result<AsyncSmtpConnection, SendError> {
+    async fn open(&self) -> Result<(AsyncSmtpConnection, Option<Watch>), SendError> {
         let params = || TlsParameters::new(self.host.clone()).map_err(classify);
+        let mut watch = None;
         let mut conn = if self.tls == Tls::Implicit {
             AsyncSmtpConnection::connect_tokio1(
                 (self.host.as_str(), self.port),
@@ -121,6 +125,8 @@ impl Relay {
                 .await
                 .map_err(|e| SendError::Unreachable(format!("cannot connect to {}:{}: {e}", self.host, self.port)))?;
             tcp.set_nodelay(true).map_err(|e| SendError::Unreachable(e.to_string()))?;
+            let (tcp, w) = watched(tcp).map_err(|e| SendError::Unreachable(e.to_string()))?;
+            watch = w;
             let mut conn =
                 AsyncSmtpConnection::connect_with_transport(Box::new(tcp), &self.hello).await.map_err(classify)?;
             match self.tls {
@@ -135,8 +141,27 @@ impl Relay {
         if let Some(c) = &self.credentials {
             conn.auth(&[Mechanism::Plain, Mechanism::Login], c).await.map_err(classify)?;
         }
-        Ok(conn)
+        Ok((conn, watch))
     }
+}
+
+/// A second handle on a session's socket, to see whether the relay closed it while it sat idle.
+struct Watch(std::net::TcpStream);
+
+impl Watch {
+    /// Whether the socket is still open with nothing unread: a look at it without waiting (the socket
+    /// is non-blocking). End of stream (the relay closed it), an error, or bytes nobody asked for (a
+    /// relay's parting `421`) all mean it is not to be reused.
+    fn open(&self) -> bool {
+        matches!(self.0.peek(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+}
+
+/// The socket with a watch on it (a duplicate of its descriptor).
+fn watched(tcp: tokio::net::TcpStream) -> std::io::Result<(tokio::net::TcpStream, Option<Watch>)> {
+    let std = tcp.into_std()?;
+    let watch = std.try_clone().ok().map(Watch);
+    Ok((tokio::net::TcpStream::from_std(std)?, watch))
 }
 
 /// A failure to open a session, as the relay's own.
@@ -182,13 +207,18 @@ fn classify(e: lettre::transport::smtp::Error) -> SendError {
 /// The pool.
 pub struct Pool {
     relay: Relay,
-    idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
+    idle: Mutex<Vec<(AsyncSmtpConnection, Instant, Option<Watch>)>>,
     slots: Semaphore,
 }
 
 impl Pool {
     pub fn new(relay: Relay) -> Pool {
-        Pool { relay, idle: Mutex::new(Vec::new()), slots: Semaphore::new(SESSIONS) }
+        Pool::with_sessions(relay, SESSIONS)
+    }
+
+    /// A pool of at most `sessions` sessions (a transport's `max_connections`; at least one).
+    pub fn with_sessions(relay: Relay, sessions: usize) -> Pool {
+        Pool { relay, idle: Mutex::new(Vec::new()), slots: Semaphore::new(sessions.max(1)) }
     }
 
     /// Sends one message: 5xx is permanent, anything else temporary (see [`Session::send`]).
@@ -203,35 +233,35 @@ impl Pool {
     /// message's: [`SendError::Unreachable`].
     pub async fn session(&self) -> Result<Session<'_>, SendError> {
         let slot = self.slots.acquire().await.map_err(|_| SendError::Unreachable("the SMTP pool is closed".into()))?;
-        let conn = match self.reusable().await {
+        let (conn, watch) = match self.reusable().await {
             Some(c) => c,
             None => self.relay.connect().await.map_err(unreachable)?,
         };
-        Ok(Session { pool: self, conn, slot })
+        Ok(Session { pool: self, conn, watch, slot })
     }
 
     /// Whether the relay answers: a session opened (greeting, EHLO, STARTTLS, AUTH) and closed with
     /// `QUIT`, outside the pool's slots.
     pub async fn probe(&self) -> Result<(), String> {
-        let mut conn = self.relay.connect().await.map_err(|e| e.reason().to_string())?;
+        let (mut conn, _) = self.relay.connect().await.map_err(|e| e.reason().to_string())?;
         let _ = tokio::time::timeout(self.relay.timeout, conn.quit()).await;
         Ok(())
     }
 
     /// The most recently used idle session that still answers, closing the stale ones on the way.
-    async fn reusable(&self) -> Option<AsyncSmtpConnection> {
+    async fn reusable(&self) -> Option<(AsyncSmtpConnection, Option<Watch>)> {
         loop {
-            let (mut conn, at) = self.idle.lock().await.pop()?;
+            let (mut conn, at, watch) = self.idle.lock().await.pop()?;
             let idle = at.elapsed();
-            if idle >= IDLE || conn.has_broken() {
+            if idle >= IDLE || conn.has_broken() || watch.as_ref().is_some_and(|w| !w.open()) {
                 conn.abort().await;
                 continue;
             }
             if idle < PROBE_AFTER {
-                return Some(conn);
+                return Some((conn, watch));
             }
             match tokio::time::timeout(self.relay.timeout, conn.test_connected()).await {
-                Ok(true) => return Some(conn),
+                Ok(true) => return Some((conn, watch)),
                 Ok(false) => conn.abort().await,
                 Err(_) => {} // no answer: dropped, which closes the socket
             }
@@ -243,6 +273,7 @@ impl Pool {
 pub struct Session<'a> {
     pool: &'a Pool,
     conn: AsyncSmtpConnection,
+    watch: Option<Watch>,
     slot: tokio::sync::SemaphorePermit<'a>,
 }
 
@@ -267,7 +298,7 @@ impl<'a> Session<'a> {
         if self.conn.has_broken() {
             self.conn.abort().await;
         } else {
-            self.pool.idle.lock().await.push((self.conn, Instant::now()));
+            self.pool.idle.lock().await.push((self.conn, Instant::now(), self.watch));
         }
         (result.map(|_| ()).map_err(classify), SessionSlot(self.slot))
     }
@@ -349,6 +380,58 @@ mod tests {
                 assert!(started.elapsed() < Duration::from_secs(2));
             }
             assert!(pool.idle.lock().await.is_empty(), "a session that timed out is never reused");
+        }
+    }
+
+    /// A loopback relay that takes one message per connection and then closes it (as a relay that
+    /// stops or restarts closes its sessions); answers how many connections it had.
+    async fn one_message_relay() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let (r, mut w) = sock.into_split();
+                    let mut lines = BufReader::new(r).lines();
+                    w.write_all(b"220 once.test ESMTP\r\n").await.unwrap();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        let reply: &[u8] = match line.to_uppercase().as_str() {
+                            l if l.starts_with("EHLO") => b"250 once.test\r\n",
+                            "DATA" => {
+                                w.write_all(b"354 go\r\n").await.unwrap();
+                                while let Ok(Some(l)) = lines.next_line().await {
+                                    if l == "." {
+                                        break;
+                                    }
+                                }
+                                w.write_all(b"250 taken\r\n").await.unwrap();
+                                return; // closes the connection
+                            }
+                            _ => b"250 ok\r\n",
+                        };
+                        w.write_all(reply).await.unwrap();
+                    }
+                });
+            }
+        });
+        (port, connections)
+    }
+
+    #[tokio::test]
+    async fn a_session_its_relay_closed_is_never_given_a_message() {
+        let (port, connections) = one_message_relay().await;
+        let pool = Pool::new(Relay::parse(&format!("smtp://127.0.0.1:{port}")).unwrap());
+        let envelope = Envelope::new(Some("a@x.test".parse().unwrap()), vec!["b@y.test".parse().unwrap()]).unwrap();
+        for n in 1..=3 {
+            // Well within the idle time after which a pooled session is probed with NOOP.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let r = pool.send(&envelope, b"Subject: x\r\n\r\nx\r\n").await;
+            assert_eq!(r, Ok(()), "message {n}");
+            assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), n, "a new session each time");
         }
     }
 

@@ -54,6 +54,9 @@ pub enum Transport {
     /// Writes `<message-id>.eml` files into a folder (the default without SMTP, so the quickstart works
     /// offline).
     File(PathBuf),
+    /// A transport plugin under another name (`[transports.NAME] plugin = "..."`): the delivery job calls
+    /// it with the structured message.
+    Plugin(String),
 }
 
 impl Transport {
@@ -62,9 +65,13 @@ impl Transport {
         Ok(Transport::Smtp(Box::new(smtp::Pool::new(smtp::Relay::parse(url)?))))
     }
 
+    /// Sends a built message (Herald's own mail, which goes to SMTP or files only).
     pub async fn send(&self, from: &str, to: &str, id: &str, raw: &[u8]) -> Result<(), SendError> {
         match self {
             Transport::Smtp(pool) => pool.send(&envelope(from, to)?, raw).await,
+            Transport::Plugin(name) => {
+                Err(SendError::Unreachable(format!("the transport plugin {name} takes no raw message here")))
+            }
             Transport::File(dir) => {
                 tokio::fs::create_dir_all(dir).await.map_err(|e| SendError::Transient(e.to_string()))?;
                 let tmp = dir.join(format!(".{id}.tmp"));
