@@ -320,6 +320,8 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/activity/recent-count", "get"),
         ("/activity/types", "get"),
         ("/activity/upcoming", "get"),
+        ("/campaigns/{id}/resend-failed", "post"),
+        ("/delivery/status", "get"),
         ("/analytics/timeseries", "get"),
         ("/analytics/top-campaigns", "get"),
         ("/analytics/campaign-stats", "get"),

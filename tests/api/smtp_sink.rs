@@ -31,7 +31,12 @@ pub struct SmtpSink {
 
 impl SmtpSink {
     pub async fn start(tempfails: usize) -> SmtpSink {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(0, tempfails).await
+    }
+
+    /// A sink on `port` of loopback (0: any free one), say where a relay that was down comes back.
+    pub async fn start_on(port: u16, tempfails: usize) -> SmtpSink {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let sink = SmtpSink {
             addr: listener.local_addr().unwrap(),
             messages: Arc::default(),

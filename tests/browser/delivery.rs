@@ -10,6 +10,7 @@ use serde_json::json;
 use crate::driver::Browser;
 use crate::harness::{Server, proj};
 use crate::http_sink;
+use crate::smtp_sink::SmtpSink;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suppressions_and_webhooks_are_managed_in_the_browser() {
@@ -70,5 +71,63 @@ async fn delivery() {
     b.wait_text("#webhook-list", "DISABLED").await;
     let list = p.secret.get("/webhooks").await.json;
     assert_eq!(list["data"][0]["enabled"], false, "{list}");
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_is_down_and_failed_campaign_mail_are_seen_and_handled_in_the_browser() {
+    tokio::time::timeout(Duration::from_secs(300), relay_down()).await.expect("took over 5 minutes");
+}
+
+async fn relay_down() {
+    // The relay is down when the email is sent: the delivery page shows its transport down and the
+    // email deferred, and both change once it is back.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut c = Config::for_tests();
+    c.smtp_url = Some(format!("smtp://127.0.0.1:{port}?timeout_secs=1"));
+    c.delivery.give_up_after_ms = 15_000;
+    let s = Server::start_with(c, None).await;
+    let p = proj(&s, "ops@shop.test").await;
+    let st = s.state.clone();
+    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+
+    let b = Browser::start(&s.base).await;
+    b.log_in("ops@shop.test", "password123").await;
+    b.click_text("nav a", "Delivery").await;
+    b.wait_text("#delivery-status", "smtp").await;
+    let r = p
+        .secret
+        .post("/v1/send", json!({ "to": "a@example.org", "from": "hi@shop.test", "subject": "s", "body": "b" }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    b.wait_text("#delivery-status", "DOWN").await;
+    b.wait_text("[data-stat=deferred] .value", "1").await;
+    b.shots("delivery-down").await;
+    let sink = SmtpSink::start_on(port, 2).await;
+    b.wait_text("#delivery-status", "UP").await;
+    b.wait_text("[data-stat=deferred] .value", "0").await;
+    sink.wait_for(1).await;
+
+    // A campaign whose two emails the relay refuses until their window ends: FAILED, then sent again
+    // from the campaign's page.
+    for to in ["tempfail1@example.org", "tempfail2@example.org", "ok@example.org"] {
+        assert!(p.secret.post("/contacts", json!({ "email": to, "subscribed": true })).await.status < 300);
+    }
+    let body =
+        json!({ "name": "Retry", "subject": "s", "body": "<p>b</p>", "from": "news@shop.test", "audienceType": "ALL" });
+    let cid = p.secret.post("/campaigns", body).await.json["data"]["id"].as_str().unwrap().to_string();
+    assert_eq!(p.secret.post(&format!("/campaigns/{cid}/send"), json!({})).await.status, 200);
+    b.goto(&format!("/app/campaigns/{cid}")).await;
+    b.wait_text("[data-stat=failed] .value", "2").await;
+    b.wait_text("[data-stat=sent] .value", "1").await;
+    b.shots("campaign-failed").await;
+    b.click("#resend-failed").await;
+    b.wait_text("dialog p", "Each contact whose email failed").await;
+    b.click_text("dialog button", "Resend 2").await;
+    b.wait_text("[data-stat=sent] .value", "3").await;
+    b.wait_text("[data-stat=failed] .value", "0").await;
+    let stats = p.secret.get(&format!("/campaigns/{cid}/stats")).await.json;
+    assert_eq!((stats["sentCount"].clone(), stats["failedCount"].clone()), (json!(3), json!(0)), "{stats}");
+    assert_eq!(sink.received().len(), 4, "the send, and the campaign's three once each");
     b.close().await;
 }

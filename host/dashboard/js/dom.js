@@ -56,10 +56,11 @@ export function num(n) {
 export function badge(text, tone) {
   const t = tone || ({
     VERIFIED: 'ok', SENT: 'ok', DELIVERED: 'ok', OPENED: 'ok', CLICKED: 'ok', ACTIVE: 'ok', completed: 'ok',
-    subscribed: 'ok', LOADED: 'ok', ENABLED: 'ok',
+    subscribed: 'ok', LOADED: 'ok', ENABLED: 'ok', UP: 'ok',
     PENDING: 'warn', SCHEDULED: 'warn', SENDING: 'warn', WARNING: 'warn', queued: 'warn', active: 'warn',
+    DEFERRED: 'warn',
     BOUNCED: 'bad', COMPLAINED: 'bad', FAILED: 'bad', SUSPENDED: 'bad', failed: 'bad', CANCELLED: 'bad',
-    unsubscribed: 'bad', ERROR: 'bad',
+    unsubscribed: 'bad', ERROR: 'bad', DOWN: 'bad',
   })[text] || 'plain';
   return h('span.badge', { class: `tone-${t}` }, text);
 }

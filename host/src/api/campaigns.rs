@@ -117,6 +117,24 @@ pub struct SendOut {
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[salvo(schema(rename_all = "camelCase"))]
+pub struct ResendData {
+    id: String,
+    status: String,
+    /// emails sent again: those whose delivery had failed, each once
+    resent: usize,
+}
+
+/// `{ success, data: { id, status, resent }, message }`: the resend-failed response.
+#[derive(Serialize, ToSchema)]
+pub struct ResendOut {
+    success: bool,
+    data: ResendData,
+    message: String,
+}
+
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[salvo(schema(rename_all = "camelCase"))]
 pub struct CampaignPage {
     data: Vec<CampaignOut>,
     total: i64,
@@ -223,6 +241,7 @@ pub fn router() -> Router {
         .push(Router::with_path("{id}/duplicate").post(duplicate_campaign))
         .push(Router::with_path("{id}/send").post(send_campaign))
         .push(Router::with_path("{id}/cancel").post(cancel_campaign))
+        .push(Router::with_path("{id}/resend-failed").post(resend_failed))
         .push(Router::with_path("{id}/test").post(test_campaign))
         .push(Router::with_path("{id}/stats").get(campaign_stats))
         .push(Router::with_path("{id}/timeseries").get(campaign_timeseries))
@@ -532,6 +551,28 @@ pub async fn cancel_campaign(id: PathParam<String>, depot: &mut Depot) -> Result
         let ctx = project(depot)?;
         let c = st.campaigns.cancel(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
         Reply::ok(&CampaignOut::from(&c))
+    })
+}
+
+/// Sends the campaign again to each contact whose email of it ended FAILED (delivery gave up on it),
+/// once each: the same email back to PENDING with a fresh give-up window; a SENT campaign is SENDING
+/// until they settle. 409 unless the campaign is SENDING or SENT.
+#[endpoint(tags("campaigns"), security(("bearer" = [])), responses((status_code = 200, body = ResendOut)))]
+pub async fn resend_failed(id: PathParam<String>, depot: &mut Depot) -> Result<Reply, ApiError> {
+    boxed!({
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let (c, resent) =
+            st.campaigns.resend_failed(&ctx.project_id, &id.into_inner()).await.map_err(campaign_error)?;
+        Reply::ok(&ResendOut {
+            success: true,
+            data: ResendData { id: c.id, status: c.status.to_string(), resent },
+            message: match resent {
+                0 => "No failed email to send again".to_string(),
+                1 => "1 failed email is being sent again".to_string(),
+                n => format!("{n} failed emails are being sent again"),
+            },
+        })
     })
 }
 

@@ -27,6 +27,7 @@ pub mod campaigns;
 pub mod contact_jobs;
 pub mod contacts;
 pub mod dashboard;
+pub mod delivery;
 pub mod document;
 pub mod domains;
 pub mod errors;
@@ -168,6 +169,7 @@ pub fn api_router() -> Router {
         .push(workflows::router())
         .push(send::router())
         .push(suppressions::router())
+        .push(delivery::router())
         .push(notifications::router())
         .push(plugins::router())
         .push(uploads::router())

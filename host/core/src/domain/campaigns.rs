@@ -22,16 +22,19 @@ pub enum Action {
     Send,
     /// cancel: SCHEDULED or SENDING.
     Cancel,
+    /// resend-failed: SENDING or SENT (docs/delivery.md#resending-what-failed).
+    ResendFailed,
 }
 
 /// Whether `action` is allowed in `status`; otherwise the reason (a 409's message).
 pub fn allowed(action: Action, status: CampaignStatus) -> Result<(), String> {
-    use CampaignStatus::{Draft, Scheduled, Sending};
+    use CampaignStatus::{Draft, Scheduled, Sending, Sent};
     let ok = match action {
         Action::Replace => matches!(status, Draft | Scheduled),
         Action::Delete => !matches!(status, Scheduled | Sending),
         Action::Send => status == Draft,
         Action::Cancel => matches!(status, Scheduled | Sending),
+        Action::ResendFailed => matches!(status, Sending | Sent),
     };
     if ok {
         return Ok(());
@@ -41,6 +44,9 @@ pub fn allowed(action: Action, status: CampaignStatus) -> Result<(), String> {
         Action::Delete => format!("the campaign is {status}; cancel it before deleting it"),
         Action::Send => format!("the campaign is {status}; only a DRAFT campaign can be sent"),
         Action::Cancel => format!("the campaign is {status}; only SCHEDULED or SENDING campaigns can be cancelled"),
+        Action::ResendFailed => {
+            format!("the campaign is {status}; only a SENDING or SENT campaign's failed emails can be sent again")
+        }
     })
 }
 

@@ -612,6 +612,61 @@ impl Store {
         Ok(v.as_i64().unwrap_or(0))
     }
 
+    /// The next emails of a campaign that delivery gave up on (FAILED with its attempts set; an email
+    /// that could not be rendered has none): at most `limit` ids.
+    pub async fn failed_deliveries(&self, project: &str, id: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let v = self
+            .query(
+                "SELECT VALUE record::id(id) FROM email WHERE campaign = $id AND status = 'FAILED' AND project = $p
+                    AND attempts != NONE LIMIT $limit",
+                vars! { "p": project, "id": id, "limit": limit },
+            )
+            .await?
+            .value(0)?;
+        Ok(v.as_array().into_iter().flatten().filter_map(|i| i.as_str().map(str::to_string)).collect())
+    }
+
+    /// Sends FAILED emails of a SENDING or SENT campaign again, in one transaction: each back to PENDING
+    /// with a fresh give-up window (`resent_at`), `jobs` to deliver them, and a SENT campaign back to
+    /// SENDING (it is SENT again once nothing of it is left). Answers how many went back; an error
+    /// [`Store::is_campaign_state`] when the campaign is in neither state.
+    pub async fn resend_emails(
+        &self,
+        project: &str,
+        id: &str,
+        emails: &[String],
+        jobs: &[NewJob],
+        now: i64,
+    ) -> Result<usize, StoreError> {
+        let jobs: Vec<Value> = jobs.iter().map(|j| j.doc(now)).collect();
+        let v = self
+            .write(|| async {
+                self.query(
+                    "BEGIN TRANSACTION;
+                     LET $c = (SELECT VALUE status FROM campaign WHERE id = type::record('campaign', $id) AND project = $p);
+                     IF array::len($c) == 0 OR $c[0] NOT IN ['SENDING', 'SENT'] { THROW 'CAMPAIGN_STATE'; };
+                     LET $back = (UPDATE array::map($emails, |$i| type::record('email', $i)) SET status = 'PENDING',
+                        error = NONE, next_attempt_at = NONE, attempts = NONE, resent_at = $now, updated_at = $now
+                        WHERE status = 'FAILED' AND campaign = $id AND project = $p RETURN VALUE id);
+                     INSERT INTO job $jobs RETURN NONE;
+                     UPDATE type::record('campaign', $id) SET status = 'SENDING', updated_at = $now
+                        WHERE status = 'SENT' RETURN NONE;
+                     RETURN array::len($back);
+                     COMMIT TRANSACTION;",
+                    vars! { "p": project, "id": id, "emails": emails, "jobs": jobs.clone(), "now": now },
+                )
+                .await?
+                .value_last()
+            })
+            .await?;
+        Ok(v.as_u64().unwrap_or(0) as usize)
+    }
+
+    /// Whether an error is the campaign's state refusing what was asked.
+    pub fn is_campaign_state(e: &StoreError) -> bool {
+        is_state_error(e)
+    }
+
     /// Whether any of a campaign's email records is still PENDING, SENDING or DEFERRED (index lookups, no
     /// scan).
     pub async fn campaign_has_unsent(&self, id: &str) -> Result<bool, StoreError> {

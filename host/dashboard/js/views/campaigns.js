@@ -36,6 +36,7 @@ function stats(box, s) {
       ['Recipients', s.totalRecipients], ['Sent', s.sentCount], ['Delivered', s.deliveredCount, s.deliveryRate],
       ['Opened', s.openedCount, s.openRate], ['Clicked', s.clickedCount, s.clickRate], ['Bounced', s.bouncedCount, s.bounceRate],
       ['Complaints', s.complainedCount, s.complaintRate], ['Unsubscribed', s.unsubscribedCount, s.unsubscribeRate], ['Failed', s.failedCount],
+      ['Deferred', s.deferredCount],
     ].map(([label, v, r]) => h('div.stat', { 'data-stat': label.toLowerCase() }, h('div.value', num(v ?? 0)), h('div.label', label, r !== undefined ? ` · ${rate(r)}` : '')))));
 }
 
@@ -151,6 +152,18 @@ export async function editor(ctx) {
         try { await api.post(`/campaigns/${enc(id)}/cancel`, {}); ctx.reload(); } catch (err) { toast(err.message, 'bad'); }
       });
       actions.append(cancel);
+    }
+    if (c.status === 'SENDING' || c.status === 'SENT') {
+      // Each contact whose email delivery gave up on gets it once more (docs/delivery.md).
+      const resend = h('button', { type: 'button', id: 'resend-failed' }, 'Resend failed…');
+      resend.addEventListener('click', async () => {
+        const s = await api.get(`/campaigns/${enc(id)}/stats`).catch(() => ({ failedCount: 0 }));
+        if (!s.failedCount) { toast('No email of this campaign failed.'); return; }
+        const n = s.failedCount;
+        if (!await confirmDialog({ title: `Resend to ${num(n)}?`, body: `Each contact whose email failed gets it once more.`, action: `Resend ${num(n)}` })) return;
+        try { const r = await api.post(`/campaigns/${enc(id)}/resend-failed`, {}); toast(r.message); ctx.reload(); } catch (err) { toast(err.message, 'bad'); }
+      });
+      actions.append(resend);
     }
     if (c.scheduledFor) actions.append(h('span.muted', `Scheduled for ${when(c.scheduledFor)}`));
     parts.push(actions, h('section.panel', h('h2', 'Results'), statsBox), chartBox);

@@ -1,12 +1,33 @@
-// What keeps a sender's reputation and tells other systems what happened: the suppression list (add an
-// address or a domain, filter by reason, remove) and outbound webhooks (endpoints with their signing
-// secret shown once, enable and disable, rotate, a test delivery, the deliveries with a retry).
+// What keeps a sender's reputation and tells other systems what happened: the state of delivery (the
+// project's deferred emails, each transport up or down), the suppression list (add an address or a
+// domain, filter by reason, remove) and outbound webhooks (endpoints with their signing secret shown
+// once, enable and disable, rotate, a test delivery, the deliveries with a retry).
 
 import { h, fill, field, badge, copyButton, confirmDialog, table, toast, when } from '../dom.js';
 import * as api from '../api.js';
 import { form } from './account.js';
 
 const REASONS = ['manual', 'bounce', 'complaint'];
+
+// Deferred mail waits for its next attempt or for its transport (docs/delivery.md); refreshed every 5 s.
+export async function status(ctx) {
+  const { main, every } = ctx;
+  const box = h('div', { id: 'delivery-status' });
+  const draw = (s) => fill(box,
+    h('div.grid', h('div.stat', { 'data-stat': 'deferred' }, h('div.value', String(s.deferred)), h('div.label', 'Deferred emails'))),
+    h('h2', 'Transports'),
+    table([
+      ['Transport', (t) => h('code', t.name)],
+      ['State', (t) => badge(t.up ? 'UP' : 'DOWN')],
+      ['Down since', (t) => (t.downSince ? when(t.downSince) : '')],
+      ['Why', (t) => t.reason || ''],
+    ], s.transports, 'No transport.'));
+  draw(await api.get('/delivery/status'));
+  fill(main, h('div.head', h('h1', 'Delivery')),
+    h('p.muted', 'A deferred email is tried again on its schedule, or as soon as its transport is back; it fails only when its give-up window ends.'),
+    box);
+  every(5000, async () => { try { draw(await api.get('/delivery/status')); } catch { /* the next refresh tries again */ } });
+}
 
 export async function suppressions(ctx) {
   const { main } = ctx;

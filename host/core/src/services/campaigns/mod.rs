@@ -274,6 +274,47 @@ impl Campaigns {
         Err(CampaignError::State("the campaign keeps changing; try again".into()))
     }
 
+    /// Sends the campaign's FAILED emails again (docs/delivery.md#resending-what-failed): each contact
+    /// whose email delivery gave up on gets it once more (the same email, back to PENDING with a fresh
+    /// give-up window), a thousand per transaction; a SENT campaign is SENDING until they settle.
+    /// Answers the campaign after and how many went again. Only a SENDING or SENT campaign (409).
+    pub async fn resend_failed(&self, project: &str, id: &str) -> Result<(CampaignRow, usize), CampaignError> {
+        const CHUNK: usize = 1000;
+        let c = self.load(project, id).await?;
+        crate::domain::campaigns::allowed(crate::domain::campaigns::Action::ResendFailed, c.status)
+            .map_err(CampaignError::State)?;
+        let mut resent = 0;
+        loop {
+            let ids = self.store.failed_deliveries(project, id, CHUNK).await?;
+            if ids.is_empty() {
+                break;
+            }
+            let now = self.clock.now_ms();
+            let jobs: Vec<NewJob> = ids
+                .chunks(self.delivery_chunk.max(1))
+                .map(|part| {
+                    let mut job = NewJob::new(DELIVER_CAMPAIGN_JOB, json!({ "emails": part, "project": project }), now);
+                    job.priority = EMAIL_PRIORITY;
+                    job.max_attempts = DELIVER_ATTEMPTS;
+                    job
+                })
+                .collect();
+            resent += match self.store.resend_emails(project, id, &ids, &jobs, now).await {
+                Ok(n) => n,
+                Err(e) if crate::store::Store::is_campaign_state(&e) => {
+                    return Err(CampaignError::State("the campaign changed meanwhile; try again".into()));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.wake(DELIVER_CAMPAIGN_JOB);
+            if ids.len() < CHUNK {
+                break;
+            }
+        }
+        self.recounted.forget(id);
+        Ok((self.load(project, id).await?, resent))
+    }
+
     /// Recounts a campaign's counters for `GET /campaigns/:id` unless the last recount in this process
     /// is recent enough (`recount.rs`: under [`READ_RECOUNT_EVERY`] old for a SENDING campaign, or held
     /// back by the cost of a big campaign's recount). Answers whether it recounted (then the stored
