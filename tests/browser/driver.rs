@@ -131,6 +131,11 @@ impl Browser {
 
     /// Waits until `expr` is truthy in the page and answers its value; fails with the page's text.
     pub async fn until(&self, what: &str, expr: &str) -> Value {
+        self.until_within(what, expr, STEP).await
+    }
+
+    /// [`Browser::until`] for work that may take longer than a step (`limit`).
+    pub async fn until_within(&self, what: &str, expr: &str, limit: Duration) -> Value {
         let started = Instant::now();
         loop {
             let v =
@@ -142,10 +147,10 @@ impl Browser {
             {
                 return v;
             }
-            if started.elapsed() > STEP {
+            if started.elapsed() > limit {
                 self.shot("failure").await;
                 let text = self.js("document.body.innerText").await;
-                panic!("waited {STEP:?} for {what} ({expr}) at {}: the page says:\n{text}", self.path().await);
+                panic!("waited {limit:?} for {what} ({expr}) at {}: the page says:\n{text}", self.path().await);
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -153,12 +158,17 @@ impl Browser {
 
     /// Waits for the first element matching `css` whose text contains `text` ("" for any).
     pub async fn wait_text(&self, css: &str, text: &str) {
+        self.wait_text_within(css, text, STEP).await;
+    }
+
+    /// [`Browser::wait_text`] for work that may take longer than a step (`limit`).
+    pub async fn wait_text_within(&self, css: &str, text: &str, limit: Duration) {
         let expr = format!(
             "[...document.querySelectorAll({})].some(e => e.textContent.includes({}))",
             json!(css),
             json!(text)
         );
-        self.until(&format!("{css} with {text:?}"), &expr).await;
+        self.until_within(&format!("{css} with {text:?}"), &expr, limit).await;
     }
 
     /// Logs in through the login page and waits for the project's overview.
