@@ -15,13 +15,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 mod common;
-use common::{env_or, free_port, peak_rss_mb, post, project_with_trusted_domain, wait_healthy};
+use common::{
+    delivery_envs, env_or, free_port, peak_rss_mb, post, project_with_trusted_domain, serve, smtp_sink, stop,
+    wait_healthy,
+};
 
 /// A metric of the server's `/metrics`, by the start of its line.
 async fn metric(http: &reqwest::Client, base: &str, line: &str) -> f64 {
@@ -56,20 +59,6 @@ fn cpu_secs(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-fn stop(mut child: Child) {
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-    let _ = child.wait();
-}
-
-fn sink(port: u16) -> Child {
-    Command::new("smtp-sink")
-        .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("smtp-sink (Debian package postfix) must be installed")
-}
-
 #[tokio::main]
 async fn main() {
     let emails = env_or("BENCH_EMAILS", 100_000);
@@ -79,34 +68,14 @@ async fn main() {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("herald-bench-backlog-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let envs = [
-        ("HERALD_DB", format!("surrealkv://{}", dir.display())),
-        ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
-        ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
-        ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
-        ("HERALD_SMTP_URL", format!("smtp://127.0.0.1:{relay_port}?timeout_secs=2")),
-        ("HERALD_DKIM_SIGNING", "false".into()),
-        ("HERALD_JOB_CONCURRENCY", "32".into()),
-        ("HERALD_JOB_POLL_MS", "20".into()),
-        ("HERALD_LOG", "warn".into()),
-        ("HERALD_SECRET", "bench-secret-bench-secret".into()),
-    ];
+    let envs = delivery_envs(&dir, port, &format!("smtp://127.0.0.1:{relay_port}?timeout_secs=2"), false);
     let key = project_with_trusted_domain(bin, &envs, "bench.test");
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::builder().pool_max_idle_per_host(16).build().unwrap();
-    let serve = |run_jobs: bool| {
-        Command::new(bin)
-            .arg("serve")
-            .envs(envs.clone())
-            .env("HERALD_RUN_JOBS", run_jobs.to_string())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap()
-    };
     println!("backlog benchmark: {emails} emails, the relay down for {idle} s of measuring, then smtp-sink");
 
     // 1. The backlog, accepted by a node that delivers nothing.
-    let server = serve(false);
+    let server = serve(&envs, false);
     wait_healthy(&http, &base).await;
     let started = Instant::now();
     let calls = emails.div_ceil(100);
@@ -131,7 +100,7 @@ async fn main() {
     stop(server);
 
     // 2. Delivery starts with the relay down: every email deferred.
-    let server = serve(true);
+    let server = serve(&envs, true);
     wait_healthy(&http, &base).await;
     let secs = until_metric(&http, &base, "herald_emails_deferred ", total as f64, Duration::from_secs(1800)).await;
     let deferred = metric(&http, &base, "herald_emails_deferred ").await;
@@ -151,7 +120,7 @@ async fn main() {
 
     // 4. The relay is back: the backlog drains.
     let back = Instant::now();
-    let relay = sink(relay_port);
+    let relay = smtp_sink(relay_port);
     let secs = until_metric(
         &http,
         &base,

@@ -15,7 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 mod common;
-use common::{chosen, env_or, free_port, peak_rss_mb, percentile_ms, project_with_trusted_domain, wait_healthy};
+use common::{
+    chosen, delivery_envs, env_or, free_port, peak_rss_mb, percentile_ms, project_with_trusted_domain, serve,
+    smtp_sink, stop, wait_healthy,
+};
 
 fn delivered(metrics: &str) -> u64 {
     metrics
@@ -123,11 +126,6 @@ async fn wait_delivered(http: &reqwest::Client, base: &str, target: u64) -> u64 
     done
 }
 
-fn stop(mut server: std::process::Child) {
-    let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
-    let _ = server.wait();
-}
-
 /// One mode (unsigned or DKIM-signed), in two parts on two fresh databases:
 /// 1. mixed: `herald serve` accepts sends from CLIENTS for SECONDS while its workers deliver; prints the
 ///    acceptance rate and p99, and messages delivered per second from the first acceptance until the
@@ -150,30 +148,11 @@ async fn run(sink_port: u16, signed: bool, clients: usize, seconds: u64, ceiling
         let dir = std::env::temp_dir().join(format!("herald-bench-send-{}-{signed}-{pipeline}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let port = free_port();
-        let envs = [
-            ("HERALD_DB", format!("surrealkv://{}", dir.display())),
-            ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
-            ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
-            ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
-            ("HERALD_SMTP_URL", format!("smtp://127.0.0.1:{sink_port}")),
-            ("HERALD_DKIM_SIGNING", signed.to_string()),
-            ("HERALD_JOB_CONCURRENCY", "32".into()),
-            ("HERALD_JOB_POLL_MS", "20".into()),
-            ("HERALD_LOG", "warn".into()),
-            ("HERALD_SECRET", "bench-secret-bench-secret".into()),
-        ];
+        let envs = delivery_envs(&dir, port, &format!("smtp://127.0.0.1:{sink_port}"), signed);
         let key = project_with_trusted_domain(bin, &envs, "bench.test");
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
-        let serve = |run_jobs: bool| {
-            Command::new(bin)
-                .arg("serve")
-                .envs(envs.clone())
-                .env("HERALD_RUN_JOBS", run_jobs.to_string())
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap()
-        };
+        let serve = |run_jobs: bool| serve(&envs, run_jobs);
         if !pipeline {
             let server = serve(true);
             wait_healthy(&http, &base).await;
@@ -240,12 +219,7 @@ async fn main() {
     let clients = env_or("BENCH_CLIENTS", 32) as usize;
     let seconds = env_or("BENCH_SECONDS", 10);
     let sink_port = free_port();
-    let mut sink = Command::new("smtp-sink")
-        .args(["-u", "nobody", &format!("127.0.0.1:{sink_port}"), "1000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("smtp-sink (Debian package postfix) must be installed");
+    let mut sink = smtp_sink(sink_port);
     std::thread::sleep(Duration::from_millis(300));
     println!("send benchmark: {clients} clients, {seconds} s of sending, smtp-sink on 127.0.0.1:{sink_port}");
 

@@ -196,14 +196,7 @@ async fn session(
             }
         } else if upper == "DATA" {
             let _ = w.write_all(b"354 Go ahead\r\n").await;
-            let mut data = format!("X-Relay-Rcpt: {}\r\n", to.join(","));
-            while let Ok(Some(l)) = lines.next_line().await {
-                if l == "." {
-                    break;
-                }
-                data.push_str(l.strip_prefix('.').unwrap_or(&l));
-                data.push_str("\r\n");
-            }
+            let data = crate::smtp_sink::read_data(&mut lines, format!("X-Relay-Rcpt: {}\r\n", to.join(","))).await;
             tokio::time::sleep(delay).await;
             // Kept before the reply, so whatever was answered 250 is on disk.
             let n = seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -122,16 +122,7 @@ impl SmtpSink {
                 }
             } else if upper == "DATA" {
                 let _ = w.write_all(b"354 Go ahead\r\n").await;
-                let mut data = String::new();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    if l == "." {
-                        break;
-                    }
-                    // Dot-unstuffing (RFC 5321 4.5.2).
-                    let l = l.strip_prefix('.').unwrap_or(&l);
-                    data.push_str(l);
-                    data.push_str("\r\n");
-                }
+                let data = read_data(&mut lines, String::new()).await;
                 let got = Received { from: from.clone(), to: to.clone(), data };
                 if from == SYSTEM_FROM {
                     self.system.lock().unwrap().push(got)
@@ -150,6 +141,21 @@ impl SmtpSink {
             }
         }
     }
+}
+
+/// The lines of a message after DATA up to its lone `.`, dot-unstuffed (RFC 5321 4.5.2), after `data`.
+pub async fn read_data(
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    mut data: String,
+) -> String {
+    while let Ok(Some(l)) = lines.next_line().await {
+        if l == "." {
+            break;
+        }
+        data.push_str(l.strip_prefix('.').unwrap_or(&l));
+        data.push_str("\r\n");
+    }
+    data
 }
 
 /// A header's value, with folded continuation lines joined.

@@ -121,3 +121,47 @@ pub fn build_plugins() -> std::path::PathBuf {
     target.join("wasm32-wasip2").join("release")
 }
 pub mod seed;
+
+/// The settings of a `herald serve` child delivering through `smtp_url` on a fresh embedded database in
+/// `dir`, listening on `port`: rate limit and send throttle off, 32 job slots polled every 20 ms.
+pub fn delivery_envs(dir: &std::path::Path, port: u16, smtp_url: &str, signed: bool) -> Vec<(&'static str, String)> {
+    vec![
+        ("HERALD_DB", format!("surrealkv://{}", dir.display())),
+        ("HERALD_LISTEN", format!("127.0.0.1:{port}")),
+        ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
+        ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
+        ("HERALD_SMTP_URL", smtp_url.to_string()),
+        ("HERALD_DKIM_SIGNING", signed.to_string()),
+        ("HERALD_JOB_CONCURRENCY", "32".into()),
+        ("HERALD_JOB_POLL_MS", "20".into()),
+        ("HERALD_LOG", "warn".into()),
+        ("HERALD_SECRET", "bench-secret-bench-secret".into()),
+    ]
+}
+
+/// `herald serve` with `envs`, its job workers running or not (an API-only node).
+pub fn serve(envs: &[(&str, String)], run_jobs: bool) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .arg("serve")
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("HERALD_RUN_JOBS", run_jobs.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("herald serve starts")
+}
+
+/// Stops a child gracefully (SIGTERM) and waits for it.
+pub fn stop(mut child: std::process::Child) {
+    let _ = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
+/// Postfix's `smtp-sink` on `127.0.0.1:port` (Debian package postfix; runs without the daemon).
+pub fn smtp_sink(port: u16) -> std::process::Child {
+    std::process::Command::new("smtp-sink")
+        .args(["-u", "nobody", &format!("127.0.0.1:{port}"), "1000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("smtp-sink (Debian package postfix) must be installed")
+}
