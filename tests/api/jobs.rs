@@ -576,3 +576,49 @@ async fn the_real_job_kinds_dead_letter_a_payload_that_does_not_parse_instead_of
     }
     s.stop().await;
 }
+
+#[tokio::test]
+async fn a_waiting_job_spends_no_attempt_costs_nothing_until_its_time_and_runs_at_once_on_its_signal() {
+    use herald_host::infra::jobs::JobError;
+    let store = store().await;
+    let clock = ManualClock::new(T0);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut r = Registry::new();
+    let seen = runs.clone();
+    r.register("waits", move |ctx| {
+        let seen = seen.clone();
+        async move {
+            // Waits twice (for its signal, an hour at most), then succeeds.
+            match seen.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(JobError::Wait {
+                    until: ctx.clock.now_ms() + 3_600_000,
+                    signals: vec!["relay:up".into()],
+                    reason: "its relay is down".into(),
+                }),
+                _ => Ok(()),
+            }
+        }
+    });
+    let mut job = NewJob::new("waits", json!({}), T0);
+    job.max_attempts = 1;
+    let id = store.enqueue(&job, T0).await.unwrap();
+    let w = worker(&store, &clock, r, "w");
+    let out = w.run_once(10).await.unwrap();
+    assert_eq!(out[0].1, Outcome::Waiting { at: T0 + 3_600_000 });
+    let row = store.job(&id).await.unwrap().unwrap();
+    assert_eq!((row.status.as_str(), row.run_at, row.attempts), ("queued", T0 + 3_600_000, 0), "no attempt spent");
+    assert_eq!(store.awaited_signals(&["relay:up".into(), "other".into()]).await.unwrap(), ["relay:up"]);
+    // Nothing runs before its time or its signal.
+    clock.advance(60_000);
+    assert!(w.run_once(10).await.unwrap().is_empty());
+    // Its time comes: it runs, and waits again (its one attempt still unspent).
+    clock.advance(3_600_000);
+    assert_eq!(w.run_once(10).await.unwrap().len(), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    // The signal brings it forward at once, and takes its waits with it.
+    assert_eq!(store.signal_jobs("other", clock.now_ms()).await.unwrap(), 0);
+    assert_eq!(store.signal_jobs("relay:up", clock.now_ms()).await.unwrap(), 1);
+    assert!(store.awaited_signals(&["relay:up".into()]).await.unwrap().is_empty());
+    assert_eq!(w.run_once(10).await.unwrap()[0].1, Outcome::Completed);
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}

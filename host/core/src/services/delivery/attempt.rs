@@ -81,8 +81,8 @@ pub(super) enum Deferred {
 }
 
 /// The outcome of an email whose hand-over failed for now, at `now`: DEFERRED to its next attempt, or
-/// FAILED when its window has ended. `waits`: it also goes when these transports are back. The first
-/// deferral writes `email.deferred`.
+/// FAILED when its window has ended. `waits`: the signals that also bring it forward
+/// (`breaker::signal`, `breaker::back_signal`). The first deferral writes `email.deferred`.
 pub(super) fn defer_or_fail(
     e: &EmailRow,
     reason: &str,
@@ -227,7 +227,8 @@ impl Delivery {
             _ => {}
         }
         let now = clock.now_ms();
-        let waits = || transports.to_vec();
+        let parked = || transports.iter().map(|t| super::breaker::signal(t)).collect::<Vec<_>>();
+        let back = || transports.iter().map(|t| super::breaker::back_signal(t)).collect::<Vec<_>>();
         let (outcome, events, done) = match sent {
             Some(Ok(pid)) => {
                 (outcome(e, EmailStatus::Sent, None, pid), event(e, "email.sent", None, now), Done::Settled)
@@ -245,12 +246,13 @@ impl Delivery {
                 (outcome(e, EmailStatus::Uncertain, Some(why), None), vec![], Done::Settled)
             }
             // Every transport down: the email waits for them, its attempts not counted.
-            None => defer_or_fail(e, "no transport is up", Deferred::Waiting, waits(), deadline, now),
+            None => defer_or_fail(e, "no transport is up", Deferred::Waiting, parked(), deadline, now),
             Some(Err(SendError::Unreachable(msg) | SendError::RateLimited(msg, _))) => {
-                defer_or_fail(e, &msg, Deferred::Waiting, waits(), deadline, now)
+                defer_or_fail(e, &msg, Deferred::Waiting, parked(), deadline, now)
             }
-            // The connection broke: tried on its schedule, and as soon as the transport answers again.
-            Some(Err(SendError::Broken(msg))) => defer_or_fail(e, &msg, Deferred::Attempted, waits(), deadline, now),
+            // The connection broke: tried on its schedule, or as soon as the transport is back from being
+            // down.
+            Some(Err(SendError::Broken(msg))) => defer_or_fail(e, &msg, Deferred::Attempted, back(), deadline, now),
             // Refused for now (or an uncertain transactional hand-over, sent again with its Message-ID).
             Some(Err(SendError::Transient(msg) | SendError::Uncertain(msg))) => {
                 defer_or_fail(e, &msg, Deferred::Attempted, vec![], deadline, now)

@@ -26,9 +26,17 @@ pub const DISCOVER_EVERY: Duration = Duration::from_secs(30);
 /// The longest pause a rate-limited transport plugin is granted.
 pub const LONGEST_PAUSE: Duration = Duration::from_secs(3600);
 
-/// The signal of the jobs that wait for `transport`.
+/// The signal of the jobs whose mail waits for `transport` (parked: no time of its own). Every
+/// process may give it once `transport` answers.
 pub fn signal(transport: &str) -> String {
     format!("transport:{transport}")
+}
+
+/// The signal of the jobs whose mail has a time of its own but goes sooner if `transport` comes back
+/// from being down (a conversation broke off). Only a process that saw it down and back gives it, so
+/// mail to a relay that merely drops connections keeps to its schedule.
+pub fn back_signal(transport: &str) -> String {
+    format!("transport-back:{transport}")
 }
 
 /// One transport known down.
@@ -179,6 +187,12 @@ impl super::Delivery {
         clock: crate::infra::clock::SharedClock,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
+        // Every transport is up until found down (`herald_transport_up` lists each from the start).
+        for t in self.transport_names() {
+            if self.breakers.down(&t).is_none() {
+                crate::infra::metrics::transport_up(&t, true);
+            }
+        }
         let mut next_discovery = Instant::now();
         loop {
             let (due, next_probe) = self.breakers.due(Instant::now());
@@ -240,8 +254,20 @@ impl super::Delivery {
                 }
             }
             Ok(()) => {
+                let was_down = self.breakers.down(transport).is_some();
                 self.breakers.recovered(transport);
-                match store.signal_jobs(&signal(transport), clock.now_ms()).await {
+                let mut signals = vec![signal(transport)];
+                if was_down {
+                    signals.push(back_signal(transport));
+                }
+                let mut released = Ok(0);
+                for s in &signals {
+                    released = match (released, store.signal_jobs(s, clock.now_ms()).await) {
+                        (Ok(a), Ok(b)) => Ok(a + b),
+                        (Err(e), _) | (_, Err(e)) => Err(e),
+                    };
+                }
+                match released {
                     Ok(moved) => {
                         if moved > 0 {
                             tracing::info!(

@@ -115,8 +115,8 @@ enum Done {
     /// Refused permanently (the peer's reply): its contact is unsubscribed and its address suppressed
     /// once the batch is recorded.
     Bounced(String),
-    /// Deferred: its job runs again at `at` (its next attempt, or its window's end), or when one of
-    /// the transports it `waits` for is back.
+    /// Deferred: its job runs again at `at` (its next attempt, or its window's end), or sooner on one
+    /// of the signals it `waits` for (its transports back, `breaker.rs`).
     Deferred { at: i64, waits: Vec<String> },
 }
 
@@ -161,10 +161,9 @@ fn job_result(results: &[&Result<Done, String>]) -> Result<(), JobError> {
     for r in results {
         if let Ok(Done::Deferred { at, waits }) = r {
             until = Some(until.map_or(*at, |u| u.min(*at)));
-            for t in waits {
-                let s = breaker::signal(t);
-                if !signals.contains(&s) {
-                    signals.push(s);
+            for s in waits {
+                if !signals.contains(s) {
+                    signals.push(s.clone());
                 }
             }
         }
@@ -362,7 +361,8 @@ impl Delivery {
                 let why = format!("its transport is down: {}", down.join("; "));
                 // Already waiting for its transport: nothing to write.
                 let waiting = e.status == EmailStatus::Deferred && e.next_attempt_at.is_none();
-                let (o, ev, done) = defer_or_fail(e, &why, Deferred::Waiting, transports, deadline(e), now);
+                let waits = transports.iter().map(|t| breaker::signal(t)).collect();
+                let (o, ev, done) = defer_or_fail(e, &why, Deferred::Waiting, waits, deadline(e), now);
                 if !waiting || o.status != EmailStatus::Deferred {
                     settled.push(o);
                     events.extend(ev);
