@@ -124,11 +124,11 @@ async fn a_failure_report_to_the_return_path_bounces_its_email_and_a_delay_is_on
     assert!(bounce["data"]["reason"].as_str().unwrap().starts_with("5.1.1"), "{bounce}");
     let list = i.p.secret.get("/suppressions").await;
     assert!(list.json.to_string().contains("gone@example.org"), "{}", list.json);
-    // The same report again (a retrying reporter): applied, and nothing is recorded twice.
+    // The same report again (a retrying reporter, or a copy): applied, and nothing is recorded twice.
     deliver(i.port, None, &[&rp], &dsn(&rp, "failed", "5.1.1", &mid)).await.expect("accepted");
     until("the second report is applied", async || i.s.state.store.count_inbound().await.unwrap() == 0).await;
     let bounces = events(&i, &contact).await.into_iter().filter(|e| e["name"] == "email.bounce").count();
-    assert_eq!(bounces, 2, "each report is one event");
+    assert_eq!(bounces, 1, "an email bounces once");
 
     // A delay: recorded on the email's contact as a soft bounce; the email and the contact stay as they were.
     let (id2, contact2, mid2, rp2) = sent(&i, "slow@example.org").await;
@@ -142,18 +142,23 @@ async fn a_failure_report_to_the_return_path_bounces_its_email_and_a_delay_is_on
     i.s.stop().await;
 }
 
-#[tokio::test]
-async fn a_feedback_loop_report_marks_its_email_complained_and_a_forged_token_changes_nothing() {
-    let i = inbox(|_| {}).await;
-    let (id, contact, mid, rp) = sent(&i, "angry@example.org").await;
-    let arf = format!(
+/// A feedback-loop complaint (ARF) about the email sent with return path `rp` and Message-ID `mid`.
+fn arf(rp: &str, mid: &str) -> String {
+    format!(
         "From: fbl@isp.example\r\nTo: fbl@{RP}\r\nSubject: Abuse report\r\nMIME-Version: 1.0\r\n\
          Content-Type: multipart/report; report-type=feedback-report; boundary=\"F\"\r\n\r\n\
          --F\r\nContent-Type: text/plain\r\n\r\nA complaint about a message from your network.\r\n\
          --F\r\nContent-Type: message/feedback-report\r\n\r\nFeedback-Type: abuse\r\nUser-Agent: ISP-FBL/1.0\r\nVersion: 1\r\n\r\n\
          --F\r\nContent-Type: message/rfc822\r\n\r\nReturn-Path: <{rp}>\r\nFrom: hi@shop.test\r\nMessage-ID: {mid}\r\n\
          Subject: s\r\n\r\nb\r\n--F--\r\n"
-    );
+    )
+}
+
+#[tokio::test]
+async fn a_feedback_loop_report_marks_its_email_complained_and_a_forged_token_changes_nothing() {
+    let i = inbox(|_| {}).await;
+    let (id, contact, mid, rp) = sent(&i, "angry@example.org").await;
+    let arf = arf(&rp, &mid);
     deliver(i.port, Some("fbl@isp.example"), &[&format!("fbl@{RP}")], &arf).await.expect("accepted");
     until("the email is COMPLAINED", async || status(&i, &id).await == "COMPLAINED").await;
     assert_eq!(i.p.secret.get(&format!("/contacts/{contact}")).await.json["subscribed"], false);
@@ -174,6 +179,105 @@ async fn a_feedback_loop_report_marks_its_email_complained_and_a_forged_token_ch
     until("the forged report is counted", async || herald_host::infra::metrics::inbound_count("forged_token") > before)
         .await;
     assert_eq!(status(&i, &id2).await, "SENT", "{mid2}");
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn copies_of_a_report_count_once_so_a_recipient_cannot_suspend_a_project_but_distinct_emails_still_do() {
+    // Suspended above 30% complaints over at least 4 sent: one complaint in four emails is 25%.
+    let i = inbox(|c| {
+        c.suspend_complaint_percent = 30.0;
+        c.suspend_min_sent = 4;
+    })
+    .await;
+    let st = Arc::clone(&i.s.state);
+    let mut mails = Vec::new();
+    for n in 0..4 {
+        mails.push(sent(&i, &format!("reader{n}@example.org")).await);
+    }
+    let thresholds = herald_host::services::suspension::Thresholds::of(&st.config);
+    let figures =
+        async || herald_host::services::suspension::last_7_days(&st.store, &i.p.id, st.clock.now_ms()).await.unwrap();
+    until("the four emails are counted sent", async || figures().await.sent == 4).await;
+    let (_, contact, mid, rp) = &mails[0];
+    let fbl = format!("fbl@{RP}");
+    // The recipient of one email sends its complaint three times, byte for byte.
+    for _ in 0..3 {
+        deliver(i.port, Some("someone@attacker.test"), &[&fbl], &arf(rp, mid)).await.expect("accepted");
+    }
+    until("the copies are applied", async || st.store.count_inbound().await.unwrap() == 0).await;
+    until("the complaint is counted", async || figures().await.complained == 1).await;
+    let complaints = events(&i, contact).await.into_iter().filter(|e| e["name"] == "email.complaint").count();
+    assert_eq!(complaints, 1, "an email is complained about once");
+    let now = st.clock.now_ms();
+    assert_eq!(herald_host::services::suspension::check_all(&st.store, now, &thresholds).await.unwrap(), 0);
+    assert!(st.store.project(&i.p.id).await.unwrap().unwrap().suspended.is_none(), "copies suspend nothing");
+    assert_eq!(
+        i.p.secret
+            .post("/v1/send", json!({ "to": "x@example.org", "from": "hi@shop.test", "subject": "s", "body": "b" }))
+            .await
+            .status,
+        200
+    );
+
+    // Complaints about two other emails: three of five sent, and the project is suspended.
+    for (_, _, mid, rp) in &mails[1..3] {
+        deliver(i.port, Some("fbl@isp.example"), &[&fbl], &arf(rp, mid)).await.expect("accepted");
+    }
+    until("three distinct complaints are counted", async || figures().await.complained == 3).await;
+    let w = figures().await;
+    assert_eq!((w.complained, w.sent), (3, 5), "the copies counted nowhere");
+    let now = st.clock.now_ms();
+    herald_host::services::suspension::check_all(&st.store, now, &thresholds).await.unwrap();
+    let suspended = st.store.project(&i.p.id).await.unwrap().unwrap().suspended;
+    assert!(
+        suspended.is_some_and(|r| r.reason.contains("complaint rate")),
+        "distinct complaints past the threshold suspend"
+    );
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_report_with_a_forged_token_or_sent_to_another_tenants_domain_changes_no_email() {
+    let i = inbox(|_| {}).await;
+    let st = Arc::clone(&i.s.state);
+    let b = proj(&i.s, "b@example.com").await;
+    st.domains.add(&st.store, &b.id, "other.test", true, st.clock.now_ms()).await.unwrap();
+    let r = b
+        .secret
+        .post("/v1/send", json!({ "to": "theirs@example.org", "from": "hi@other.test", "subject": "s", "body": "b" }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let id = r.json["data"]["emails"][0]["email"].as_str().unwrap().to_string();
+    until("B's email is handed over", async || {
+        i.sink.received().iter().any(|m| m.to.iter().any(|t| t == "theirs@example.org"))
+    })
+    .await;
+    let mid = st.store.email(&b.id, &id).await.unwrap().unwrap().message_id;
+    let b_status = async || st.store.email(&b.id, &id).await.unwrap().unwrap().status.to_string();
+    let applied = async || st.store.count_inbound().await.unwrap() == 0;
+
+    // To A's domain and to a made-up token, quoting B's Message-ID.
+    let forged = format!("b+{}@{RP}", "0".repeat(48));
+    let before = herald_host::infra::metrics::inbound_count("forged_token");
+    deliver(i.port, None, &["postmaster@shop.test", &forged], &dsn("postmaster@shop.test", "failed", "5.1.1", &mid))
+        .await
+        .expect("accepted");
+    until("the forged report is counted", async || herald_host::infra::metrics::inbound_count("forged_token") > before)
+        .await;
+    // To A's domain alone, quoting B's Message-ID.
+    deliver(i.port, None, &["postmaster@shop.test"], &dsn("postmaster@shop.test", "failed", "5.1.1", &mid))
+        .await
+        .expect("accepted");
+    until("the reports are applied", applied).await;
+    assert_eq!(b_status().await, "SENT", "another tenant's report changes nothing");
+    assert_eq!(b.secret.get("/suppressions").await.json["data"], json!([]));
+
+    // The same report to B's own domain is B's: its email bounces.
+    deliver(i.port, None, &["postmaster@other.test"], &dsn("postmaster@other.test", "failed", "5.1.1", &mid))
+        .await
+        .expect("accepted");
+    until("B's report bounces B's email", async || b_status().await == "BOUNCED").await;
     i.s.stop().await;
 }
 

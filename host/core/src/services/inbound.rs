@@ -227,12 +227,34 @@ impl Inbound {
                 }
             }
         }
+        // A token that does not hold: nothing else of the report is trusted (docs/security.md).
+        if forged {
+            return Ok(Err("forged_token"));
+        }
         if let Some(m) = message_id
             && let Some(key) = self.store.email_by_message_id(m).await?
+            && self.received_for(rcpts, &key.project).await?
         {
             return Ok(Ok(key));
         }
-        Ok(Err(if forged { "forged_token" } else { "unknown_email" }))
+        Ok(Err("unknown_email"))
+    }
+
+    /// Whether a report found by its Message-ID may touch an email of `project`: it was sent to the
+    /// return-path host, or to a domain of that same project (a report to one tenant's domain never
+    /// reaches another tenant's email).
+    async fn received_for(&self, rcpts: &[String], project: &str) -> Result<bool, StoreError> {
+        for r in rcpts {
+            let Some((_, domain)) = r.rsplit_once('@') else { continue };
+            let domain = domain.to_ascii_lowercase();
+            if self.return_path.as_ref().is_some_and(|(host, _)| host.eq_ignore_ascii_case(&domain)) {
+                return Ok(true);
+            }
+            if self.project_of(&domain).await?.as_deref() == Some(project) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The projects the recipients' domains belong to, each once.

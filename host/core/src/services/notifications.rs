@@ -43,9 +43,12 @@ pub async fn apply(store: &Store, clock: &SharedClock, n: &Notification) -> Resu
     apply_to(store, clock, key, n, None).await.map(Some)
 }
 
-/// Applies a notification to the email `key` (see [`apply`]). `event_id` names the event it records: a
-/// received report's, so that applying it again records nothing twice (the status, the subscription
-/// and the suppression are the same however often they are applied). Returns the email's id.
+/// Applies a notification to the email `key` (see [`apply`]). A delivery, a permanent bounce and a
+/// complaint are each recorded at most once per email, however many copies of the report arrive
+/// (their event's id is derived from the email and the kind): a copy changes nothing and counts
+/// nowhere again (docs/security.md#reports-count-once-per-email). A soft bounce is recorded per report:
+/// `event_id` names its event (a received report's, so that applying that report again records
+/// nothing twice), else it gets a fresh one. Returns the email's id.
 pub async fn apply_to(
     store: &Store,
     clock: &SharedClock,
@@ -76,7 +79,14 @@ pub async fn apply_to(
         data.insert("permanent".into(), n.permanent.into());
     }
     let mut recorded = Event::new(&project, &contact, event, data, "system", now).at_depth(depth);
-    let written = match event_id {
+    let once = match n.kind {
+        NotificationKind::Bounce if !n.permanent => None,
+        _ => Some(
+            uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_OID, format!("herald-report:{id}:{event}").as_bytes())
+                .to_string(),
+        ),
+    };
+    let written = match once.or(event_id) {
         Some(e) => {
             let before = store.event_exists(&e).await?;
             recorded.id = e;
