@@ -120,7 +120,11 @@ async fn main() {
     let empty_dir = dir.with_extension("empty");
     let empty_envs: Vec<(&str, String)> = deployed
         .iter()
-        .map(|(k, v)| if *k == "HERALD_DB" { (*k, format!("surrealkv://{}", empty_dir.display())) } else { (*k, v.clone()) })
+        .map(
+            |(k, v)| {
+                if *k == "HERALD_DB" { (*k, format!("surrealkv://{}", empty_dir.display())) } else { (*k, v.clone()) }
+            },
+        )
         .collect();
     let idle_cpu = |envs: Vec<(&'static str, String)>| {
         let http = http.clone();

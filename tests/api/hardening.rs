@@ -441,3 +441,29 @@ async fn a_chain_of_segment_references_past_the_size_limit_is_refused_naming_it(
         }
     }
 }
+
+#[tokio::test]
+async fn asking_the_count_of_an_event_name_nobody_tracked_stores_nothing() {
+    use herald_host::store::tallies::Scope;
+    let s = Server::start().await;
+    let p = proj(&s, "o@example.com").await;
+    let st = std::sync::Arc::clone(&s.state);
+    for n in 0..20 {
+        let r = p.secret.get(&format!("/events/never-{n}/usage")).await;
+        assert_eq!(r.json["eventCount"], 0, "{}", r.json);
+        assert_eq!(p.secret.get(&format!("/events?name=never-{n}")).await.status, 200);
+    }
+    for n in 0..20 {
+        let name = format!("never-{n}");
+        assert_eq!(st.store.tally(&p.id, Scope::EventName(&name)).await.unwrap(), None, "{name} stored a tally");
+    }
+    // A name that has events is counted (and its count kept), and stays right as events come.
+    let r = p.secret.post("/v1/track", json!({ "email": "ann@example.com", "event": "signup" })).await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    let usage = p.secret.get("/events/signup/usage").await;
+    assert_eq!(usage.json["eventCount"], 1, "{}", usage.json);
+    assert!(st.store.tally(&p.id, Scope::EventName("signup")).await.unwrap().is_some());
+    p.secret.post("/v1/track", json!({ "email": "bob@example.com", "event": "signup" })).await;
+    assert_eq!(p.secret.get("/events/signup/usage").await.json["eventCount"], 2);
+    s.stop().await;
+}

@@ -225,6 +225,38 @@ async fn an_event_is_delivered_signed_and_retried_on_the_schedule_until_the_endp
 }
 
 #[tokio::test]
+async fn deleting_an_endpoint_with_attempts_waiting_loses_no_other_tenants_delivery() {
+    let s = stepped().await;
+    let (a, b) = (proj(&s, "a@example.com").await, proj(&s, "b@example.com").await);
+    let down = receiver(Arc::new(AtomicBool::new(true)), 500).await;
+    let b_failing = Arc::new(AtomicBool::new(true));
+    let up = receiver(b_failing.clone(), 500).await;
+    let (a_hook, _) = endpoint(&a, &down.url("/a"), json!(["*"])).await;
+    let (b_hook, _) = endpoint(&b, &up.url("/b"), json!(["*"])).await;
+    // Both endpoints fail their first attempts: A's five retries and B's three come due together.
+    for n in 0..5 {
+        track(&a, &format!("a{n}@example.com"), "ping").await;
+    }
+    for n in 0..3 {
+        track(&b, &format!("b{n}@example.com"), "ping").await;
+    }
+    settle(&s).await;
+    assert_eq!((down.requests().len(), up.requests().len()), (5, 3));
+    let r = a.secret.delete(&format!("/webhooks/{a_hook}")).await;
+    assert_eq!(r.status, 204, "{}", r.json);
+    b_failing.store(false, Ordering::SeqCst);
+    // B's retries are claimed with A's orphaned ones.
+    s.clock().advance(5_000);
+    drain(&s).await;
+    settle(&s).await;
+    assert_eq!(up.requests().len(), 6, "each of B's events arrives at its second attempt");
+    let d = deliveries(&b, &b_hook).await;
+    assert_eq!(d.len(), 3, "{d:?}");
+    assert!(d.iter().all(|d| d["status"] == "SUCCEEDED" && d["attempts"].as_array().map(Vec::len) == Some(2)), "{d:?}");
+    assert_eq!(down.requests().len(), 5, "a deleted endpoint is not called");
+}
+
+#[tokio::test]
 async fn a_failing_endpoint_gives_up_after_a_day_and_is_disabled_after_three() {
     let s = stepped().await;
     let p = proj(&s, "o@example.com").await;

@@ -96,13 +96,20 @@ impl Store {
     }
 
     /// Counts the scope's rows created at or before `at` (a walk over all of them) and keeps the count
-    /// with that moment, in one transaction.
+    /// with that moment, in one transaction. An event name with no events at all keeps nothing: asking
+    /// about names nobody tracked must not store a row per name (its count stays a walk over no rows).
     pub async fn recount(&self, project: &str, scope: Scope<'_>, at: i64) -> Result<i64, StoreError> {
         let sql = format!(
             "{{
                 LET $c = ({});
                 LET $n = $c[0].count ?? 0;
-                UPSERT type::record('tally', [$p, $scope]) CONTENT {{ n: $n, at: $at }} RETURN NONE;
+                LET $some = $name = NONE OR $n > 0
+                    OR array::len(SELECT VALUE id FROM event WHERE project = $p AND name = $name LIMIT 1) > 0;
+                IF $some {{
+                    UPSERT type::record('tally', [$p, $scope]) CONTENT {{ n: $n, at: $at }} RETURN NONE;
+                }} ELSE {{
+                    DELETE type::record('tally', [$p, $scope]) RETURN NONE;
+                }};
                 RETURN $n;
             }}",
             scope.count_sql("<=")

@@ -389,14 +389,18 @@ impl Store {
         Ok(serde_json::from_value(v).unwrap_or_default())
     }
 
-    /// The deliveries of these (webhook, event) pairs that exist.
+    /// The deliveries of these (webhook, event) pairs that exist. A pair whose delivery is gone (its
+    /// endpoint or project deleted) is skipped: it must not fail the read of the others, which may be
+    /// other tenants' deliveries claimed in the same batch.
     pub async fn deliveries_of(&self, pairs: &[(String, String)]) -> Result<Vec<Delivery>, StoreError> {
         if pairs.is_empty() {
             return Ok(vec![]);
         }
         self.query(
             &format!(
-                "SELECT {DELIVERY_FIELDS} FROM array::map($pairs, |$x| type::record('webhook_delivery', [$x[0], $x[1]]))"
+                "SELECT {DELIVERY_FIELDS} FROM array::filter(
+                    array::map($pairs, |$x| type::record('webhook_delivery', [$x[0], $x[1]])),
+                    |$r| record::exists($r))"
             ),
             vars! { "pairs": pairs },
         )
@@ -404,13 +408,17 @@ impl Store {
         .all(0)
     }
 
-    /// The endpoints with these ids that exist (every project's: callers compare the project).
+    /// The endpoints with these ids that exist (every project's: callers compare the project); a
+    /// deleted one is skipped.
     pub async fn webhooks_of(&self, ids: &[String]) -> Result<Vec<Endpoint>, StoreError> {
         if ids.is_empty() {
             return Ok(vec![]);
         }
         self.query(
-            &format!("SELECT {ENDPOINT_FIELDS} FROM array::map($ids, |$i| type::record('webhook', $i))"),
+            &format!(
+                "SELECT {ENDPOINT_FIELDS} FROM array::filter(array::map($ids, |$i| type::record('webhook', $i)),
+                    |$r| record::exists($r))"
+            ),
             vars! { "ids": ids },
         )
         .await?
