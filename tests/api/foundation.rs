@@ -265,6 +265,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/auth/signup", "post"),
         ("/auth/login", "post"),
         ("/auth/logout", "get"),
+        ("/auth/logout", "post"),
         ("/auth/request-verification", "post"),
         ("/auth/verify-email", "post"),
         ("/auth/request-password-reset", "post"),

@@ -151,7 +151,25 @@ async fn logout_revokes_the_session_token_itself() {
     };
     assert_eq!(me(cookie.clone()).await, 200, "the copied cookie works while the session lives");
     let http = reqwest::Client::new();
-    let r = http.get(format!("{}/auth/logout", s.base)).header("cookie", cookie.clone()).send().await.unwrap();
+    // A link or an image on another site cannot log the user out.
+    for site in ["cross-site", "same-site"] {
+        let r = http
+            .get(format!("{}/auth/logout", s.base))
+            .header("cookie", cookie.clone())
+            .header("sec-fetch-site", site)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{site}");
+        assert_eq!(me(cookie.clone()).await, 200, "a logout from {site} left the session alone");
+    }
+    let r = http
+        .post(format!("{}/auth/logout", s.base))
+        .header("cookie", cookie.clone())
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(me(cookie).await, 401, "a copy of the token dies with the logout");
     assert_eq!(c.get("/users/@me").await.status, 200, "another session of the same user lives on");
@@ -465,5 +483,22 @@ async fn asking_the_count_of_an_event_name_nobody_tracked_stores_nothing() {
     assert!(st.store.tally(&p.id, Scope::EventName("signup")).await.unwrap().is_some());
     p.secret.post("/v1/track", json!({ "email": "bob@example.com", "event": "signup" })).await;
     assert_eq!(p.secret.get("/events/signup/usage").await.json["eventCount"], 2);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_api_reference_carries_the_dashboards_security_headers() {
+    let s = Server::start().await;
+    let http = reqwest::Client::new();
+    for path in ["/docs/", "/docs/index.html", "/docs/swagger-ui.css"] {
+        let r = http.get(format!("{}{path}", s.base)).send().await.unwrap();
+        let h = r.headers();
+        let get = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        assert_eq!(get("x-frame-options"), "DENY", "{path}");
+        assert_eq!(get("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(get("referrer-policy"), "no-referrer", "{path}");
+        let csp = get("content-security-policy");
+        assert!(csp.contains("frame-ancestors 'none'") && csp.contains("connect-src 'self'"), "{path}: {csp}");
+    }
     s.stop().await;
 }

@@ -163,3 +163,40 @@ async fn auth_needs_starttls_unless_the_operator_allows_plain_on_loopback() {
     assert_eq!(r.sink.wait_for(2).await.len(), 2);
     r.s.stop().await;
 }
+
+#[tokio::test]
+async fn a_session_stops_sending_once_its_key_is_regenerated() {
+    use lettre::address::Envelope;
+    use lettre::transport::smtp::client::AsyncSmtpConnection;
+    use lettre::transport::smtp::extension::ClientId;
+    let r = relay(|_| {}).await;
+    let ca = std::fs::read(format!("{FIXTURES}/ca.pem")).unwrap();
+    let tls = TlsParameters::builder("localhost".into())
+        .add_root_certificate(Certificate::from_pem(&ca).unwrap())
+        .build_rustls()
+        .unwrap();
+    let hello = ClientId::Domain("client.test".into());
+    let mut conn =
+        AsyncSmtpConnection::connect_tokio1(("127.0.0.1", r.port), Some(Duration::from_secs(10)), &hello, None, None)
+            .await
+            .unwrap();
+    conn.starttls(tls, &hello).await.unwrap();
+    conn.auth(&[Mechanism::Plain], &Credentials::new("api".into(), r.secret.clone())).await.unwrap();
+    let envelope =
+        Envelope::new(Some("hi@shop.test".parse().unwrap()), vec!["ann@example.org".parse().unwrap()]).unwrap();
+    let raw =
+        |subject: &str| format!("From: hi@shop.test\r\nTo: ann@example.org\r\nSubject: {subject}\r\n\r\nhello\r\n");
+    conn.send(&envelope, raw("before").as_bytes()).await.expect("sent while the key holds");
+
+    // The owner regenerates the keys while the session stays open.
+    let k = r.p.session.post(&format!("/users/@me/projects/{}/regenerate-keys", r.p.id), serde_json::json!({})).await;
+    assert_eq!(k.status, 200, "{}", k.json);
+    assert!(conn.test_connected().await, "the session is still open");
+    let e = conn.send(&envelope, raw("after").as_bytes()).await.expect_err("refused once the key is revoked");
+    assert!(code(&e).starts_with("535"), "{e}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(conn);
+    let subjects: Vec<String> = r.sink.received().iter().filter_map(|m| header_of(&m.data, "Subject")).collect();
+    assert!(!subjects.iter().any(|s| s != "before"), "{subjects:?}");
+    r.s.stop().await;
+}

@@ -88,8 +88,18 @@ async fn endpoints_are_managed_with_errors_by_field_and_one_projects_key_never_r
         assert_eq!(r.status, 422, "{body}: {}", r.json);
         assert_eq!(r.json["error"]["errors"][0]["field"], field, "{body}: {}", r.json);
     }
-    let r = c.post("/webhooks", json!({ "url": "http://127.0.0.1:9/", "events": ["x"] })).await;
-    assert_eq!(r.json["error"]["errors"][0]["code"], "private_address", "{}", r.json);
+    for url in [
+        "http://127.0.0.1:9/",
+        // IPv4-translated (SIIT), the 6to4 relay anycast, the discard-only prefix, Azure's wire server
+        "http://[::ffff:0:7f00:1]/",
+        "http://192.88.99.1/",
+        "http://[100::1]/",
+        "http://168.63.129.16/",
+    ] {
+        let r = c.post("/webhooks", json!({ "url": url, "events": ["x"] })).await;
+        assert_eq!(r.status, 422, "{url}: {}", r.json);
+        assert_eq!(r.json["error"]["errors"][0]["code"], "private_address", "{url}: {}", r.json);
+    }
 
     let r = c
         .post(

@@ -160,7 +160,7 @@ function sidebar(s, proj, active) {
   });
   const logout = h('button.link', { type: 'button' }, 'Log out');
   logout.addEventListener('click', async () => {
-    try { await api.get('/auth/logout', { scoped: false }); } catch { /* the cookie is gone either way */ }
+    try { await api.post('/auth/logout', {}, { scoped: false }); } catch { /* the cookie is gone either way */ }
     session = null;
     navigate('/account/login');
   });

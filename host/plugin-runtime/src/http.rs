@@ -55,6 +55,10 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || (o[0] == 100 && (o[1] & 0xc0) == 64)
                 || (o[0] == 192 && o[1] == 0 && o[2] == 0)
                 || (o[0] == 198 && (o[1] & 0xfe) == 18)
+                // the 6to4 relay anycast: reaches whatever IPv6 address it is handed
+                || (o[0] == 192 && o[1] == 88 && o[2] == 99)
+                // Azure's host endpoint (wire server), answering every VM of the cloud
+                || o == [168, 63, 129, 16]
                 || o[0] >= 240)
         }
         IpAddr::V6(v6) => {
@@ -62,6 +66,14 @@ pub fn is_public(ip: IpAddr) -> bool {
                 return is_public(IpAddr::V4(v4));
             }
             let s = v6.segments();
+            // IPv4-translated `::ffff:0:a.b.c.d` (SIIT) reaches the IPv4 address through a translator.
+            if s[..4].iter().all(|x| *x == 0) && s[4] == 0xffff && s[5] == 0 {
+                return false;
+            }
+            // The discard-only prefix `100::/64`.
+            if s[0] == 0x100 && s[1..4].iter().all(|x| *x == 0) {
+                return false;
+            }
             // IPv4-compatible `::a.b.c.d` (deprecated, still routed by some stacks to the IPv4 address).
             if s[..6].iter().all(|x| *x == 0) && !v6.is_loopback() && !v6.is_unspecified() {
                 return false;

@@ -83,7 +83,7 @@ pub fn router() -> Router {
         .hoop(rate_limit_by_ip)
         .push(Router::with_path("signup").post(signup))
         .push(Router::with_path("login").post(login))
-        .push(Router::with_path("logout").get(logout))
+        .push(Router::with_path("logout").get(logout).post(logout))
 }
 
 /// A new session of `user`, under the user's current session epoch.
@@ -174,10 +174,15 @@ pub async fn login(req: &mut Request, depot: &mut Depot, res: &mut Response) -> 
 static DUMMY_HASH: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| security::hash_password(&security::generate_secret()).unwrap_or_default());
 
-/// Log out: clears the session cookie.
-#[endpoint(tags("auth"), responses((status_code = 200, body = OkOut)))]
+/// Log out: clears the session cookie and revokes its token. `POST` is what the dashboard uses; `GET`
+/// (the interface's form) is refused from another site like any cookie write, so a link or an image
+/// elsewhere cannot log a user out (docs/security.md#sessions).
+#[endpoint(tags("auth"), responses((status_code = 200, body = OkOut), (status_code = 403, description = "from another site")))]
 pub async fn logout(req: &mut Request, depot: &mut Depot, res: &mut Response) -> Result<Reply, ApiError> {
     boxed!({
+        if let Some(why) = from_another_site(req) {
+            return Err(Error::Forbidden(why).into());
+        }
         // The token dies with the logout, not only the cookie: a copy of it is refused from now on.
         let st = state(depot)?;
         let token = req.cookie(COOKIE).map(|c| c.value().to_string());
@@ -220,6 +225,11 @@ pub fn cross_origin(req: &Request) -> Option<String> {
     if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
         return None;
     }
+    from_another_site(req)
+}
+
+/// Why a request comes from another site whatever its method ([`cross_origin`]'s rule), or None.
+pub fn from_another_site(req: &Request) -> Option<String> {
     let header = |name: &str| req.headers().get(name).map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
     if let Some(site) = header("sec-fetch-site") {
         return match site.as_str() {

@@ -89,6 +89,20 @@ async fn security_headers(res: &mut Response) {
     secure(res);
 }
 
+/// The API reference (Swagger UI at `/docs`) shares the dashboard's origin and so its cookie: it carries
+/// the same headers, with a policy of its own only where Swagger UI needs one (its page starts itself
+/// with an inline script, and it fetches nothing but this server).
+pub const DOCS_CSP: &str = "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; \
+img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; \
+frame-ancestors 'none'";
+
+#[handler]
+pub async fn docs_headers(req: &mut Request, depot: &mut Depot, res: &mut Response, ctrl: &mut FlowCtrl) {
+    ctrl.call_next(req, depot, res).await;
+    secure(res);
+    res.headers_mut().insert("content-security-policy", HeaderValue::from_static(DOCS_CSP));
+}
+
 /// Answers `bytes`, or 304 when the browser holds this version already.
 fn render(req: &Request, res: &mut Response, mime: &'static str, bytes: &'static [u8], cache: &'static str) {
     let tag = etag(bytes);

@@ -200,7 +200,11 @@ pub fn service(state: Arc<AppState>) -> Service {
         .push(dashboard::router())
         .push(tracking::router())
         .push(Router::with_path("openapi.json").get(document::Served::new(&doc)))
-        .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs"));
+        .push(
+            Router::new()
+                .hoop(dashboard::docs_headers)
+                .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs")),
+        );
     Service::new(router)
         .hoop(InjectState(state))
         .hoop(request_context)

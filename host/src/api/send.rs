@@ -17,10 +17,11 @@ use crate::api::errors::ApiError;
 use crate::error::{Error, FieldError};
 use crate::infra::clock::rfc3339;
 use crate::services::delivery::StoredAttachment;
-use crate::services::send::{MAX_ATTACHMENTS, MAX_MESSAGE_BYTES, RESERVED_HEADERS, SendCommand, send as accept_send};
+use crate::services::send::{
+    MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS, MAX_MESSAGE_BYTES, RESERVED_HEADERS, SendCommand, send as accept_send,
+};
 
 pub const MAX_RECIPIENTS: usize = 100;
-pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
 
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)]

@@ -66,6 +66,9 @@ struct Session {
     helo: Option<String>,
     /// Submission: the project the client authenticated as.
     project: Option<String>,
+    /// Submission: the digest of the key it authenticated with, checked again before each message
+    /// (a key regenerated while the session is open stops it sending).
+    key: Option<String>,
     mail_from: Option<String>,
     /// The size MAIL FROM declared (0: none).
     declared: usize,
@@ -102,6 +105,7 @@ pub(super) async fn run(
         timeout,
         helo: None,
         project: None,
+        key: None,
         mail_from: None,
         declared: 0,
         rcpts: Vec::new(),
@@ -282,6 +286,7 @@ impl Session {
         *receiver = RequestReceiver::default();
         self.helo = None;
         self.project = None;
+        self.key = None;
         self.reset();
         Ok(())
     }
@@ -323,7 +328,7 @@ impl Session {
         } else {
             return self.failed("504 5.5.4 Unrecognized authentication type: use PLAIN or LOGIN").await;
         };
-        let project = match password {
+        let project = match password.as_deref() {
             Some(key) => match crate::services::relay::project_of_key(&self.state, key.trim()).await {
                 Ok(p) => p,
                 Err(_) => return self.reply("454 4.7.0 Temporary authentication failure").await,
@@ -336,6 +341,7 @@ impl Session {
                     tracing::warn!(error = %e, "cannot clear the failed logins of an SMTP client");
                 }
                 self.project = Some(p);
+                self.key = password.as_deref().map(|k| crate::infra::security::key_digest(k.trim()));
                 self.reply("235 2.7.0 Authentication succeeded").await
             }
             None => {
@@ -372,6 +378,9 @@ impl Session {
             let Some(project) = self.project.clone() else {
                 return self.failed("530 5.7.0 Authentication required").await;
             };
+            if let Some(reply) = self.key_revoked().await {
+                return self.failed(&reply).await;
+            }
             let from = normalize_email(&from);
             if let Err(e) = crate::services::sending_domains::require_sender(&self.state.store, &project, &from).await {
                 return self.failed(&format!("550 5.7.1 {}", one_line(&e.to_string()))).await;
@@ -393,6 +402,11 @@ impl Session {
         let address = normalize_email(&to);
         if !is_email(&address) {
             return self.failed("501 5.1.3 Bad recipient address syntax").await;
+        }
+        if self.mode == Mode::Submission
+            && let Some(reply) = self.key_revoked().await
+        {
+            return self.failed(&reply).await;
         }
         if self.mode == Mode::Inbound {
             match self.state.inbound.route(&address).await {
@@ -502,8 +516,31 @@ impl Session {
         }
     }
 
+    /// Submission: why the session may no longer send (its key was regenerated or its project
+    /// disabled since AUTH, or the check failed for now); the session must authenticate again.
+    async fn key_revoked(&mut self) -> Option<String> {
+        let (Some(project), Some(key)) = (&self.project, &self.key) else {
+            return Some("530 5.7.0 Authentication required".into());
+        };
+        match crate::services::accounts::project_by_key(&self.state, key).await {
+            Ok(Some((p, true))) if &p.id == project && !p.disabled => None,
+            Ok(_) => {
+                self.project = None;
+                self.key = None;
+                Some(
+                    "535 5.7.8 Authentication credentials no longer valid: the key was revoked; authenticate again"
+                        .into(),
+                )
+            }
+            Err(_) => Some("454 4.7.0 Temporary authentication failure".into()),
+        }
+    }
+
     /// Submission: the same entry point as `/v1/send`.
-    async fn submit(&self, mail_from: &str, rcpts: &[String], message: Vec<u8>) -> String {
+    async fn submit(&mut self, mail_from: &str, rcpts: &[String], message: Vec<u8>) -> String {
+        if let Some(reply) = self.key_revoked().await {
+            return reply;
+        }
         let Some(project) = &self.project else { return "530 5.7.0 Authentication required".into() };
         let st = &self.state;
         let sent = match crate::services::relay::command(project, mail_from, rcpts, &message) {

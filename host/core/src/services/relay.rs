@@ -14,11 +14,17 @@ use crate::domain::contacts::DataPatch;
 use crate::error::Error;
 use crate::infra::security;
 use crate::services::delivery::StoredAttachment;
-use crate::services::send::{MAX_ATTACHMENTS, RESERVED_HEADERS, SendCommand};
+use crate::services::send::{MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS, RESERVED_HEADERS, SendCommand};
 
 /// Headers of a submitted message that describe the MIME structure Herald builds again, or its route
 /// here; dropped like [`RESERVED_HEADERS`], the ones Herald writes on every email.
 const REBUILT_HEADERS: &[&str] = &["content-disposition", "content-id", "received"];
+
+/// Headers that state what a receiving server found (authentication results, ARC seals, SPF): only a
+/// receiver may write them, so a caller's are dropped rather than sent on under the tenant's name.
+fn receivers_header(name: &str) -> bool {
+    name == "authentication-results" || name == "received-spf" || name.starts_with("arc-")
+}
 
 /// Headers of the caller's kept.
 const MAX_HEADERS: usize = 50;
@@ -90,11 +96,21 @@ pub fn command(project: &str, envelope_from: &str, recipients: &[String], raw: &
             inline,
         });
     }
+    if attachment_bytes > MAX_ATTACHMENT_BYTES {
+        return Err(Error::field(
+            "attachments",
+            "too_big",
+            "attachments are at most 10 MB in total",
+            Value::from(attachment_bytes),
+        ));
+    }
     let headers = message
         .headers_raw()
         .filter(|(name, _)| {
             let name = name.to_ascii_lowercase();
-            !RESERVED_HEADERS.contains(&name.as_str()) && !REBUILT_HEADERS.contains(&name.as_str())
+            !RESERVED_HEADERS.contains(&name.as_str())
+                && !REBUILT_HEADERS.contains(&name.as_str())
+                && !receivers_header(&name)
         })
         .filter(|(name, _)| name.len() <= 100 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':'))
         .map(|(name, value)| (name.to_string(), value.split_whitespace().collect::<Vec<_>>().join(" ")))
@@ -127,6 +143,8 @@ mod tests {
     fn a_message_keeps_its_parts_and_headers_except_those_herald_writes() {
         let raw = "From: \"Shop\" <orders@shop.test>\r\nTo: \"Ann\" <ann@example.com>\r\nSubject: Your {{order}}\r\n\
             Message-ID: <x@client>\r\nX-Order: 42\r\nReceived: from somewhere\r\nMIME-Version: 1.0\r\n\
+            Authentication-Results: mx.example; dkim=pass header.d=bank.example\r\nARC-Seal: i=1; a=rsa-sha256\r\n\
+            ARC-Authentication-Results: i=1; mx.example; spf=pass\r\nReceived-SPF: pass\r\n\
             Content-Type: multipart/mixed; boundary=\"M\"\r\n\r\n--M\r\nContent-Type: text/html\r\n\r\n<p>Total {{x}}</p>\r\n\
             --M\r\nContent-Type: text/csv\r\nContent-Disposition: attachment; filename=\"o.csv\"\r\n\r\na,b\r\n--M--\r\n";
         let c = command("p", "bounce@shop.test", &["ann@example.com".into(), "bcc@example.com".into()], raw.as_bytes())
@@ -149,5 +167,24 @@ mod tests {
         let raw = "From: a@shop.test\r\nSubject: s\r\n\r\n1 < 2 & <b>\r\n";
         let c = command("p", "a@shop.test", &["b@example.com".into()], raw.as_bytes()).unwrap();
         assert!(c.html.unwrap().contains("1 &lt; 2 &amp; &lt;b&gt;"));
+    }
+
+    #[test]
+    fn attachments_past_the_send_cap_are_refused_like_on_v1_send() {
+        let big = base64::engine::general_purpose::STANDARD.encode(vec![b'a'; 6 * 1024 * 1024]);
+        let part = |name: &str| {
+            format!(
+                "--M\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\
+                 Content-Transfer-Encoding: base64\r\n\r\n{big}\r\n"
+            )
+        };
+        let head = "From: a@shop.test\r\nSubject: s\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"M\"\r\n\r\n\
+            --M\r\nContent-Type: text/plain\r\n\r\nhi\r\n";
+        let one = format!("{head}{}--M--\r\n", part("a.bin"));
+        assert!(command("p", "a@shop.test", &["b@example.com".into()], one.as_bytes()).is_ok(), "6 MiB passes");
+        let two = format!("{head}{}{}--M--\r\n", part("a.bin"), part("b.bin"));
+        let e =
+            command("p", "a@shop.test", &["b@example.com".into()], two.as_bytes()).err().expect("12 MiB is refused");
+        assert!(format!("{e:?}").contains("too_big"), "{e:?}");
     }
 }

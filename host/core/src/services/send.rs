@@ -22,6 +22,8 @@ pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
 
 /// Attachments one send may carry.
 pub const MAX_ATTACHMENTS: usize = 10;
+/// The attachments of one send, decoded, at most (whether given to `/v1/send` or to the SMTP relay).
+pub const MAX_ATTACHMENT_BYTES: usize = 10 * 1024 * 1024;
 
 /// Headers Herald writes itself on every email; a send cannot set them (`/v1/send` refuses them by
 /// field, the SMTP relay drops the caller's).
