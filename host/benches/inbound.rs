@@ -206,7 +206,8 @@ async fn main() {
     let running = app.start(listener).await.unwrap();
     let port = running.smtp_addr.unwrap().port();
     let (project, _) = herald_host::services::accounts::create_project_for(&st, "bench", None, None).await.unwrap();
-    st.domains.add(&st.store, &project.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let d = st.domains.add(&st.store, &project.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    st.store.set_domain_inbound(&project.id, &d.id, true, st.clock.now_ms()).await.unwrap();
     let before = st.store.count_inbound().await.unwrap();
     let t = Instant::now();
     let accepted = send_all(port, messages, clients).await;

@@ -339,6 +339,7 @@ async fn openapi_document_is_3_1_and_lists_every_route() {
         ("/domains/project/{project_id}", "get"),
         ("/domains/{id}/verify", "get"),
         ("/domains/{id}", "delete"),
+        ("/domains/{id}", "patch"),
         ("/v1/verify", "post"),
         ("/templates", "get"),
         ("/templates", "post"),

@@ -32,7 +32,9 @@ async fn inbox(configure: impl FnOnce(&mut Config)) -> Inbox {
     let s = Server::start_with(config, None).await;
     let p = proj(&s, "o@example.com").await;
     let st = Arc::clone(&s.state);
-    st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let d = st.domains.add(&st.store, &p.id, "shop.test", true, st.clock.now_ms()).await.unwrap();
+    let r = p.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": true })).await;
+    assert_eq!(r.json["inbound"], true, "{}", r.json);
     let port = s.running.as_ref().and_then(|r| r.smtp_addr).expect("the SMTP server listens").port();
     Inbox { s, p, sink, port }
 }
@@ -242,7 +244,8 @@ async fn a_report_with_a_forged_token_or_sent_to_another_tenants_domain_changes_
     let i = inbox(|_| {}).await;
     let st = Arc::clone(&i.s.state);
     let b = proj(&i.s, "b@example.com").await;
-    st.domains.add(&st.store, &b.id, "other.test", true, st.clock.now_ms()).await.unwrap();
+    let d = st.domains.add(&st.store, &b.id, "other.test", true, st.clock.now_ms()).await.unwrap();
+    st.store.set_domain_inbound(&b.id, &d.id, true, st.clock.now_ms()).await.unwrap();
     let r = b
         .secret
         .post("/v1/send", json!({ "to": "theirs@example.org", "from": "hi@other.test", "subject": "s", "body": "b" }))
@@ -278,6 +281,44 @@ async fn a_report_with_a_forged_token_or_sent_to_another_tenants_domain_changes_
         .await
         .expect("accepted");
     until("B's report bounces B's email", async || b_status().await == "BOUNCED").await;
+    i.s.stop().await;
+}
+
+#[tokio::test]
+async fn a_verified_domain_takes_mail_only_once_its_project_turns_receiving_on() {
+    let i = inbox(|_| {}).await;
+    let st = Arc::clone(&i.s.state);
+    let b = proj(&i.s, "b@example.com").await;
+    let d = st.domains.add(&st.store, &b.id, "quiet.test", true, st.clock.now_ms()).await.unwrap();
+    let reply = "From: Someone <someone@example.org>\r\nTo: help@quiet.test\r\nSubject: hello\r\n\r\nhi\r\n";
+    // Verified, receiving off (the default): refused at RCPT, nothing stored or counted.
+    for to in ["help@quiet.test", "help@inbound.quiet.test"] {
+        let e = deliver(i.port, Some("someone@example.org"), &[to], reply).await.expect_err("refused");
+        assert_eq!(code(&e), "550", "{to}: {e}");
+    }
+    let r = b.secret.get(&format!("/domains/project/{}", b.id)).await;
+    assert_eq!(r.json[0]["inbound"], false, "{}", r.json);
+    assert_eq!(r.json[0]["inboundRecord"]["type"], "MX", "{}", r.json);
+    assert_eq!(r.json[0]["inboundRecord"]["name"], "inbound.quiet.test", "{}", r.json);
+
+    // Only its own project turns it on, with a boolean.
+    assert_eq!(i.p.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": true })).await.status, 404);
+    for bad in [json!({ "inbound": "yes" }), json!({}), json!({ "inbound": true, "name": "x.test" })] {
+        let r = b.secret.patch(&format!("/domains/{}", d.id), bad.clone()).await;
+        assert_eq!(r.status, 422, "{bad}: {}", r.json);
+    }
+    let r = b.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": true })).await;
+    assert_eq!((r.status, r.json["inbound"].clone()), (200, json!(true)), "{}", r.json);
+    deliver(i.port, Some("someone@example.org"), &["help@quiet.test"], reply).await.expect("taken once on");
+    until("the reply is recorded", async || {
+        b.secret.get("/events?name=email.received").await.json.to_string().contains("someone@example.org")
+    })
+    .await;
+    // And off again.
+    let r = b.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": false })).await;
+    assert_eq!(r.json["inbound"], false, "{}", r.json);
+    let e = deliver(i.port, Some("someone@example.org"), &["help@quiet.test"], reply).await.expect_err("refused");
+    assert_eq!(code(&e), "550", "{e}");
     i.s.stop().await;
 }
 
@@ -378,12 +419,31 @@ async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
             .env("HERALD_RUN_JOBS", run_jobs.to_string());
         c
     };
-    let (_, secret) = crate::binary::project_with(|| herald(true), Some("shop.test"));
+    let (project, secret) = crate::binary::project_with(|| herald(true), Some("shop.test"));
 
     // Jobs off: the message is only stored when the 250 comes; then the process dies.
     let base = format!("http://127.0.0.1:{port}");
     let mut server = crate::binary::serve(herald(false));
     assert!(crate::binary::wait_until_up(&base).await);
+    let http = reqwest::Client::new();
+    let list: Value = http
+        .get(format!("{base}/domains/project/{project}"))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let domain = list[0]["id"].as_str().expect("the domain").to_string();
+    let on = http
+        .patch(format!("{base}/domains/{domain}"))
+        .bearer_auth(&secret)
+        .json(&json!({ "inbound": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(on.status(), 200);
     let msg = "From: carol@example.net\r\nTo: help@shop.test\r\nSubject: Hello after a crash\r\n\r\nHi\r\n";
     deliver(smtp_port, Some("carol@example.net"), &["help@shop.test"], msg).await.expect("250");
     crate::binary::signal(&mut server, "-KILL");

@@ -40,6 +40,29 @@ pub struct DomainOut {
     pub verified_at: Option<String>,
     pub last_checked_at: Option<String>,
     pub created_at: String,
+    /// whether the domain takes mail on Herald's SMTP listener (its replies); off until turned on with
+    /// PATCH /domains/:id
+    pub inbound: bool,
+    /// the MX record that brings the domain's mail to Herald, when the server receives mail
+    #[salvo(schema(value_type = Option<Object>))]
+    pub inbound_record: Option<Value>,
+}
+
+impl DomainOut {
+    /// The domain as answered by `st`'s server (the MX record names its SMTP host name).
+    fn of(st: &AppState, d: &DomainRow) -> Self {
+        let mut out = DomainOut::from(d);
+        if st.config.smtp.listen.is_some() {
+            out.inbound_record = Some(serde_json::json!({
+                "type": "MX",
+                "name": format!("inbound.{}", d.name),
+                "value": st.config.smtp.hostname,
+                "priority": 10,
+                "purpose": "inbound",
+            }));
+        }
+        out
+    }
 }
 
 impl From<&DomainRow> for DomainOut {
@@ -55,6 +78,8 @@ impl From<&DomainRow> for DomainOut {
             verified_at: d.verified_at.map(rfc3339),
             last_checked_at: d.last_checked_at.map(rfc3339),
             created_at: rfc3339(d.created_at),
+            inbound: d.inbound,
+            inbound_record: None,
         }
     }
 }
@@ -116,7 +141,7 @@ pub fn router() -> Router {
                 Router::new()
                     .hoop(ApiKeyAuth(KeyRule::SecretOnly))
                     .push(Router::with_path("{id}/verify").get(verify_domain))
-                    .push(Router::with_path("{id}").delete(delete_domain)),
+                    .push(Router::with_path("{id}").patch(update_domain).delete(delete_domain)),
             ),
     )
 }
@@ -186,7 +211,7 @@ pub async fn add_domain(req: &mut Request, depot: &mut Depot, res: &mut Response
         f.finish()?;
         let name = name.ok_or_else(|| Error::Internal("validated domain missing".into()))?;
         let d = st.domains.add(&st.store, &project_id, &name, false, st.clock.now_ms()).await.map_err(domain_error)?;
-        Reply::created(&DomainOut::from(&d))
+        Reply::created(&DomainOut::of(&st, &d))
     })
 }
 
@@ -203,7 +228,7 @@ pub async fn list_domains(
         let wanted = project_id.into_inner();
         let project_id = domain_project(req, res, &st, Some(&wanted)).await?;
         let list = sending_domains::list(&st.store, &project_id).await?;
-        Reply::ok(&list.iter().map(DomainOut::from).collect::<Vec<_>>())
+        Reply::ok(&list.iter().map(|d| DomainOut::of(&st, d)).collect::<Vec<_>>())
     })
 }
 
@@ -221,7 +246,46 @@ pub async fn verify_domain(id: PathParam<String>, depot: &mut Depot) -> Result<R
         let ctx = project(depot)?;
         let d = own_domain(&st, &ctx.project_id, &id.into_inner()).await?;
         let checked = st.domains.check(&st.store, &d, st.clock.now_ms()).await.map_err(domain_error)?;
-        Reply::ok(&DomainOut::from(&checked))
+        Reply::ok(&DomainOut::of(&st, &checked))
+    })
+}
+
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)]
+pub struct DomainPatch {
+    /// turn receiving on (replies to the domain, or to inbound.<domain>, become email.received events)
+    /// or off (refused with 550 at RCPT)
+    inbound: bool,
+}
+
+/// Changes a domain's settings: whether it takes mail on Herald's SMTP listener.
+#[endpoint(
+    tags("domains"),
+    security(("bearer" = [])),
+    request_body = DomainPatch,
+    responses((status_code = 200, body = DomainOut))
+)]
+pub async fn update_domain(id: PathParam<String>, req: &mut Request, depot: &mut Depot) -> Result<Reply, ApiError> {
+    boxed!({
+        let st = state(depot)?;
+        let ctx = project(depot)?;
+        let id = id.into_inner();
+        own_domain(&st, &ctx.project_id, &id).await?;
+        let body = json_object_max(req, 16 * 1024).await?;
+        let mut f = Fields::new(&body);
+        let inbound = f.boolean("inbound");
+        if inbound.is_none() && !body.contains_key("inbound") {
+            f.error("inbound", "required", "inbound is required (true or false)");
+        }
+        for key in body.keys().filter(|k| k.as_str() != "inbound") {
+            f.error(key, "unrecognized_keys", format!("{key} cannot be changed"));
+        }
+        f.finish()?;
+        let on = inbound.unwrap_or(false);
+        let d = sending_domains::set_inbound(&st.store, &ctx.project_id, &id, on, st.clock.now_ms())
+            .await?
+            .ok_or_else(|| Error::not_found("DOMAIN_NOT_FOUND", format!("Domain {id} not found")))?;
+        Reply::ok(&DomainOut::of(&st, &d))
     })
 }
 

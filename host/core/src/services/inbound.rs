@@ -100,13 +100,13 @@ impl Inbound {
         Ok(if room == 0 { Verdict::OverLimit } else { Verdict::Accept(Route::Project(project)) })
     }
 
-    /// The project whose verified domain is `domain` or `inbound.<domain>` (from the short read cache of
-    /// domains the sender check uses: a domain verified or removed here counts at once, elsewhere within
-    /// seconds).
+    /// The project whose verified domain, with receiving turned on, is `domain` or `inbound.<domain>`
+    /// (from the short read cache of domains the sender check uses: a domain verified, switched or
+    /// removed here counts at once, elsewhere within seconds).
     async fn project_of(&self, domain: &str) -> Result<Option<String>, StoreError> {
         let verified = async |name: &str| -> Result<Option<String>, StoreError> {
             let rows = self.store.domains_named_cached(name).await?;
-            Ok(rows.into_iter().find(|d| d.status == DomainStatus::Verified).map(|d| d.project))
+            Ok(rows.into_iter().find(|d| d.status == DomainStatus::Verified && d.inbound).map(|d| d.project))
         };
         if let Some(p) = verified(domain).await? {
             return Ok(Some(p));

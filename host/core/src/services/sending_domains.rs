@@ -97,6 +97,7 @@ impl Domains {
             last_checked_at: None,
             created_at: now,
             updated_at: now,
+            inbound: false,
         };
         match store.insert_domain(&row).await {
             Ok(()) => Ok(row),
@@ -184,6 +185,18 @@ pub enum Removal {
 /// One domain of the project.
 pub async fn get(store: &Store, project: &str, id: &str) -> Result<Option<DomainRow>, StoreError> {
     store.domain(project, id).await
+}
+
+/// Turns receiving on or off for a project's domain (docs/behaviour.md#receiving-mail); None when the
+/// project has no such domain.
+pub async fn set_inbound(
+    store: &Store,
+    project: &str,
+    id: &str,
+    on: bool,
+    now: i64,
+) -> Result<Option<DomainRow>, StoreError> {
+    store.set_domain_inbound(project, id, on, now).await
 }
 
 /// The project's domains, verified and pending, newest first.

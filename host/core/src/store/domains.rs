@@ -22,10 +22,13 @@ pub struct DomainRow {
     pub last_checked_at: Option<i64>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Whether the domain takes mail on port 25 (its project turned receiving on).
+    #[serde(default)]
+    pub inbound: bool,
 }
 
 const FIELDS: &str = "record::id(id) AS id, project, name, selector, dkim_public, dkim_private, status, trusted, \
-     records, verified_at, last_checked_at, created_at, updated_at";
+     records, verified_at, last_checked_at, created_at, updated_at, inbound ?? false AS inbound";
 
 impl Store {
     /// Inserts a domain; Conflict when this project already has the name, or (verified ones: trusted by
@@ -35,7 +38,7 @@ impl Store {
             "project": d.project, "name": d.name, "selector": d.selector, "dkim_public": d.dkim_public,
             "dkim_private": d.dkim_private, "status": d.status, "trusted": d.trusted, "records": d.records,
             "verified_at": d.verified_at, "last_checked_at": d.last_checked_at,
-            "created_at": d.created_at, "updated_at": d.updated_at,
+            "created_at": d.created_at, "updated_at": d.updated_at, "inbound": d.inbound,
         });
         let claim = if d.status == DomainStatus::Verified {
             "CREATE type::record('domain_claim', $name) SET domain = $id, project = $p RETURN NONE;"
@@ -167,6 +170,29 @@ impl Store {
         .await?;
         self.forget_domains();
         Ok(())
+    }
+
+    /// Turns receiving on or off for a project's domain; None when the project has no such domain.
+    pub async fn set_domain_inbound(
+        &self,
+        project: &str,
+        id: &str,
+        on: bool,
+        now: i64,
+    ) -> Result<Option<DomainRow>, StoreError> {
+        let found = self
+            .write(|| async {
+                self.query(
+                    "UPDATE type::record('domain', $id) SET inbound = $on, updated_at = $now WHERE project = $p \
+                     RETURN NONE",
+                    vars! { "id": id, "p": project, "on": on, "now": now },
+                )
+                .await
+            })
+            .await;
+        found?;
+        self.forget_domains();
+        self.domain(project, id).await
     }
 
     /// Deletes a project's domain, and its name's claim when it held it.

@@ -51,6 +51,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0041_inbound.surql", include_str!("../../../../migrations/0041_inbound.surql")),
     ("0042_throttles.surql", include_str!("../../../../migrations/0042_throttles.surql")),
     ("0043_deferral.surql", include_str!("../../../../migrations/0043_deferral.surql")),
+    ("0044_inbound_optin.surql", include_str!("../../../../migrations/0044_inbound_optin.surql")),
 ];
 
 #[derive(serde::Deserialize)]

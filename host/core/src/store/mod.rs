@@ -585,6 +585,7 @@ mod tests {
             last_checked_at: None,
             created_at: 1,
             updated_at: 1,
+            inbound: false,
         };
         store.insert_domain(&d).await.unwrap();
         use crate::domain::status::DomainStatus;

@@ -1,5 +1,5 @@
 // Sending domains: add one, the DNS records to publish (each copyable, with its status from the last
-// check), verify now, remove.
+// check), verify now, remove; receiving replies on or off, with the MX record that brings them.
 
 import { h, fill, field, badge, copyButton, confirmDialog, table, toast, when } from '../dom.js';
 import * as api from '../api.js';
@@ -33,12 +33,37 @@ function domainPanel(d, reload) {
     if (!await confirmDialog({ title: `Remove ${d.domain}?`, body: 'Email from this domain is refused once it is removed.', action: 'Remove', danger: true })) return;
     try { await api.del(`/domains/${encodeURIComponent(d.id)}`); reload(); } catch (e) { toast(e.message, 'bad'); }
   });
+  const receiving = h('button.small', { type: 'button', 'data-inbound': d.domain }, d.inbound ? 'Stop receiving' : 'Receive replies');
+  receiving.addEventListener('click', async () => {
+    receiving.disabled = true;
+    try {
+      await api.patch(`/domains/${encodeURIComponent(d.id)}`, { inbound: !d.inbound });
+      toast(d.inbound ? `${d.domain} no longer takes mail.` : `${d.domain} takes replies once its MX record points here.`);
+      reload();
+    } catch (e) {
+      toast(e.message, 'bad');
+      receiving.disabled = false;
+    }
+  });
+  const mx = d.inboundRecord;
+  const inbound = h('div.inbound',
+    h('h3', 'Receiving ', badge(d.inbound ? 'ON' : 'OFF')),
+    d.inbound
+      ? h('p', 'Replies to this domain become email.received events. Mail reaches Herald through this record:')
+      : h('p.muted', 'Mail to this domain is refused until receiving is on.'),
+    d.inbound && mx ? table([
+      ['Type', (r) => h('code', r.type)],
+      ['Name', (r) => h('span.row', h('code.wrap', r.name), copyButton(r.name))],
+      ['Value', (r) => h('span.row', h('code.wrap', `${r.priority} ${r.value}`), copyButton(r.value))],
+    ], [mx], '') : null,
+    receiving);
   return h('section.panel', { 'data-domain': d.domain },
     h('div.head', h('h2', d.domain, ' ', badge(d.status), d.trusted ? h('span.badge', ' trusted') : null),
       h('div.row', d.status === 'VERIFIED' ? null : verify, remove)),
     h('p.muted', `Last checked: ${when(d.lastCheckedAt)}`, d.verifiedAt ? ` · verified ${when(d.verifiedAt)}` : ''),
     d.status === 'VERIFIED' ? null : h('p', 'Publish these records at your DNS provider, then verify.'),
-    records(d));
+    records(d),
+    inbound);
 }
 
 export async function list(ctx) {
