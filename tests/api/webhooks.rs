@@ -470,3 +470,18 @@ async fn deliveries_in_flight_when_the_process_is_killed_arrive_after_the_restar
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn only_the_start_of_an_endpoints_answer_is_read() {
+    let s = stepped().await;
+    let p = proj(&s, "o@example.com").await;
+    // 11 MiB of answer: more than any attempt reads (past 10 MiB it was refused as too large).
+    let sink = http_sink::start_with(Arc::new(|_: &str, _: &str| (500, "x".repeat(11 << 20)))).await;
+    let (id, _) = endpoint(&p, &sink.url("/big"), json!(["*"])).await;
+    track(&p, "ann@example.com", "ping").await;
+    settle(&s).await;
+    let d = deliveries(&p, &id).await;
+    let error = d[0]["attempts"][0]["error"].as_str().unwrap_or_default().to_string();
+    assert!(error.starts_with("the endpoint answered 500: xxx"), "{error}");
+    assert!(error.len() < 400, "{} characters kept", error.len());
+}

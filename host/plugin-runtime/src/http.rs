@@ -100,6 +100,9 @@ pub struct Outbound {
     allow_private: bool,
     timeout: Duration,
     client: reqwest::Client,
+    /// Read at most this much of an answer and keep only that (None: the whole answer, refused past
+    /// [`MAX_RESPONSE_BYTES`]).
+    answer_prefix: Option<usize>,
 }
 
 struct FilteringResolver {
@@ -137,7 +140,14 @@ impl Outbound {
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Outbound { hosts, allow_private, timeout, client })
+        Ok(Outbound { hosts, allow_private, timeout, client, answer_prefix: None })
+    }
+
+    /// The same policy, reading at most `bytes` of each answer (the rest is not read: a caller that
+    /// keeps a few hundred characters of it need not hold megabytes of every answer in memory).
+    pub fn answer_prefix(mut self, bytes: usize) -> Outbound {
+        self.answer_prefix = Some(bytes);
+        self
     }
 
     pub fn host_allowed(&self, host: &str, port: u16) -> bool {
@@ -251,6 +261,13 @@ impl Outbound {
                 .collect();
             let mut out = Vec::new();
             while let Some(chunk) = resp.chunk().await.map_err(|e| FetchError::Other(error_chain(&e)))? {
+                if let Some(prefix) = self.answer_prefix {
+                    out.extend_from_slice(&chunk[..chunk.len().min(prefix - out.len())]);
+                    if out.len() >= prefix {
+                        break;
+                    }
+                    continue;
+                }
                 if out.len() + chunk.len() > MAX_RESPONSE_BYTES {
                     return Err(FetchError::TooLarge);
                 }

@@ -46,6 +46,10 @@ pub const MAX_DESCRIPTION: usize = 500;
 /// Most characters of an endpoint's answer or error kept with an attempt.
 const MAX_ERROR_CHARS: usize = 300;
 
+/// How much of an endpoint's answer is read (its first [`MAX_ERROR_CHARS`] characters are kept): attempts
+/// in flight cannot hold megabytes of answers each.
+const ANSWER_PREFIX: usize = 4 * 1024;
+
 /// Outbound webhooks: the store, the clock, the key sealing the signing secrets and the HTTP client with
 /// the outbound policy.
 pub struct Webhooks {
@@ -91,7 +95,7 @@ impl Webhooks {
         let d = crate::infra::security::derive_key(server_secret, "herald-webhook-secrets-v1");
         let mut sealing_key = [0u8; 32];
         sealing_key.copy_from_slice(&d[..32]);
-        let outbound = Outbound::new(vec!["*".into()], allow_private, ATTEMPT_TIMEOUT)?;
+        let outbound = Outbound::new(vec!["*".into()], allow_private, ATTEMPT_TIMEOUT)?.answer_prefix(ANSWER_PREFIX);
         Ok(Webhooks { store, clock, sealing_key, outbound, allow_private, wake: OnceLock::new() })
     }
 
