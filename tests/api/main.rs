@@ -19,6 +19,7 @@ mod compat;
 mod contact_bulk;
 mod contact_import;
 mod contacts;
+mod corpus;
 mod crash;
 mod crash_workflows;
 mod dashboard;

@@ -1,10 +1,13 @@
-//! What a message received over SMTP is (docs/behaviour.md#receiving-mail): a delivery status
-//! notification about an email Herald sent (RFC 3464, or a large provider's own bounce format where a
-//! status can be found), a feedback-loop complaint (RFC 5965 ARF), or other mail (a reply). Parsing is
+//! What a message received over SMTP is (docs/behaviour.md#receiving-mail, docs/bounces.md): a delivery
+//! status notification about an email Herald sent (RFC 3464, or an MTA's or provider's own failure
+//! notice, in `bounces`), a feedback-loop complaint (RFC 5965 ARF, or Microsoft's JMRP format), or other
+//! mail (a reply). Parsing is
 //! mail-parser's; the machine-readable parts of reports (`message/delivery-status`,
 //! `message/feedback-report`) are header blocks, read with its header parser too.
 //!
 //! Must not import: salvo, surrealdb, store, services.
+
+mod bounces;
 
 use mail_parser::{Message, MessageParser, MimeHeaders, PartType};
 use serde::Serialize;
@@ -95,25 +98,34 @@ pub struct Attachment {
 /// Reads a received message. `envelope_from` is its MAIL FROM (empty for the null sender bounces use).
 pub fn classify(raw: &[u8], envelope_from: &str) -> Kind {
     let Some(message) = MessageParser::default().parse(raw) else { return Kind::Ignored("unreadable") };
-    if let Some(ct) = message.content_type()
-        && ct.ctype().eq_ignore_ascii_case("multipart")
-        && ct.subtype().is_some_and(|s| s.eq_ignore_ascii_case("report"))
-    {
-        let report_type = ct.attribute("report-type").unwrap_or("").to_ascii_lowercase();
-        if report_type.contains("delivery-status") {
-            return delivery_status(&message).unwrap_or(Kind::Ignored("a delivery report without a failure"));
+    if is_report(&message, "delivery-status") {
+        // A report without a readable recipient block (a broken MIME structure, a notice sent as a report
+        // without its machine-readable part) is read as a failure notice below.
+        if let Some(kind) = delivery_status(&message) {
+            return kind;
         }
-        if report_type == "feedback-report" {
-            return feedback(&message).unwrap_or(Kind::Ignored("a feedback report without a type"));
-        }
+    } else if is_report(&message, "feedback-report") {
+        return feedback(&message).unwrap_or(Kind::Ignored("a feedback report without a type"));
     }
-    if looks_like_bounce(&message, envelope_from) {
-        return match provider_bounce(&message) {
+    if let Some(c) = other_complaint(&message) {
+        return Kind::Complaint(c);
+    }
+    if bounces::looks_like_bounce(&message, envelope_from) {
+        return match bounces::notice(&message) {
             Some(b) => Kind::Bounce(b),
             None => Kind::Ignored("a bounce without a status"),
         };
     }
     received(&message, envelope_from, raw.len()).map(Kind::Mail).unwrap_or(Kind::Ignored("no sender"))
+}
+
+/// A `multipart/report` whose report type contains `report_type`.
+fn is_report(message: &Message<'_>, report_type: &str) -> bool {
+    message.content_type().is_some_and(|ct| {
+        ct.ctype().eq_ignore_ascii_case("multipart")
+            && ct.subtype().is_some_and(|s| s.eq_ignore_ascii_case("report"))
+            && ct.attribute("report-type").is_some_and(|t| t.to_ascii_lowercase().contains(report_type))
+    })
 }
 
 /// The fields of a report's header block (`Name: value` lines; continuation lines folded).
@@ -133,7 +145,7 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
 /// The blocks of a report part: groups of fields separated by blank lines.
 fn blocks(text: &str) -> Vec<Vec<(String, String)>> {
     let text = text.replace("\r\n", "\n");
-    text.split("\n\n").filter(|b| !b.trim().is_empty()).take(100).map(|b| fields(&format!("{b}\n\n"))).collect()
+    text.split("\n\n").map(str::trim).filter(|b| !b.is_empty()).take(100).map(|b| fields(&format!("{b}\n\n"))).collect()
 }
 
 /// The first part of `message` whose content type is `ctype/subtype`.
@@ -177,11 +189,14 @@ fn cut(s: &str, max: usize) -> String {
     s[..end].to_string()
 }
 
-/// RFC 3464: the first recipient whose action is `failed` or `delayed`.
+/// RFC 3464: the first recipient whose action is `failed` or `delayed` (or, without an action, whose
+/// status is a failure). Ignored when the recipients were delivered, relayed or expanded; None when no
+/// recipient block can be read.
 fn delivery_status(message: &Message<'_>) -> Option<Kind> {
     let part = part_of(message, "message", &["delivery-status", "global-delivery-status"])?;
     let text = String::from_utf8_lossy(part.contents());
     let (message_id, _) = original(message);
+    let mut other = false;
     for block in blocks(&text) {
         let action = field(&block, "action").unwrap_or("").to_ascii_lowercase();
         let status = field(&block, "status").and_then(status_code);
@@ -190,12 +205,17 @@ fn delivery_status(message: &Message<'_>) -> Option<Kind> {
             ("failed", None) => (true, "5.0.0".to_string()),
             ("delayed", Some(s)) => (false, s),
             ("delayed", None) => (false, "4.0.0".to_string()),
-            _ => continue,
+            ("", Some(s)) if s.starts_with('5') || s.starts_with('4') => (s.starts_with('5'), s),
+            ("", _) => continue,
+            _ => {
+                other = true;
+                continue;
+            }
         };
         let reason = field(&block, "diagnostic-code").map(|d| cut(d.split_once(';').map_or(d, |(_, r)| r.trim()), 500));
         return Some(Kind::Bounce(Bounce { permanent, status, reason, message_id }));
     }
-    None
+    other.then_some(Kind::Ignored("a delivery report without a failure"))
 }
 
 /// An enhanced status code (`class.subject.detail`) at the start of `v`.
@@ -219,55 +239,53 @@ fn feedback(message: &Message<'_>) -> Option<Kind> {
     Some(Kind::Complaint(Complaint { feedback_type, message_id, return_path }))
 }
 
-/// A bounce not in RFC 3464's format: from the null sender or a mailer daemon, with a subject that says so.
-fn looks_like_bounce(message: &Message<'_>, envelope_from: &str) -> bool {
-    let from = message.from().and_then(|a| a.first()).and_then(|a| a.address()).unwrap_or("").to_ascii_lowercase();
-    let daemon = envelope_from.is_empty()
-        || from.starts_with("mailer-daemon@")
-        || from.starts_with("postmaster@")
-        || from.starts_with("mail-daemon@");
-    let subject = message.subject().unwrap_or("").to_ascii_lowercase();
-    const SUBJECTS: &[&str] = &[
-        "undeliverable",
-        "undelivered mail",
-        "delivery status notification",
-        "mail delivery failed",
-        "delivery failure",
-        "returned mail",
-        "failure notice",
-        "delivery has failed",
-        "could not be delivered",
-    ];
-    daemon && SUBJECTS.iter().any(|s| subject.contains(s))
+/// A complaint in another format than RFC 5965's (docs/bounces.md): Microsoft's JMRP report (a subject
+/// "complaint about message from <address>" and the reported message attached), or a mail client's
+/// automatic unsubscribe request (subject "unsubscribe", Auto-Submitted), an `opt-out`.
+fn other_complaint(message: &Message<'_>) -> Option<Complaint> {
+    let subject = message.subject().unwrap_or("").trim().to_ascii_lowercase();
+    if subject.starts_with("complaint about message from")
+        && message.parts.iter().any(|p| matches!(p.body, PartType::Message(_)))
+    {
+        let (message_id, return_path) = original(message);
+        return Some(Complaint { feedback_type: "abuse".into(), message_id, return_path });
+    }
+    if subject == "unsubscribe" && auto_submitted(message) {
+        let (message_id, return_path) = original(message);
+        return Some(Complaint { feedback_type: "opt-out".into(), message_id, return_path });
+    }
+    None
 }
 
-/// The status in a provider's own bounce text: the first enhanced status code, else the first basic
-/// reply code of 4xx or 5xx that follows a word like "error" or "status" or starts a line.
-fn provider_bounce(message: &Message<'_>) -> Option<Bounce> {
-    let text = message.body_text(0).map(|t| cut(&t, MAX_TEXT_BYTES)).unwrap_or_default();
-    let (message_id, _) = original(message);
-    let words: Vec<&str> =
-        text.split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '[' | ']' | ',' | ';')).collect();
-    let enhanced =
-        words.iter().find_map(|w| status_code(w.trim_end_matches(['.', ':'])).filter(|s| !s.starts_with('2')));
-    let status = enhanced.or_else(|| {
-        text.lines().find_map(|line| {
-            let code = line.trim_start().get(..3)?;
-            let next = line.trim_start().as_bytes().get(3).copied();
-            (code.bytes().all(|b| b.is_ascii_digit())
-                && matches!(code.as_bytes()[0], b'4' | b'5')
-                && matches!(next, None | Some(b' ') | Some(b'-')))
-            .then(|| code.to_string())
-        })
-    })?;
-    let line = text.lines().find(|l| l.contains(status.as_str())).map(|l| cut(l.trim(), 500));
-    Some(Bounce { permanent: status.starts_with('5'), status, reason: line, message_id })
+fn auto_submitted(message: &Message<'_>) -> bool {
+    message.header_raw("Auto-Submitted").is_some_and(|v| {
+        let v = v.trim().to_ascii_lowercase();
+        !v.is_empty() && v != "no"
+    })
+}
+
+/// A subject that starts like an automatic reply or an out-of-office answer.
+fn auto_reply_subject(message: &Message<'_>) -> bool {
+    let subject = message.subject().unwrap_or("").trim().to_ascii_lowercase();
+    [
+        "auto:",
+        "automatic reply",
+        "autoreply",
+        "auto-reply",
+        "auto reply",
+        "autorespon",
+        "auto response",
+        "out of office",
+        "out of the office",
+    ]
+    .iter()
+    .any(|s| subject.starts_with(s))
 }
 
 /// Auto-Submitted other than `no`, the common auto-responder headers, or an out-of-office subject.
 fn auto_reply(message: &Message<'_>) -> bool {
     let raw = |name: &str| message.header_raw(name).map(|v| v.trim().to_ascii_lowercase());
-    if raw("Auto-Submitted").is_some_and(|v| !v.is_empty() && v != "no") {
+    if auto_submitted(message) {
         return true;
     }
     if raw("X-Autoreply").is_some() || raw("X-Autorespond").is_some() || raw("X-Autoresponse").is_some() {
@@ -276,10 +294,7 @@ fn auto_reply(message: &Message<'_>) -> bool {
     if raw("Precedence").is_some_and(|v| v == "auto_reply") {
         return true;
     }
-    let subject = message.subject().unwrap_or("").trim().to_ascii_lowercase();
-    ["auto:", "automatic reply", "autoreply", "auto-reply", "out of office", "out of the office"]
-        .iter()
-        .any(|s| subject.starts_with(s))
+    auto_reply_subject(message)
 }
 
 fn addresses(a: Option<&mail_parser::Address<'_>>) -> Vec<String> {
@@ -393,6 +408,44 @@ mod tests {
         assert_eq!(b.status, "452");
         let nothing = "From: postmaster@example.org\r\nSubject: Undeliverable: hello\r\n\r\nsomething went wrong\r\n";
         assert!(matches!(classify(nothing.as_bytes(), ""), Kind::Ignored(_)));
+    }
+
+    #[test]
+    fn a_notice_in_words_only_is_read_by_its_words_and_an_away_message_from_the_null_sender_is_mail() {
+        let hard = "From: MAILER-DAEMON@mx.example.net\r\nSubject: failure notice\r\n\r\n\
+            I'm afraid I wasn't able to deliver your message to the following addresses.\r\n\
+            <gone@example.net>: no mailbox here by that name\r\n";
+        let Kind::Bounce(b) = classify(hard.as_bytes(), "") else { panic!("not a bounce") };
+        assert!(b.permanent);
+        assert_eq!(b.status, "5.0.0");
+        let soft = "From: Mail Delivery System <Mailer-Daemon@mx.example.net>\r\n\
+            Subject: Warning: message 1abc delayed 24 hours\r\n\r\n\
+            This message was created automatically by mail delivery software.\r\n\
+            A message that you sent has not yet been delivered to one or more of its recipients.\r\n";
+        let Kind::Bounce(b) = classify(soft.as_bytes(), "") else { panic!("not a bounce") };
+        assert!(!b.permanent);
+        let forwarded = "From: MAILER-DAEMON@mx.example.net\r\nSubject: Returned mail: User unknown\r\n\
+            MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"O\"\r\n\r\n--O\r\n\
+            Content-Type: text/plain\r\n\r\nSee the report.\r\n--O\r\nContent-Type: message/rfc822\r\n\r\n";
+        let Kind::Bounce(b) = classify(format!("{forwarded}{}\r\n--O--\r\n", dsn("failed", "5.2.1")).as_bytes(), "")
+        else {
+            panic!("not a bounce")
+        };
+        assert_eq!(b.status, "5.2.1");
+        let away = "From: a@example.com\r\nAuto-Submitted: auto-replied\r\nSubject: AutoResponse: hi\r\n\r\n\
+            I am away; your message could not be answered before Monday.\r\n";
+        let Kind::Mail(m) = classify(away.as_bytes(), "") else { panic!("not mail") };
+        assert!(m.auto_reply);
+    }
+
+    #[test]
+    fn a_jmrp_report_is_a_complaint() {
+        let raw = "From: staff@hotmail.com\r\nSubject: complaint about message from 192.0.2.1\r\nMIME-Version: 1.0\r\n\
+            Content-Type: multipart/mixed; boundary=\"J\"\r\n\r\n--J\r\nContent-Type: message/rfc822\r\n\r\n\
+            From: a@herald.test\r\nMessage-ID: <id-4@herald.test>\r\nSubject: Sale\r\n\r\nBuy\r\n--J--\r\n";
+        let Kind::Complaint(c) = classify(raw.as_bytes(), "staff@hotmail.com") else { panic!("not a complaint") };
+        assert_eq!(c.feedback_type, "abuse");
+        assert_eq!(c.message_id.as_deref(), Some("<id-4@herald.test>"));
     }
 
     #[test]
