@@ -103,7 +103,7 @@ impl Store {
             "{{
                 LET $c = ({});
                 LET $n = $c[0].count ?? 0;
-                LET $some = $name = NONE OR $n > 0
+                LET $some = !$named OR $n > 0
                     OR array::len(SELECT VALUE id FROM event WHERE project = $p AND name = $name LIMIT 1) > 0;
                 IF $some {{
                     UPSERT type::record('tally', [$p, $scope]) CONTENT {{ n: $n, at: $at }} RETURN NONE;
@@ -116,9 +116,13 @@ impl Store {
         );
         let v = self
             .write(|| async {
-                self.query(&sql, vars! { "p": project, "scope": scope.key(), "name": scope.name(), "at": at })
-                    .await?
-                    .value_last()
+                let named = scope.name().is_some();
+                self.query(
+                    &sql,
+                    vars! { "p": project, "scope": scope.key(), "name": scope.name(), "named": named, "at": at },
+                )
+                .await?
+                .value_last()
             })
             .await?;
         Ok(v.as_i64().unwrap_or(0))
