@@ -39,6 +39,16 @@ async fn inbox(configure: impl FnOnce(&mut Config)) -> Inbox {
     Inbox { s, p, sink, port }
 }
 
+/// A second project on the same server (owner b@example.com) with the trusted domain `domain`, taking
+/// mail on it when `receiving`; answers the project and the domain's id.
+async fn tenant(i: &Inbox, domain: &str, receiving: bool) -> (Proj, String) {
+    let st = &i.s.state;
+    let b = proj(&i.s, "b@example.com").await;
+    let d = st.domains.add(&st.store, &b.id, domain, true, st.clock.now_ms()).await.unwrap();
+    st.store.set_domain_inbound(&b.id, &d.id, receiving, st.clock.now_ms()).await.unwrap();
+    (b, d.id)
+}
+
 /// Sends `raw` over SMTP from `from` (None: the null sender) to `to`.
 async fn deliver(
     port: u16,
@@ -243,9 +253,7 @@ async fn copies_of_a_report_count_once_so_a_recipient_cannot_suspend_a_project_b
 async fn a_report_with_a_forged_token_or_sent_to_another_tenants_domain_changes_no_email() {
     let i = inbox(|_| {}).await;
     let st = Arc::clone(&i.s.state);
-    let b = proj(&i.s, "b@example.com").await;
-    let d = st.domains.add(&st.store, &b.id, "other.test", true, st.clock.now_ms()).await.unwrap();
-    st.store.set_domain_inbound(&b.id, &d.id, true, st.clock.now_ms()).await.unwrap();
+    let (b, _) = tenant(&i, "other.test", true).await;
     let r = b
         .secret
         .post("/v1/send", json!({ "to": "theirs@example.org", "from": "hi@other.test", "subject": "s", "body": "b" }))
@@ -287,9 +295,7 @@ async fn a_report_with_a_forged_token_or_sent_to_another_tenants_domain_changes_
 #[tokio::test]
 async fn a_verified_domain_takes_mail_only_once_its_project_turns_receiving_on() {
     let i = inbox(|_| {}).await;
-    let st = Arc::clone(&i.s.state);
-    let b = proj(&i.s, "b@example.com").await;
-    let d = st.domains.add(&st.store, &b.id, "quiet.test", true, st.clock.now_ms()).await.unwrap();
+    let (b, d) = tenant(&i, "quiet.test", false).await;
     let reply = "From: Someone <someone@example.org>\r\nTo: help@quiet.test\r\nSubject: hello\r\n\r\nhi\r\n";
     // Verified, receiving off (the default): refused at RCPT, nothing stored or counted.
     for to in ["help@quiet.test", "help@inbound.quiet.test"] {
@@ -302,12 +308,12 @@ async fn a_verified_domain_takes_mail_only_once_its_project_turns_receiving_on()
     assert_eq!(r.json[0]["inboundRecord"]["name"], "inbound.quiet.test", "{}", r.json);
 
     // Only its own project turns it on, with a boolean.
-    assert_eq!(i.p.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": true })).await.status, 404);
+    assert_eq!(i.p.secret.patch(&format!("/domains/{d}"), json!({ "inbound": true })).await.status, 404);
     for bad in [json!({ "inbound": "yes" }), json!({}), json!({ "inbound": true, "name": "x.test" })] {
-        let r = b.secret.patch(&format!("/domains/{}", d.id), bad.clone()).await;
+        let r = b.secret.patch(&format!("/domains/{d}"), bad.clone()).await;
         assert_eq!(r.status, 422, "{bad}: {}", r.json);
     }
-    let r = b.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": true })).await;
+    let r = b.secret.patch(&format!("/domains/{d}"), json!({ "inbound": true })).await;
     assert_eq!((r.status, r.json["inbound"].clone()), (200, json!(true)), "{}", r.json);
     deliver(i.port, Some("someone@example.org"), &["help@quiet.test"], reply).await.expect("taken once on");
     until("the reply is recorded", async || {
@@ -315,7 +321,7 @@ async fn a_verified_domain_takes_mail_only_once_its_project_turns_receiving_on()
     })
     .await;
     // And off again.
-    let r = b.secret.patch(&format!("/domains/{}", d.id), json!({ "inbound": false })).await;
+    let r = b.secret.patch(&format!("/domains/{d}"), json!({ "inbound": false })).await;
     assert_eq!(r.json["inbound"], false, "{}", r.json);
     let e = deliver(i.port, Some("someone@example.org"), &["help@quiet.test"], reply).await.expect_err("refused");
     assert_eq!(code(&e), "550", "{e}");
@@ -425,25 +431,12 @@ async fn a_message_accepted_just_before_a_kill_is_applied_after_the_restart() {
     let base = format!("http://127.0.0.1:{port}");
     let mut server = crate::binary::serve(herald(false));
     assert!(crate::binary::wait_until_up(&base).await);
+    // The domain takes replies once its project turns receiving on.
     let http = reqwest::Client::new();
-    let list: Value = http
-        .get(format!("{base}/domains/project/{project}"))
-        .bearer_auth(&secret)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let domain = list[0]["id"].as_str().expect("the domain").to_string();
-    let on = http
-        .patch(format!("{base}/domains/{domain}"))
-        .bearer_auth(&secret)
-        .json(&json!({ "inbound": true }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(on.status(), 200);
+    let list = crate::binary::get_json(&http, &format!("{base}/domains/project/{project}"), &secret).await;
+    let domain = list[0]["id"].as_str().expect("the domain");
+    let on = http.patch(format!("{base}/domains/{domain}")).bearer_auth(&secret).json(&json!({ "inbound": true }));
+    assert_eq!(on.send().await.unwrap().status(), 200);
     let msg = "From: carol@example.net\r\nTo: help@shop.test\r\nSubject: Hello after a crash\r\n\r\nHi\r\n";
     deliver(smtp_port, Some("carol@example.net"), &["help@shop.test"], msg).await.expect("250");
     crate::binary::signal(&mut server, "-KILL");

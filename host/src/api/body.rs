@@ -64,6 +64,15 @@ impl<'a> Fields<'a> {
         self.errors.push(FieldError::new(self.path(name), code, message, received));
     }
 
+    /// Refuses every key of the object but `allowed` (for bodies where an unknown key is a mistake worth
+    /// telling: a setting the caller thinks it changed).
+    pub fn only(&mut self, allowed: &[&str]) {
+        let unknown: Vec<&String> = self.obj.keys().filter(|k| !allowed.contains(&k.as_str())).collect();
+        for key in unknown {
+            self.error(key, "unrecognized_keys", format!("{key} cannot be set here"));
+        }
+    }
+
     fn present(&self, name: &str) -> Option<&'a Value> {
         self.obj.get(name).filter(|v| !v.is_null())
     }

@@ -277,9 +277,7 @@ pub async fn update_domain(id: PathParam<String>, req: &mut Request, depot: &mut
         if inbound.is_none() && !body.contains_key("inbound") {
             f.error("inbound", "required", "inbound is required (true or false)");
         }
-        for key in body.keys().filter(|k| k.as_str() != "inbound") {
-            f.error(key, "unrecognized_keys", format!("{key} cannot be changed"));
-        }
+        f.only(&["inbound"]);
         f.finish()?;
         let on = inbound.unwrap_or(false);
         let d = sending_domains::set_inbound(&st.store, &ctx.project_id, &id, on, st.clock.now_ms())

@@ -66,8 +66,8 @@ struct Session {
     helo: Option<String>,
     /// Submission: the project the client authenticated as.
     project: Option<String>,
-    /// Submission: the digest of the key it authenticated with, checked again before each message
-    /// (a key regenerated while the session is open stops it sending).
+    /// Submission: the digest of the key it authenticated with, checked again at each `MAIL FROM` and
+    /// before a message is accepted (a key regenerated while the session is open stops it sending).
     key: Option<String>,
     mail_from: Option<String>,
     /// The size MAIL FROM declared (0: none).
@@ -403,11 +403,6 @@ impl Session {
         if !is_email(&address) {
             return self.failed("501 5.1.3 Bad recipient address syntax").await;
         }
-        if self.mode == Mode::Submission
-            && let Some(reply) = self.key_revoked().await
-        {
-            return self.failed(&reply).await;
-        }
         if self.mode == Mode::Inbound {
             match self.state.inbound.route(&address).await {
                 Ok(Verdict::Accept(_)) => {}
@@ -522,8 +517,8 @@ impl Session {
         let (Some(project), Some(key)) = (&self.project, &self.key) else {
             return Some("530 5.7.0 Authentication required".into());
         };
-        match crate::services::accounts::project_by_key(&self.state, key).await {
-            Ok(Some((p, true))) if &p.id == project && !p.disabled => None,
+        match crate::services::relay::project_of_digest(&self.state, key).await {
+            Ok(Some(p)) if &p == project => None,
             Ok(_) => {
                 self.project = None;
                 self.key = None;

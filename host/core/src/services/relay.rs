@@ -35,7 +35,13 @@ pub async fn project_of_key(st: &crate::context::Context, key: &str) -> Result<O
     if security::key_kind(key) != Some(security::KeyKind::Secret) {
         return Ok(None);
     }
-    let found = crate::services::accounts::project_by_key(st, &security::key_digest(key)).await?;
+    project_of_digest(st, &security::key_digest(key)).await
+}
+
+/// The project whose secret key has this digest, while that key is current and the project enabled: what
+/// an open relay session checks again before each message (a regenerated key stops it).
+pub async fn project_of_digest(st: &crate::context::Context, digest: &str) -> Result<Option<String>, Error> {
+    let found = crate::services::accounts::project_by_key(st, digest).await?;
     Ok(found.filter(|(p, secret)| *secret && !p.disabled).map(|(p, _)| p.id))
 }
 

@@ -260,14 +260,14 @@ impl super::Delivery {
                 if was_down {
                     signals.push(back_signal(transport));
                 }
-                let mut released = Ok(0);
-                for s in &signals {
-                    released = match (released, store.signal_jobs(s, clock.now_ms()).await) {
-                        (Ok(a), Ok(b)) => Ok(a + b),
-                        (Err(e), _) | (_, Err(e)) => Err(e),
-                    };
-                }
-                match released {
+                let released = async {
+                    let mut moved = 0;
+                    for s in &signals {
+                        moved += store.signal_jobs(s, clock.now_ms()).await?;
+                    }
+                    Ok::<_, crate::store::StoreError>(moved)
+                };
+                match released.await {
                     Ok(moved) => {
                         if moved > 0 {
                             tracing::info!(
