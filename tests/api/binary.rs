@@ -12,6 +12,7 @@ pub fn herald(dir: &std::path::Path, port: u16) -> Command {
     c.env("HERALD_DB", format!("surrealkv://{}", dir.display()))
         .env("HERALD_LISTEN", format!("127.0.0.1:{port}"))
         .env("HERALD_LOG", "warn")
+        .env("HERALD_SMTP_SPOOL_DIR", format!("{}.spool", dir.display()))
         .env_remove("HERALD_SECRET");
     c
 }

@@ -41,6 +41,7 @@ mod quotas;
 mod relay_process;
 mod segments;
 mod send;
+mod smtp_resources;
 mod smtp_sink;
 mod submission;
 mod suppressions;

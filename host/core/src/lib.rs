@@ -49,6 +49,8 @@ pub enum BuildError {
     Plugins(String),
     #[error("server secret: {0}")]
     Secret(String),
+    #[error("the spool of received messages, {0}: {1}")]
+    Spool(String, std::io::Error),
 }
 
 /// The server secret when `HERALD_SECRET` is not set. On the embedded engine it lives in a file of its
@@ -234,8 +236,16 @@ impl Core {
         bus.subscribe(Arc::new(services::webhooks::Fanout(webhooks.clone())));
         // The project ceilings and the contact counts read for them, one copy for the process.
         let quotas = Arc::new(services::quotas::Ceilings::new(config.quotas));
+        // Only a process that receives mail keeps a spool.
+        let spool = match config.smtp.listen {
+            Some(_) => Some(
+                infra::spool::Spool::open(&config.smtp.spool_dir, config.smtp.spool_max_bytes)
+                    .map_err(|e| BuildError::Spool(config.smtp.spool_dir.display().to_string(), e))?,
+            ),
+            None => None,
+        };
         let inbound =
-            Arc::new(services::inbound::Inbound::new(store.clone(), clock.clone(), return_path, quotas.clone()));
+            Arc::new(services::inbound::Inbound::new(store.clone(), clock.clone(), return_path, quotas.clone(), spool));
         inbound.register(&mut registry);
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(

@@ -2,14 +2,16 @@
 //! received mail (`HERALD_SMTP_LISTEN`) and one for authenticated submission
 //! (`HERALD_SMTP_SUBMISSION_LISTEN`). Like the HTTP server it only speaks the protocol and calls the
 //! core: `services::inbound` for what is received, `services::relay` and `services::send` for what is
-//! submitted. Limits here protect the process: connections per client address and in all, messages per
-//! client address a minute, a timeout on every read and on a whole message, the message size.
+//! submitted. Limits here protect the process and share it fairly (docs/security.md#receiving-mail): each
+//! server has its own connections and message bytes in flight, counted per client network and in all
+//! (`limits`); messages per network a minute; a timeout on every read, on idling, on a whole message and
+//! on a session, a minimum data rate, and the message size.
 
+mod limits;
 mod session;
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -19,14 +21,19 @@ use tokio_rustls::rustls;
 
 use crate::infra::ratelimit::RateLimiter;
 use crate::state::AppState;
+use limits::{Budget, Doors, Refused};
 
-/// Connections the two listeners hold open at once, over all clients.
+/// Connections each server lets in at once, over all clients.
 const MAX_CONNECTIONS: u32 = 1000;
 
-/// Message bytes all sessions may hold at once, in KiB: a message reserves its declared `SIZE` (else the
-/// size limit) before DATA, so many large messages at once wait or are told to come back, instead of
-/// taking the process's memory.
-const DATA_BUDGET_KIB: u32 = 512 * 1024;
+/// Message bytes each server's sessions may hold between their first byte and their answer (reserved as
+/// bytes arrive), over all clients, and for one client network: many large messages at once wait or are
+/// told to come back instead of taking the process's memory or disk, and a few networks cannot take it
+/// all.
+const DATA_BUDGET: u64 = 512 << 20;
+
+/// How often the spool is swept of what a crash left.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
 
 /// Which server a session belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,44 +44,27 @@ pub enum Mode {
     Submission,
 }
 
-/// What every session of the process shares: the TLS setup, the connection counts, the message rate.
+/// What the sessions of one server share: connections, message bytes in flight, the message rate, each
+/// per client network ([`limits::network`]).
+pub(crate) struct Resources {
+    doors: Arc<Doors>,
+    pub budget: Arc<Budget>,
+    pub per_minute: RateLimiter,
+}
+
+/// What every session of the process shares: the TLS setup, and each server's own resources.
 pub(crate) struct Shared {
     pub tls: Option<TlsAcceptor>,
-    connections: Mutex<HashMap<IpAddr, u32>>,
-    pub per_minute: RateLimiter,
-    /// KiB of message bytes sessions may still reserve ([`DATA_BUDGET_KIB`]).
-    pub data_budget: Arc<tokio::sync::Semaphore>,
-}
-
-/// One open connection, counted until dropped.
-pub(crate) struct Slot {
-    shared: Arc<Shared>,
-    ip: IpAddr,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut map = self.shared.connections.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = map.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
+    inbound: Resources,
+    submission: Resources,
 }
 
 impl Shared {
-    /// A slot for a connection from `ip`, unless it or everyone holds too many.
-    fn enter(self: &Arc<Self>, ip: IpAddr, per_ip: u32) -> Option<Slot> {
-        let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
-        let total: u32 = map.values().sum();
-        let mine = map.get(&ip).copied().unwrap_or(0);
-        if mine >= per_ip || total >= MAX_CONNECTIONS {
-            return None;
+    pub fn of(&self, mode: Mode) -> &Resources {
+        match mode {
+            Mode::Inbound => &self.inbound,
+            Mode::Submission => &self.submission,
         }
-        map.insert(ip, mine + 1);
-        Some(Slot { shared: self.clone(), ip })
     }
 }
 
@@ -130,12 +120,14 @@ pub async fn start(state: Arc<AppState>) -> Result<SmtpServers, SmtpError> {
         Some((cert, key)) => Some(tls_acceptor(cert, key)?),
         None => None,
     };
-    let shared = Arc::new(Shared {
-        tls,
-        connections: Mutex::default(),
+    // A network may hold two of the largest messages at once.
+    let per_network = (2 * c.max_message_bytes as u64).min(DATA_BUDGET);
+    let resources = || Resources {
+        doors: Doors::new(c.max_connections_per_ip, MAX_CONNECTIONS),
+        budget: Budget::new(per_network, DATA_BUDGET),
         per_minute: RateLimiter::new(c.messages_per_minute, state.clock.clone()),
-        data_budget: Arc::new(tokio::sync::Semaphore::new(DATA_BUDGET_KIB as usize)),
-    });
+    };
+    let shared = Arc::new(Shared { tls, inbound: resources(), submission: resources() });
     let (stop, stopped) = watch::channel(false);
     let mut servers = SmtpServers { inbound: None, submission: None, stop, tasks: Vec::new() };
     for (addr, mode) in [(c.listen, Mode::Inbound), (c.submission_listen, Mode::Submission)] {
@@ -149,6 +141,9 @@ pub async fn start(state: Arc<AppState>) -> Result<SmtpServers, SmtpError> {
         tracing::info!(%bound, ?mode, "SMTP listening");
         servers.tasks.push(tokio::spawn(accept_loop(state.clone(), shared.clone(), listener, mode, stopped.clone())));
     }
+    if c.listen.is_some() {
+        servers.tasks.push(tokio::spawn(sweep_loop(state.clone(), stopped.clone())));
+    }
     Ok(servers)
 }
 
@@ -159,7 +154,7 @@ async fn accept_loop(
     mode: Mode,
     mut stop: watch::Receiver<bool>,
 ) {
-    let per_ip = state.config.smtp.max_connections_per_ip;
+    let wait = Duration::from_secs(state.config.smtp.timeout_secs);
     loop {
         let (socket, peer) = tokio::select! {
             _ = stop.changed() => return,
@@ -174,13 +169,30 @@ async fn accept_loop(
             },
         };
         let _ = socket.set_nodelay(true);
-        let slot = shared.enter(peer.ip(), per_ip);
         let (state, shared) = (state.clone(), shared.clone());
         tokio::spawn(async move {
-            match slot {
-                Some(slot) => session::run(state, shared, mode, socket, peer, slot).await,
-                None => session::refuse(socket).await,
+            // A full server keeps the client waiting for its greeting a while (clients wait minutes).
+            match shared.of(mode).doors.enter(limits::network(peer.ip()), wait).await {
+                Ok(slot) => session::run(state, shared, mode, socket, peer, slot).await,
+                Err(Refused::Network) => {
+                    session::refuse(socket, "421 4.7.0 Too many connections from your network, try again later").await
+                }
+                Err(Refused::Full) => session::refuse(socket, "421 4.3.2 Too many connections, try again later").await,
             }
         });
+    }
+}
+
+/// Sweeps the spool on start and then now and then (`infra::spool`).
+async fn sweep_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let n = state.inbound.sweep().await;
+        if n > 0 {
+            tracing::info!(files = n, "swept the spool of received messages");
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! what each step asks of the core.
 
 use std::borrow::Cow;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,9 +13,11 @@ use smtp_proto::{AUTH_LOGIN, AUTH_PLAIN, Request};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Mode, Shared, Slot};
+use super::limits::{Held, Slot, network};
+use super::{Mode, Resources, Shared};
 use crate::domain::contacts::{is_email, normalize_email};
 use crate::error::{Code, Error};
+use crate::infra::spool::{Draft, SpoolError};
 use crate::services::inbound::Verdict;
 use crate::state::AppState;
 
@@ -29,6 +31,16 @@ const MAX_AUTH_FAILURES: u32 = 3;
 const DATA_DEADLINE: Duration = Duration::from_secs(600);
 /// The longest line accepted outside DATA (an AUTH response).
 const MAX_LINE: usize = 4096;
+/// The longest a session may last, and the most commands it may give (a mail server delivering a
+/// queue reconnects).
+const MAX_SESSION: Duration = Duration::from_secs(1800);
+const MAX_COMMANDS: u32 = 2000;
+/// Bytes a second a message must arrive at on average once [`SLOW_GRACE`] has passed: a client
+/// trickling a byte now and then is cut off instead of holding its connection for the whole deadline.
+const MIN_DATA_RATE: u64 = 1024;
+const SLOW_GRACE: Duration = Duration::from_secs(30);
+/// Bytes of a message gathered before they go to the spool.
+const WRITE_CHUNK: usize = 64 * 1024;
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -59,6 +71,12 @@ struct Session {
     shared: Arc<Shared>,
     mode: Mode,
     peer: SocketAddr,
+    /// The client's network, what its limits count under.
+    net: IpAddr,
+    started: tokio::time::Instant,
+    commands: u32,
+    /// When the client last moved a conversation forward (NOOP, RSET and failures do not).
+    progressed: tokio::time::Instant,
     conn: Conn,
     /// Bytes read and not yet parsed.
     pending: Vec<u8>,
@@ -77,13 +95,27 @@ struct Session {
     auth_failures: u32,
 }
 
-/// Answers a client over the connection limits and closes.
-pub(super) async fn refuse(mut socket: TcpStream) {
-    let _ = tokio::time::timeout(
-        Duration::from_secs(5),
-        socket.write_all(b"421 4.7.0 Too many connections from your address, try again later\r\n"),
-    )
-    .await;
+/// Answers a client over the connection limits with `line` and closes.
+pub(super) async fn refuse(mut socket: TcpStream, line: &str) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), socket.write_all(format!("{line}\r\n").as_bytes())).await;
+}
+
+/// Where a message's bytes go as they arrive: the spool (received mail), or memory (a submission, read
+/// whole by the relay).
+enum Sink {
+    Spool(Draft),
+    Memory(Vec<u8>),
+}
+
+/// How reading a message ended.
+enum Read {
+    Whole(Sink),
+    /// Larger than its limit.
+    TooBig,
+    /// The server's or the network's bytes in flight, or the spool, had no room for it.
+    NoRoom,
+    /// The spool could not be written.
+    Failed,
 }
 
 pub(super) async fn run(
@@ -95,11 +127,16 @@ pub(super) async fn run(
     _slot: Slot,
 ) {
     let timeout = Duration::from_secs(state.config.smtp.timeout_secs);
+    let now = tokio::time::Instant::now();
     let mut s = Session {
         state,
         shared,
         mode,
         peer,
+        net: network(peer.ip()),
+        started: now,
+        commands: 0,
+        progressed: now,
         conn: Conn::Plain(socket),
         pending: Vec::new(),
         timeout,
@@ -120,6 +157,10 @@ pub(super) async fn run(
 }
 
 impl Session {
+    fn resources(&self) -> &Resources {
+        self.shared.of(self.mode)
+    }
+
     async fn reply(&mut self, line: &str) -> Result<(), Closed> {
         let timeout = self.timeout;
         let io = self.conn.io().ok_or(Closed)?;
@@ -189,7 +230,32 @@ impl Session {
     async fn conversation(&mut self) -> Result<(), Closed> {
         let mut receiver = RequestReceiver::default();
         loop {
-            let request = match self.command(&mut receiver).await? {
+            let request = self.command(&mut receiver).await?;
+            self.commands += 1;
+            if self.commands > MAX_COMMANDS || self.started.elapsed() > MAX_SESSION {
+                let _ = self.reply("421 4.7.0 This session has lasted long enough, connect again").await;
+                return Err(Closed);
+            }
+            let forward = matches!(
+                request,
+                Ok(Request::Ehlo { .. }
+                    | Request::Helo { .. }
+                    | Request::StartTls
+                    | Request::Auth { .. }
+                    | Request::Mail { .. }
+                    | Request::Rcpt { .. }
+                    | Request::Data
+                    | Request::Quit)
+            );
+            if forward {
+                self.progressed = tokio::time::Instant::now();
+            } else if self.progressed.elapsed() >= self.timeout {
+                // NOOP and the like keep a connection open but do nothing: an idle client is closed at
+                // the command timeout all the same.
+                let _ = self.reply("421 4.4.2 Idle too long, closing the connection").await;
+                return Err(Closed);
+            }
+            let request = match request {
                 Ok(r) => r,
                 Err(message) => {
                     self.failed(&message).await?;
@@ -370,8 +436,8 @@ impl Session {
         if size > max {
             return self.failed(&format!("552 5.3.4 Message size exceeds the limit of {max} bytes")).await;
         }
-        if !self.shared.per_minute.check(&self.peer.ip().to_string()).allowed {
-            return self.failed("451 4.7.1 Too many messages from your address, try again later").await;
+        if !self.resources().per_minute.check(&self.net.to_string()).allowed {
+            return self.failed("451 4.7.1 Too many messages from your network, try again later").await;
         }
         self.declared = size;
         if self.mode == Mode::Submission {
@@ -426,30 +492,65 @@ impl Session {
         self.reply("250 2.1.5 OK").await
     }
 
-    /// Reads the message after 354; None when it was larger than `max` (read to its end, dropped).
-    async fn read_message(&mut self, max: usize) -> Result<Option<Vec<u8>>, Closed> {
-        let deadline = tokio::time::Instant::now() + DATA_DEADLINE;
+    /// Reads the message after 354 into `sink`, reserving its bytes in `held` as they arrive; past its
+    /// limit, the budget or the spool's room it is read to its end and dropped.
+    async fn read_message(&mut self, max: usize, mut sink: Sink, held: &mut Held) -> Result<Read, Closed> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + DATA_DEADLINE;
         let mut receiver = DataReceiver::new();
-        let mut body = Vec::new();
-        let mut dropped = 0usize;
+        let mut chunk = Vec::new();
+        let mut size = 0usize;
+        let mut arrived = self.pending.len() as u64;
+        let mut outcome: Option<Read> = None;
         loop {
             let mut iter = self.pending.iter();
-            let done = receiver.ingest(&mut iter, &mut body);
+            let done = receiver.ingest(&mut iter, &mut chunk);
             let rest = iter.as_slice().to_vec();
             self.pending = rest;
-            if body.len() > max {
-                // Too big: keep reading to the end of the message, keeping nothing.
-                dropped += body.len();
-                body.clear();
+            if outcome.is_none() && (done || chunk.len() >= WRITE_CHUNK) && !chunk.is_empty() {
+                size += chunk.len();
+                outcome = if size > max {
+                    Some(Read::TooBig)
+                } else if !held.grow(chunk.len() as u64) {
+                    Some(Read::NoRoom)
+                } else {
+                    match &mut sink {
+                        Sink::Memory(m) => {
+                            m.extend_from_slice(&chunk);
+                            None
+                        }
+                        Sink::Spool(d) => match d.write(&chunk).await {
+                            Ok(()) => None,
+                            Err(SpoolError::Full) => Some(Read::NoRoom),
+                            Err(SpoolError::Io(e)) => {
+                                tracing::warn!(error = %e, "a received message could not be spooled");
+                                Some(Read::Failed)
+                            }
+                        },
+                    }
+                };
+                chunk.clear();
+            }
+            if outcome.is_some() {
+                // Read to its end, keeping nothing.
+                chunk.clear();
             }
             if done {
-                return Ok((dropped == 0).then_some(body));
+                return Ok(outcome.unwrap_or(Read::Whole(sink)));
             }
-            if tokio::time::Instant::now() >= deadline {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 let _ = self.reply("421 4.4.2 The message took too long, closing the connection").await;
                 return Err(Closed);
             }
+            let elapsed = now - started;
+            if elapsed > SLOW_GRACE && arrived < MIN_DATA_RATE * elapsed.as_secs() {
+                let _ = self.reply("421 4.4.2 The message is arriving too slowly, closing the connection").await;
+                return Err(Closed);
+            }
+            let before = self.pending.len();
             self.read_more(Some(deadline)).await?;
+            arrived += (self.pending.len() - before) as u64;
         }
     }
 
@@ -460,49 +561,66 @@ impl Session {
         if self.rcpts.is_empty() {
             return self.failed("554 5.5.1 No valid recipients").await;
         }
-        // The declared size (else the limit) is reserved from the process's budget for the whole DATA.
+        // Held to the size it declared (else the limit).
         let max = match self.declared {
             0 => self.state.config.smtp.max_message_bytes,
             // An estimate (RFC 1870): a tenth and 4 KiB more are taken.
             declared => (declared + declared / 10 + 4096).min(self.state.config.smtp.max_message_bytes),
         };
-        let kib = u32::try_from(max.div_ceil(1024)).unwrap_or(u32::MAX);
-        let budget = self.shared.data_budget.clone();
-        let _reserved = match tokio::time::timeout(self.timeout, budget.acquire_many_owned(kib)).await {
-            Ok(Ok(permit)) => permit,
-            _ => {
-                self.reset();
-                return self.reply("452 4.3.1 Insufficient system resources, try again later").await;
-            }
+        let mut held = self.resources().budget.hold(self.net);
+        let sink = match self.mode {
+            Mode::Submission => Sink::Memory(Vec::new()),
+            Mode::Inbound => match self.state.inbound.draft().await {
+                Ok(mut draft) => match draft.write(self.received_header().as_bytes()).await {
+                    Ok(()) => Sink::Spool(draft),
+                    Err(e) => return self.not_now(e).await,
+                },
+                Err(e) => return self.not_now(e).await,
+            },
         };
         self.reply("354 Start mail input; end with <CRLF>.<CRLF>").await?;
-        let Some(message) = self.read_message(max).await? else {
-            self.reset();
-            return self.reply(&format!("552 5.3.4 Message size exceeds the limit of {max} bytes")).await;
-        };
+        let read = self.read_message(max, sink, &mut held).await?;
         let rcpts = std::mem::take(&mut self.rcpts);
-        self.mail_from = None;
-        let reply = match self.mode {
-            Mode::Inbound => self.receive(&mail_from, &rcpts, message).await,
-            Mode::Submission => self.submit(&mail_from, &rcpts, message).await,
+        self.reset();
+        let reply = match read {
+            Read::Whole(Sink::Spool(draft)) => self.receive(&mail_from, &rcpts, draft).await,
+            Read::Whole(Sink::Memory(message)) => self.submit(&mail_from, &rcpts, message).await,
+            Read::TooBig => format!("552 5.3.4 Message size exceeds the limit of {max} bytes"),
+            Read::NoRoom => "452 4.3.1 Insufficient system resources, try again later".into(),
+            Read::Failed => "451 4.3.0 Temporary failure, try again later".into(),
         };
+        drop(held);
         self.reply(&reply).await
     }
 
-    /// Inbound: stored with its job before the 250.
-    async fn receive(&self, mail_from: &str, rcpts: &[String], message: Vec<u8>) -> String {
+    /// The spool cannot take a message now.
+    async fn not_now(&mut self, e: SpoolError) -> Result<(), Closed> {
+        self.reset();
+        match e {
+            SpoolError::Full => self.reply("452 4.3.1 Insufficient system storage, try again later").await,
+            SpoolError::Io(e) => {
+                tracing::warn!(error = %e, "a received message could not be spooled");
+                self.reply("451 4.3.0 Temporary failure, try again later").await
+            }
+        }
+    }
+
+    /// The trace line a received message starts with.
+    fn received_header(&self) -> String {
         let helo = self.helo.as_deref().unwrap_or("unknown");
         let with = if self.tls() { "ESMTPS" } else { "ESMTP" };
-        let received = format!(
+        format!(
             "Received: from {} ({}) by {} with {with}; {}\r\n",
             one_line(helo),
             self.peer.ip(),
             self.state.config.smtp.hostname,
             crate::infra::clock::rfc2822(self.state.clock.now_ms())
-        );
-        let mut raw = received.into_bytes();
-        raw.extend_from_slice(&message);
-        match self.state.inbound.accept(mail_from, rcpts, raw, &self.peer.ip().to_string()).await {
+        )
+    }
+
+    /// Inbound: kept with its job before the 250.
+    async fn receive(&self, mail_from: &str, rcpts: &[String], message: Draft) -> String {
+        match self.state.inbound.accept(mail_from, rcpts, message, &self.peer.ip().to_string()).await {
             Ok(id) => format!("250 2.0.0 OK: queued as {id}"),
             Err(e) => {
                 tracing::warn!(error = %e, "an inbound message could not be stored");

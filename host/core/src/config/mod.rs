@@ -781,6 +781,10 @@ impl Config {
             plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
             uploads_dir: Some(Self::test_scratch().join(format!("uploads-{}", uuid::Uuid::new_v4()))),
             mail_dir: Some(Self::test_scratch().join(format!("mail-{}", uuid::Uuid::new_v4()))),
+            smtp: SmtpSettings {
+                smtp_spool_dir: Some(Self::test_scratch().join(format!("spool-{}", uuid::Uuid::new_v4()))),
+                ..Default::default()
+            },
             ..Default::default()
         }
         .resolve()

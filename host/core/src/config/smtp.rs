@@ -49,6 +49,15 @@ pub struct SmtpSettings {
     #[arg(long, env = "HERALD_SMTP_TIMEOUT_SECS")]
     #[serde(rename = "timeout_secs")]
     pub smtp_timeout_secs: Option<u64>,
+    /// Folder of received messages from their 250 until they are applied (processes sharing a database
+    /// share it) [default: herald-spool]
+    #[arg(long, env = "HERALD_SMTP_SPOOL_DIR")]
+    #[serde(rename = "spool_dir")]
+    pub smtp_spool_dir: Option<PathBuf>,
+    /// MiB the spool may hold; past it mail is refused with a temporary error [default: 2048]
+    #[arg(long, env = "HERALD_SMTP_SPOOL_MAX_MB")]
+    #[serde(rename = "spool_max_mb")]
+    pub smtp_spool_max_mb: Option<u64>,
     /// Let submission clients on loopback authenticate without STARTTLS (local development) [default: false]
     #[arg(long, env = "HERALD_SMTP_SUBMISSION_ALLOW_PLAIN")]
     #[serde(rename = "submission_allow_plain")]
@@ -68,6 +77,8 @@ pub struct SmtpConfig {
     pub messages_per_minute: u32,
     pub timeout_secs: u64,
     pub submission_allow_plain: bool,
+    pub spool_dir: PathBuf,
+    pub spool_max_bytes: u64,
 }
 
 impl SmtpSettings {
@@ -84,6 +95,8 @@ impl SmtpSettings {
             smtp_messages_per_minute: self.smtp_messages_per_minute.or(o.smtp_messages_per_minute),
             smtp_timeout_secs: self.smtp_timeout_secs.or(o.smtp_timeout_secs),
             smtp_submission_allow_plain: self.smtp_submission_allow_plain.or(o.smtp_submission_allow_plain),
+            smtp_spool_dir: self.smtp_spool_dir.or(o.smtp_spool_dir),
+            smtp_spool_max_mb: self.smtp_spool_max_mb.or(o.smtp_spool_max_mb),
         }
     }
 
@@ -108,6 +121,8 @@ impl SmtpSettings {
             messages_per_minute: self.smtp_messages_per_minute.unwrap_or(120),
             timeout_secs: self.smtp_timeout_secs.unwrap_or(60).clamp(1, 600),
             submission_allow_plain: self.smtp_submission_allow_plain.unwrap_or(false),
+            spool_dir: self.smtp_spool_dir.unwrap_or_else(|| PathBuf::from("herald-spool")),
+            spool_max_bytes: self.smtp_spool_max_mb.unwrap_or(2048).max(1) << 20,
         })
     }
 }

@@ -1,5 +1,5 @@
 //! What every capability builds on and none owns: the clock, the durable job queue, the group-commit
-//! engine, metrics and tracing, API keys, sessions and secrets, rate limits, DNS and DKIM.
+//! engine, metrics and tracing, API keys, sessions and secrets, rate limits, DNS and DKIM, the spool of received messages.
 //!
 //! Must not import: salvo, surrealdb.
 
@@ -11,5 +11,6 @@ pub mod jobs;
 pub mod metrics;
 pub mod ratelimit;
 pub mod security;
+pub mod spool;
 pub mod stripe;
 pub mod telemetry;

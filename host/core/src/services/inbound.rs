@@ -18,6 +18,7 @@ use crate::error::Error;
 use crate::infra::clock::SharedClock;
 use crate::infra::jobs::{JobContext, JobError, JobWake, Registry};
 use crate::infra::metrics;
+use crate::infra::spool::{Draft, Spool, SpoolError};
 use crate::plugins::{Notification, NotificationKind};
 use crate::services::ingest::{Upsert, plan};
 use crate::services::quotas::Ceilings;
@@ -32,6 +33,10 @@ pub const PROCESS_JOB: &str = "inbound.process";
 
 /// Jobs of [`PROCESS_JOB`] claimed together.
 pub const PROCESS_BATCH: usize = 32;
+
+/// KiB of received messages read and parsed at once in a process, whatever their number: the jobs of a
+/// batch read their files in turn when they are large (docs/behaviour.md#receiving-mail).
+const READING_BUDGET_KIB: u32 = 64 * 1024;
 
 /// The event a reply or other mail becomes.
 pub const RECEIVED_EVENT: &str = "email.received";
@@ -62,6 +67,10 @@ pub struct Inbound {
     /// The return-path host and the key of its tokens (docs/behaviour.md#return-path).
     return_path: Option<(String, Vec<u8>)>,
     quotas: Arc<Ceilings>,
+    /// The files of received messages (None when this process does not receive mail).
+    spool: Option<Arc<Spool>>,
+    /// KiB of messages the jobs may hold at once ([`READING_BUDGET_KIB`]).
+    reading: tokio::sync::Semaphore,
     /// Set once the worker exists (it is built after the job handlers).
     pub wake: std::sync::OnceLock<JobWake>,
 }
@@ -72,8 +81,46 @@ impl Inbound {
         clock: SharedClock,
         return_path: Option<(String, Vec<u8>)>,
         quotas: Arc<Ceilings>,
+        spool: Option<Arc<Spool>>,
     ) -> Inbound {
-        Inbound { store, clock, return_path, quotas, wake: Default::default() }
+        let reading = tokio::sync::Semaphore::new(READING_BUDGET_KIB as usize);
+        Inbound { store, clock, return_path, quotas, spool, reading, wake: Default::default() }
+    }
+
+    /// Starts a message in the spool, written as it arrives.
+    pub async fn draft(&self) -> Result<Draft, SpoolError> {
+        match &self.spool {
+            Some(s) => s.draft().await,
+            None => Err(SpoolError::Io(std::io::Error::other("this process does not receive mail"))),
+        }
+    }
+
+    /// Bytes of received messages in this process's spool (not applied yet, or arriving).
+    pub fn spooled_bytes(&self) -> u64 {
+        self.spool.as_ref().map_or(0, |s| s.used())
+    }
+
+    /// Deletes the spool files a crash left behind (see `infra::spool`); answers how many.
+    pub async fn sweep(&self) -> usize {
+        let Some(spool) = &self.spool else { return 0 };
+        let stale = match spool.stale().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot sweep the spool of received messages");
+                return 0;
+            }
+        };
+        let mut n = 0;
+        for file in stale {
+            // A row that cannot be looked up now keeps its file.
+            if file.whole && self.store.inbound_exists(&file.id).await.unwrap_or(true) {
+                continue;
+            }
+            if spool.discard(&file).await.is_ok() {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Messages are applied up to [`PROCESS_BATCH`] at a time, concurrently (each its own writes).
@@ -117,15 +164,23 @@ impl Inbound {
         }
     }
 
-    /// Stores an accepted message with the job that will apply it; when this returns Ok the message
-    /// survives a crash. Answers its id.
-    pub async fn accept(&self, mail_from: &str, rcpts: &[String], raw: Vec<u8>, peer: &str) -> Result<String, Error> {
-        let id = uuid::Uuid::now_v7().to_string();
+    /// Keeps a received message (its spool file made whole) with the job that will apply it; when this
+    /// returns Ok the message survives a crash. Answers its id.
+    pub async fn accept(&self, mail_from: &str, rcpts: &[String], message: Draft, peer: &str) -> Result<String, Error> {
+        let size = message.len();
+        let id = message.keep().await.map_err(|e| Error::StorageUnavailable(e.to_string()))?;
         let now = self.clock.now_ms();
         let mut job = NewJob::new(PROCESS_JOB, serde_json::json!({ "id": id }), now);
         job.max_attempts = 10;
-        let m = NewInbound { id: &id, mail_from, rcpts, raw, peer };
-        self.store.store_inbound(m, job.doc(now), now).await?;
+        let m = NewInbound { id: &id, mail_from, rcpts, size, peer };
+        if let Err(e) = self.store.store_inbound(m, job.doc(now), now).await {
+            if let Some(spool) = &self.spool
+                && let Err(e) = spool.remove(&id).await
+            {
+                tracing::warn!(error = %e, "a refused message's spool file stays until the sweep");
+            }
+            return Err(e.into());
+        }
         if let Some(w) = self.wake.get() {
             w.kind(PROCESS_JOB);
         }
@@ -138,9 +193,28 @@ impl Inbound {
             id: String,
         }
         let p: Payload = ctx.payload()?;
-        let Some(row) = self.store.inbound_message(&p.id).await? else { return Ok(()) };
-        let raw = row.raw();
+        let Some(mut row) = self.store.inbound_message(&p.id).await? else { return Ok(()) };
+        let (raw, _reading) = match row.take_raw() {
+            Some(raw) => (raw, None),
+            None => {
+                let spool = self.spool.as_ref().ok_or("this process does not receive mail: no spool to read")?;
+                let size = spool.size(&row.id).await.unwrap_or(0);
+                let kib = u32::try_from(size.div_ceil(1024)).unwrap_or(u32::MAX).min(READING_BUDGET_KIB);
+                let permit = self.reading.acquire_many(kib).await.map_err(|e| e.to_string())?;
+                match spool.read(&row.id).await.map_err(|e| e.to_string())? {
+                    Some(raw) => (raw, Some(permit)),
+                    None => {
+                        return Err(JobError::Retry(format!(
+                            "message {} is not in this process's spool folder (processes sharing a database \
+                             share HERALD_SMTP_SPOOL_DIR)",
+                            row.id
+                        )));
+                    }
+                }
+            }
+        };
         let kind = inbound::classify(&raw, &row.mail_from);
+        drop(raw);
         // The event an application writes: one id per message (and project), so a second run writes
         // nothing twice.
         let event_id = |salt: &str| {
@@ -199,6 +273,11 @@ impl Inbound {
         };
         metrics::inbound(outcome);
         self.store.finish_inbound(&row.id, &counted, self.clock.now_ms()).await?;
+        if let Some(spool) = &self.spool
+            && let Err(e) = spool.remove(&row.id).await
+        {
+            tracing::warn!(error = %e, "an applied message's spool file stays until the sweep");
+        }
         Ok(())
     }
 

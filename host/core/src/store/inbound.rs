@@ -1,6 +1,7 @@
 //! Messages received over SMTP, from the moment they are accepted until they are applied
 //! (docs/behaviour.md#receiving-mail): an `inbound_message` row and the job that reads it, written in
-//! one transaction before the SMTP server answers 250.
+//! one transaction before the SMTP server answers 250. The message's bytes are a file of the spool
+//! (`infra::spool`); rows from before the spool hold them themselves.
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -16,48 +17,39 @@ pub struct InboundRow {
     pub id: String,
     pub mail_from: String,
     pub rcpts: Vec<String>,
-    raw: String,
+    raw: Option<String>,
     encoding: String,
     pub peer: String,
     pub received_at: i64,
 }
 
 impl InboundRow {
-    /// The message's bytes as received.
-    pub fn raw(&self) -> Vec<u8> {
-        match self.encoding.as_str() {
-            "base64" => base64::engine::general_purpose::STANDARD.decode(&self.raw).unwrap_or_default(),
-            _ => self.raw.clone().into_bytes(),
-        }
+    /// The message's bytes when the row holds them (rows from before the spool); None: in the spool.
+    pub fn take_raw(&mut self) -> Option<Vec<u8>> {
+        let raw = self.raw.take()?;
+        Some(match self.encoding.as_str() {
+            "base64" => base64::engine::general_purpose::STANDARD.decode(&raw).unwrap_or_default(),
+            _ => raw.into_bytes(),
+        })
     }
 }
 
-/// A message to store: its id, envelope, bytes and the client's address.
+/// A message to store: its id (its spool file's), envelope, size and the client's address.
 pub struct NewInbound<'a> {
     pub id: &'a str,
     pub mail_from: &'a str,
     pub rcpts: &'a [String],
-    pub raw: Vec<u8>,
+    pub size: u64,
     pub peer: &'a str,
-}
-
-/// The stored form of `raw`: its text when it is UTF-8 (most mail), else base64.
-fn encode(raw: Vec<u8>) -> (String, &'static str) {
-    match String::from_utf8(raw) {
-        Ok(text) => (text, "utf8"),
-        Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.as_bytes()), "base64"),
-    }
 }
 
 impl Store {
     /// Stores a received message with `job` (a job document that will apply it), in one transaction.
     pub async fn store_inbound(&self, m: NewInbound<'_>, job: Value, now: i64) -> Result<(), StoreError> {
-        let NewInbound { id, mail_from, rcpts, raw, peer } = m;
-        let size = raw.len();
-        let (raw, encoding) = encode(raw);
+        let NewInbound { id, mail_from, rcpts, size, peer } = m;
         let doc = json!({
-            "mail_from": mail_from, "rcpts": rcpts, "raw": raw, "encoding": encoding, "size": size,
-            "peer": peer, "received_at": now,
+            "mail_from": mail_from, "rcpts": rcpts, "encoding": "spool", "size": size, "peer": peer,
+            "received_at": now,
         });
         self.write(|| async {
             self.query(
@@ -114,6 +106,15 @@ impl Store {
     pub async fn count_inbound(&self) -> Result<i64, StoreError> {
         let v = self.query("SELECT count() AS n FROM inbound_message GROUP ALL", vars! {}).await?.value(0)?;
         Ok(v.get(0).and_then(|r| r.get("n")).and_then(Value::as_i64).unwrap_or(0))
+    }
+
+    /// Whether a received message's row exists (the spool's sweep keeps its file).
+    pub async fn inbound_exists(&self, id: &str) -> Result<bool, StoreError> {
+        let v = self
+            .query("RETURN record::exists(type::record('inbound_message', $id))", vars! { "id": id })
+            .await?
+            .value_last()?;
+        Ok(v.as_bool().unwrap_or(false))
     }
 
     /// Whether an event with this id was stored (an inbound message's event is written once).

@@ -52,6 +52,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0042_throttles.surql", include_str!("../../../../migrations/0042_throttles.surql")),
     ("0043_deferral.surql", include_str!("../../../../migrations/0043_deferral.surql")),
     ("0044_inbound_optin.surql", include_str!("../../../../migrations/0044_inbound_optin.surql")),
+    ("0045_inbound_spool.surql", include_str!("../../../../migrations/0045_inbound_spool.surql")),
 ];
 
 #[derive(serde::Deserialize)]
