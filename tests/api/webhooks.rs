@@ -485,3 +485,84 @@ async fn only_the_start_of_an_endpoints_answer_is_read() {
     assert!(error.starts_with("the endpoint answered 500: xxx"), "{error}");
     assert!(error.len() < 400, "{} characters kept", error.len());
 }
+
+/// How many deliveries of the project's the store holds.
+async fn stored_deliveries(s: &Server, project: &str) -> i64 {
+    let mut r = s
+        .state
+        .store
+        .query("SELECT count() AS n FROM webhook_delivery WHERE project = $p GROUP ALL", json!({ "p": project }))
+        .await
+        .unwrap();
+    r.value(0).unwrap()[0]["n"].as_i64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn one_tenants_endpoints_that_never_answer_do_not_hold_up_another_tenants_events() {
+    let mut config = Config::for_tests();
+    config.webhooks_allow_private = true;
+    let s = Server::start_with(config, None).await;
+    let (a, b) = (proj(&s, "a@example.com").await, proj(&s, "b@example.com").await);
+    // A tarpit: takes connections and never says a word.
+    let tarpit = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = tarpit.local_addr().unwrap().port();
+    let held = Arc::new(AtomicUsize::new(0));
+    let holding = held.clone();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((c, _)) = tarpit.accept().await {
+            holding.fetch_add(1, Ordering::SeqCst);
+            open.push(c);
+        }
+    });
+    for n in 0..20 {
+        endpoint(&a, &format!("http://127.0.0.1:{port}/{n}"), json!(["*"])).await;
+    }
+    let fine = receiver(Arc::new(AtomicBool::new(false)), 500).await;
+    endpoint(&b, &fine.url("/b"), json!(["order.paid"])).await;
+    // A's 30 events make 600 attempts, each held for the attempt's whole timeout (15 s): taken in
+    // order, 256 at once, the last of them would start after 30 s.
+    for n in 0..30 {
+        track(&a, &format!("a{n}@example.com"), "ping").await;
+    }
+    let fanned = std::time::Instant::now();
+    while stored_deliveries(&s, &a.id).await < 600 {
+        assert!(fanned.elapsed() < std::time::Duration::from_secs(60), "A's deliveries were written");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // A's attempts hold the tarpit; B's event comes after all of them.
+    while held.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let started = std::time::Instant::now();
+    track(&b, "buyer@example.com", "order.paid").await;
+    while fine.requests().is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "B's event waited behind A's endpoints ({} connections to the tarpit so far)",
+            held.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    eprintln!("B's event arrived {:?} after it was tracked", started.elapsed());
+    let connections = held.load(Ordering::SeqCst);
+    assert!(connections <= 20 * herald_host::services::webhooks::PER_ENDPOINT, "{connections} connections at once");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn many_attempts_to_one_quick_endpoint_are_all_made_by_their_batch() {
+    let s = stepped().await;
+    let p = proj(&s, "o@example.com").await;
+    let sink = receiver(Arc::new(AtomicBool::new(false)), 500).await;
+    let (id, _) = endpoint(&p, &sink.url("/quick"), json!(["*"])).await;
+    for n in 0..64 {
+        track(&p, &format!("p{n}@example.com"), "ping").await;
+    }
+    // The clock stands still while the queue runs (jobs of 50): an attempt deferred because others to
+    // its endpoint were in flight would not come back.
+    settle(&s).await;
+    assert_eq!(sink.requests().len(), 64, "every attempt was made by its batch");
+    let d = deliveries(&p, &id).await;
+    assert!(d.iter().all(|d| d["status"] == "SUCCEEDED"), "{d:?}");
+}

@@ -4,13 +4,21 @@
 //! batch, nothing twice when an event is handed out again). The `webhook.deliver` job makes an attempt
 //! under the outbound policy (no private, loopback or link-local address unless the operator allows
 //! them), records it with the job of the next one (5 s, 5 min, 30 min, 2 h, 5 h, 8 h, 8 h), and disables an
-//! endpoint that has failed every attempt for three days.
+//! endpoint that has failed every attempt for three days. Attempts to one endpoint in flight are capped
+//! per process, and a batch waits for its attempts at most [`HOLD`]: one endpoint that never answers
+//! slows only its own deliveries.
 //!
 //! Must not import: salvo, surrealdb.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -50,6 +58,61 @@ const MAX_ERROR_CHARS: usize = 300;
 /// in flight cannot hold megabytes of answers each.
 const ANSWER_PREFIX: usize = 4 * 1024;
 
+/// Attempts to one endpoint in flight at once in a process; the next wait for one of them to end.
+pub const PER_ENDPOINT: usize = 16;
+/// How long a batch of attempts waits for them. Attempts still running then go on without it (their jobs
+/// wait until they must have ended and been recorded), and those still waiting for their endpoint are
+/// deferred: a worker's batch slot is never held by slow endpoints for longer (docs/behaviour.md#webhooks).
+pub const HOLD: Duration = Duration::from_secs(1);
+/// How long an attempt deferred because its endpoint had [`PER_ENDPOINT`] attempts in flight waits before
+/// it is claimed again: about as long as one of those may still take.
+const BUSY_WAIT_MS: i64 = ATTEMPT_TIMEOUT.as_millis() as i64;
+/// What an attempt that went on after its batch is given, past its timeout, to be recorded before its job
+/// comes back (and finds it recorded).
+const RECORD_GRACE_MS: i64 = 5_000;
+
+/// An endpoint's attempts in flight in this process.
+struct Gate {
+    slots: Arc<Semaphore>,
+    /// When one of its attempts last ended (or the gate was made).
+    freed: Mutex<Instant>,
+}
+
+impl Gate {
+    /// Every slot taken and none freed for [`HOLD`]: its attempts are slow, waiting for one is pointless.
+    fn stalled(&self) -> bool {
+        self.slots.available_permits() == 0 && self.freed.lock().unwrap_or_else(|p| p.into_inner()).elapsed() >= HOLD
+    }
+
+    fn freed(&self) {
+        *self.freed.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+}
+
+/// The gates of the endpoints attempted in this process.
+#[derive(Default)]
+struct Gates(Mutex<HashMap<String, Arc<Gate>>>);
+
+impl Gates {
+    /// Gates kept before idle ones are dropped.
+    const KEPT: usize = 4096;
+
+    fn of(&self, endpoint: &str) -> Arc<Gate> {
+        let mut gates = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if gates.len() >= Self::KEPT && !gates.contains_key(endpoint) {
+            gates.retain(|_, g| Arc::strong_count(g) > 1 || g.slots.available_permits() < PER_ENDPOINT);
+        }
+        let new =
+            || Arc::new(Gate { slots: Arc::new(Semaphore::new(PER_ENDPOINT)), freed: Mutex::new(Instant::now()) });
+        gates.entry(endpoint.to_string()).or_insert_with(new).clone()
+    }
+}
+
+/// Where an attempt of a batch stands: waiting for its endpoint, running, or deferred by its batch.
+const WAITING: u8 = 0;
+const RUNNING: u8 = 1;
+const DEFERRED: u8 = 2;
+
 /// Outbound webhooks: the store, the clock, the key sealing the signing secrets and the HTTP client with
 /// the outbound policy.
 pub struct Webhooks {
@@ -58,6 +121,7 @@ pub struct Webhooks {
     sealing_key: [u8; 32],
     outbound: Outbound,
     allow_private: bool,
+    gates: Gates,
     /// The job worker's wake-up, set once it exists.
     pub wake: OnceLock<JobWake>,
 }
@@ -96,7 +160,15 @@ impl Webhooks {
         let mut sealing_key = [0u8; 32];
         sealing_key.copy_from_slice(&d[..32]);
         let outbound = Outbound::new(vec!["*".into()], allow_private, ATTEMPT_TIMEOUT)?.answer_prefix(ANSWER_PREFIX);
-        Ok(Webhooks { store, clock, sealing_key, outbound, allow_private, wake: OnceLock::new() })
+        Ok(Webhooks {
+            store,
+            clock,
+            sealing_key,
+            outbound,
+            allow_private,
+            gates: Gates::default(),
+            wake: OnceLock::new(),
+        })
     }
 
     fn wake(&self) {
@@ -258,7 +330,7 @@ impl Webhooks {
 
     /// Makes one attempt of a delivery and records it (with the next attempt's job when one is due).
     async fn attempt(&self, e: &Endpoint, d: &Delivery, once: bool) -> Result<(), StoreError> {
-        let record = self.try_once(e, d, once).await;
+        let record = self.try_once(e, d, once, None).await;
         self.record(&[record]).await
     }
 
@@ -271,8 +343,9 @@ impl Webhooks {
         Ok(())
     }
 
-    /// Makes one attempt of a delivery: what to record of it, with the next attempt when one is due.
-    async fn try_once(&self, e: &Endpoint, d: &Delivery, once: bool) -> AttemptRecord {
+    /// Makes one attempt of a delivery: what to record of it (with the job that made it), with the next
+    /// attempt when one is due.
+    async fn try_once(&self, e: &Endpoint, d: &Delivery, once: bool, made_by: Option<String>) -> AttemptRecord {
         let now = self.clock.now_ms();
         let started = Instant::now();
         let outcome = match self.key_of(e) {
@@ -308,7 +381,7 @@ impl Webhooks {
             webhook: e.id.clone(),
             event: d.id.clone(),
             ok: error.is_none(),
-            attempt: Attempt { at: now, status_code, error, duration_ms },
+            attempt: Attempt { at: now, status_code, error, duration_ms, job: made_by },
             status,
             next_at,
             job,
@@ -346,8 +419,12 @@ impl Webhooks {
     }
 
     /// Runs a batch of attempt jobs: their deliveries and endpoints read in one query each, the attempts
-    /// made at once, their outcomes recorded in one transaction.
+    /// made at once (at most [`PER_ENDPOINT`] to one endpoint), and those that ended within [`HOLD`]
+    /// recorded in one transaction. An attempt still running then goes on and is recorded when it ends;
+    /// its job waits until it must have been, and then finds it made. One still waiting for its endpoint
+    /// is deferred without counting as an attempt.
     async fn run_batch(self: Arc<Self>, jobs: Vec<JobContext>) -> Vec<Result<(), JobError>> {
+        let deadline = tokio::time::Instant::now() + HOLD;
         let parsed: Vec<Result<AttemptJob, JobError>> = jobs.iter().map(|ctx| ctx.payload()).collect();
         let pairs: Vec<(String, String)> =
             parsed.iter().flatten().map(|j| (j.webhook.clone(), j.event.clone())).collect();
@@ -363,12 +440,13 @@ impl Webhooks {
             Ok(r) => r,
             Err(e) => return jobs.iter().map(|_| Err(JobError::Retry(e.to_string()))).collect(),
         };
-        let deliveries: HashMap<(&str, &str), &Delivery> =
-            deliveries.iter().map(|d| ((d.webhook.as_str(), d.id.as_str()), d)).collect();
-        let endpoints: HashMap<&str, &Endpoint> = endpoints.iter().map(|e| (e.id.as_str(), e)).collect();
-        let mut tries = Vec::new();
+        let deliveries: HashMap<(String, String), Arc<Delivery>> =
+            deliveries.into_iter().map(|d| ((d.webhook.clone(), d.id.clone()), Arc::new(d))).collect();
+        let endpoints: HashMap<String, Arc<Endpoint>> =
+            endpoints.into_iter().map(|e| (e.id.clone(), Arc::new(e))).collect();
         let mut results: Vec<Result<(), JobError>> = Vec::with_capacity(jobs.len());
-        for job in &parsed {
+        let mut started = Vec::new();
+        for (i, (ctx, job)) in jobs.iter().zip(&parsed).enumerate() {
             let job = match job {
                 Ok(j) => j,
                 Err(e) => {
@@ -377,26 +455,103 @@ impl Webhooks {
                 }
             };
             results.push(Ok(()));
-            let d = deliveries.get(&(job.webhook.as_str(), job.event.as_str()));
+            let d = deliveries.get(&(job.webhook.clone(), job.event.clone()));
             let e = endpoints.get(job.webhook.as_str()).filter(|e| e.project == job.project);
             let (Some(d), Some(e)) = (d, e) else { continue };
             if d.status != DeliveryStatus::Pending {
                 continue;
             }
+            // This job's attempt went on after its batch and has been recorded.
+            if d.attempts.last().and_then(|a| a.job.as_deref()) == Some(ctx.id.as_str()) {
+                continue;
+            }
             if !e.enabled && !job.once {
                 if let Err(err) = self.store.fail_delivery(&e.id, &d.id, self.clock.now_ms()).await {
-                    results.pop();
-                    results.push(Err(err.into()));
+                    results[i] = Err(err.into());
                 }
                 continue;
             }
-            tries.push(self.try_once(e, d, job.once));
+            let state = Arc::new(AtomicU8::new(WAITING));
+            let attempt = self.clone().gated(e.clone(), d.clone(), job.once, ctx.id.clone(), state.clone(), deadline);
+            started.push((i, state, tokio::spawn(attempt)));
         }
-        let records = futures_util::future::join_all(tries).await;
+        let now = self.clock.now_ms();
+        let busy = || JobError::Wait {
+            until: now + BUSY_WAIT_MS,
+            signals: vec![],
+            reason: format!("{PER_ENDPOINT} attempts to this endpoint are in flight"),
+        };
+        let (mut records, mut recorded, mut going_on) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, state, mut task) in started {
+            match tokio::time::timeout_at(deadline, &mut task).await {
+                Ok(Ok(Some(record))) => {
+                    records.push(record);
+                    recorded.push(i);
+                }
+                Ok(Ok(None)) => results[i] = Err(busy()),
+                Ok(Err(e)) => results[i] = Err(JobError::Retry(format!("the attempt did not end: {e}"))),
+                Err(_) if state.compare_exchange(WAITING, DEFERRED, Ordering::SeqCst, Ordering::SeqCst).is_ok() => {
+                    task.abort();
+                    results[i] = Err(busy());
+                }
+                Err(_) => {
+                    going_on.push(task);
+                    results[i] = Err(JobError::Wait {
+                        until: now + ATTEMPT_TIMEOUT.as_millis() as i64 + RECORD_GRACE_MS,
+                        signals: vec![],
+                        reason: "the attempt is in flight".into(),
+                    });
+                }
+            }
+        }
+        if !going_on.is_empty() {
+            tokio::spawn(self.clone().record_as_they_end(going_on));
+        }
         if let Err(e) = self.record(&records).await {
-            return jobs.iter().map(|_| Err(JobError::Retry(e.to_string()))).collect();
+            for i in recorded {
+                results[i] = Err(JobError::Retry(e.to_string()));
+            }
         }
         results
+    }
+
+    /// One attempt of a batch: waits for a slot of its endpoint until `deadline` (none when the endpoint
+    /// is stalled), unless its batch defers it meanwhile. None when it was not made.
+    async fn gated(
+        self: Arc<Self>,
+        e: Arc<Endpoint>,
+        d: Arc<Delivery>,
+        once: bool,
+        job: String,
+        state: Arc<AtomicU8>,
+        deadline: tokio::time::Instant,
+    ) -> Option<AttemptRecord> {
+        let gate = self.gates.of(&e.id);
+        let slot = match gate.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) if gate.stalled() => return None,
+            Err(_) => tokio::time::timeout_at(deadline, gate.slots.clone().acquire_owned()).await.ok()?.ok()?,
+        };
+        if state.compare_exchange(WAITING, RUNNING, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return None;
+        }
+        let record = self.try_once(&e, &d, once, Some(job)).await;
+        drop(slot);
+        gate.freed();
+        Some(record)
+    }
+
+    /// Records attempts that went on after their batch, each as it ends. One that cannot be recorded is
+    /// made again when its job comes back.
+    async fn record_as_they_end(self: Arc<Self>, attempts: Vec<JoinHandle<Option<AttemptRecord>>>) {
+        let mut attempts: FuturesUnordered<_> = attempts.into_iter().collect();
+        while let Some(ended) = attempts.next().await {
+            if let Ok(Some(record)) = ended
+                && let Err(e) = self.record(std::slice::from_ref(&record)).await
+            {
+                tracing::warn!(webhook = %record.webhook, error = %e, "cannot record a webhook attempt");
+            }
+        }
     }
 
     /// Registers the attempt job.

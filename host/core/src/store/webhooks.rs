@@ -36,6 +36,10 @@ pub struct Attempt {
     /// Why it failed, when it did (the status alone says it for an answer that is not 2xx).
     pub error: Option<String>,
     pub duration_ms: i64,
+    /// The job that made it (none for a test delivery): its job, coming back after the attempt went on
+    /// without it, finds it made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
 }
 
 /// A delivery of one event to one endpoint.
@@ -525,7 +529,7 @@ mod tests {
         assert_eq!(page.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["e3", "e2"]);
         let page = s.deliveries_page(&w, Some("e2"), None, 2).await.unwrap();
         assert_eq!(page.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["e1"]);
-        let failed = Attempt { at: 10, status_code: Some(500), error: Some("500".into()), duration_ms: 3 };
+        let failed = Attempt { at: 10, status_code: Some(500), error: Some("500".into()), duration_ms: 3, job: None };
         let rec = |event: &str| AttemptRecord {
             webhook: w.clone(),
             event: event.into(),
