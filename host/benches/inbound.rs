@@ -7,7 +7,8 @@
 //! 2. Herald in-process on a fresh embedded on-disk database with the receiving server on loopback:
 //!    CLIENTS concurrent SMTP clients (connections kept open) send MESSAGES replies of about 2 KB to a
 //!    verified domain. Printed: accepted messages/s (until the last 250) and applied messages/s (until
-//!    every message is an `email.received` event).
+//!    every message is an `email.received` event). The senders are checked against a DNS server on
+//!    loopback (tests/api/dns_server.rs) that answers every name with NXDOMAIN.
 //!
 //! Run: `cargo bench -p herald-host --bench inbound` (env: BENCH_MESSAGES, default 5,000; BENCH_CLIENTS,
 //! default 16).
@@ -24,6 +25,8 @@ use herald_host::App;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 mod common;
+#[path = "../../tests/api/dns_server.rs"]
+mod dns_server;
 use common::{env_or, in_process, peak_rss_mb};
 
 fn message(i: usize) -> String {
@@ -165,6 +168,10 @@ async fn main() {
     settings.smtp.smtp_spool_dir = Some(dir.join("spool"));
     settings.smtp.smtp_max_connections_per_ip = Some(clients as u32);
     settings.run_jobs = Some(true);
+    // The replies' senders are checked (SPF, DKIM, DMARC) against a DNS server on loopback that knows no
+    // name, as a local resolver answers for domains without records.
+    let dns = dns_server::DnsServer::start().await;
+    settings.dns_servers = Some(dns.addr.to_string());
     let app = App::build(settings.resolve().unwrap()).await.unwrap();
     let st = Arc::clone(&app.state);
 
@@ -186,6 +193,7 @@ async fn main() {
                     rcpts: &rcpts,
                     size: message(c).len() as u64,
                     peer: "127.0.0.1",
+                    helo: "client.example.net",
                 };
                 st.store.store_inbound(m, job.doc(now), now).await.unwrap();
                 n += 1;

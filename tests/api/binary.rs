@@ -13,6 +13,9 @@ pub fn herald(dir: &std::path::Path, port: u16) -> Command {
         .env("HERALD_LISTEN", format!("127.0.0.1:{port}"))
         .env("HERALD_LOG", "warn")
         .env("HERALD_SMTP_SPOOL_DIR", format!("{}.spool", dir.display()))
+        // No lookup leaves the machine (a port nothing answers on).
+        .env("HERALD_DNS_SERVERS", "127.0.0.1:1")
+        .env("HERALD_DNS_TIMEOUT_MS", "100")
         .env_remove("HERALD_SECRET");
     c
 }

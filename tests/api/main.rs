@@ -30,6 +30,7 @@ mod domains;
 mod foundation;
 mod hardening;
 mod inbound;
+mod inbound_senders;
 mod isolation;
 mod jobs;
 mod oauth;

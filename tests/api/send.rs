@@ -25,6 +25,7 @@ async fn env(tempfails: usize, run_jobs: bool) -> Env {
     let mut config = Config::for_tests();
     config.smtp_url = Some(sink.url());
     config.dns_servers = vec![dns.addr];
+    config.dns_timeout_ms = 1000;
     config.run_jobs = run_jobs;
     // A relay that refuses for now defers its emails for a minute or more: those tests move the clock.
     let clock =

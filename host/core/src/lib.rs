@@ -134,6 +134,8 @@ impl Core {
         };
         let dns = dns::Dns::new(&config.dns_servers, Duration::from_millis(config.dns_timeout_ms))
             .map_err(BuildError::Dns)?;
+        // Replies' senders are checked through the same resolver (SPF, DKIM, DMARC).
+        let senders = Some((mail_auth::MessageAuthenticator(dns.resolver().clone()), config.smtp.hostname.clone()));
         let domains = Arc::new(sending_domains::Domains {
             dns,
             storage_key: dkim::storage_key(&secret),
@@ -244,8 +246,14 @@ impl Core {
             ),
             None => None,
         };
-        let inbound =
-            Arc::new(services::inbound::Inbound::new(store.clone(), clock.clone(), return_path, quotas.clone(), spool));
+        let inbound = Arc::new(services::inbound::Inbound::new(
+            store.clone(),
+            clock.clone(),
+            return_path,
+            quotas.clone(),
+            spool,
+            senders,
+        ));
         inbound.register(&mut registry);
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(

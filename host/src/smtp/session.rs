@@ -620,7 +620,8 @@ impl Session {
 
     /// Inbound: kept with its job before the 250.
     async fn receive(&self, mail_from: &str, rcpts: &[String], message: Draft) -> String {
-        match self.state.inbound.accept(mail_from, rcpts, message, &self.peer.ip().to_string()).await {
+        let helo = self.helo.as_deref().unwrap_or("unknown");
+        match self.state.inbound.accept(mail_from, rcpts, message, &self.peer.ip().to_string(), helo).await {
             Ok(id) => format!("250 2.0.0 OK: queued as {id}"),
             Err(e) => {
                 tracing::warn!(error = %e, "an inbound message could not be stored");

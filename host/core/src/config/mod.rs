@@ -140,7 +140,8 @@ pub struct Settings {
     /// Contacts one tick of a SCHEDULE workflow may enroll; 0: no ceiling [default: 100000]
     #[arg(long, env = "HERALD_MAX_SCHEDULE_AUDIENCE")]
     pub max_schedule_audience: Option<u64>,
-    /// DNS servers for domain checks and /v1/verify, comma-separated host:port [default: the system's]
+    /// DNS servers for domain checks, /v1/verify and the senders of received mail, comma-separated
+    /// host:port [default: the system's]
     #[arg(long, env = "HERALD_DNS_SERVERS")]
     pub dns_servers: Option<String>,
     /// Timeout of one DNS lookup in milliseconds [default: 3000]
@@ -777,6 +778,10 @@ impl Config {
             secret: Some("test-secret-test-secret".into()),
             job_poll_ms: Some(20),
             campaign_progress_ms: Some(100),
+            // No lookup leaves the machine: a port nothing answers on (tests that need DNS start a
+            // server on loopback and name it).
+            dns_servers: Some("127.0.0.1:1".into()),
+            dns_timeout_ms: Some(100),
             plugins_dir: Some(Self::test_scratch().join(format!("plugins-{}", uuid::Uuid::new_v4()))),
             plugin_cache_dir: Some(std::env::temp_dir().join("herald-test-plugin-cache")),
             uploads_dir: Some(Self::test_scratch().join(format!("uploads-{}", uuid::Uuid::new_v4()))),

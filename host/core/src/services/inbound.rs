@@ -22,6 +22,7 @@ use crate::infra::spool::{Draft, Spool, SpoolError};
 use crate::plugins::{Notification, NotificationKind};
 use crate::services::ingest::{Upsert, plan};
 use crate::services::quotas::Ceilings;
+use crate::services::sender_auth::Results;
 use crate::store::contacts::WriteResult;
 use crate::store::emails::EmailKey;
 use crate::store::inbound::NewInbound;
@@ -69,6 +70,8 @@ pub struct Inbound {
     quotas: Arc<Ceilings>,
     /// The files of received messages (None when this process does not receive mail).
     spool: Option<Arc<Spool>>,
+    /// Checks the senders of replies (SPF, DKIM, DMARC) with this resolver, as the server named here.
+    senders: Option<(mail_auth::MessageAuthenticator, String)>,
     /// KiB of messages the jobs may hold at once ([`READING_BUDGET_KIB`]).
     reading: tokio::sync::Semaphore,
     /// Set once the worker exists (it is built after the job handlers).
@@ -82,9 +85,10 @@ impl Inbound {
         return_path: Option<(String, Vec<u8>)>,
         quotas: Arc<Ceilings>,
         spool: Option<Arc<Spool>>,
+        senders: Option<(mail_auth::MessageAuthenticator, String)>,
     ) -> Inbound {
         let reading = tokio::sync::Semaphore::new(READING_BUDGET_KIB as usize);
-        Inbound { store, clock, return_path, quotas, spool, reading, wake: Default::default() }
+        Inbound { store, clock, return_path, quotas, spool, senders, reading, wake: Default::default() }
     }
 
     /// Starts a message in the spool, written as it arrives.
@@ -166,13 +170,20 @@ impl Inbound {
 
     /// Keeps a received message (its spool file made whole) with the job that will apply it; when this
     /// returns Ok the message survives a crash. Answers its id.
-    pub async fn accept(&self, mail_from: &str, rcpts: &[String], message: Draft, peer: &str) -> Result<String, Error> {
+    pub async fn accept(
+        &self,
+        mail_from: &str,
+        rcpts: &[String],
+        message: Draft,
+        peer: &str,
+        helo: &str,
+    ) -> Result<String, Error> {
         let size = message.len();
         let id = message.keep().await.map_err(|e| Error::StorageUnavailable(e.to_string()))?;
         let now = self.clock.now_ms();
         let mut job = NewJob::new(PROCESS_JOB, serde_json::json!({ "id": id }), now);
         job.max_attempts = 10;
-        let m = NewInbound { id: &id, mail_from, rcpts, size, peer };
+        let m = NewInbound { id: &id, mail_from, rcpts, size, peer, helo };
         if let Err(e) = self.store.store_inbound(m, job.doc(now), now).await {
             if let Some(spool) = &self.spool
                 && let Err(e) = spool.remove(&id).await
@@ -214,6 +225,19 @@ impl Inbound {
             }
         };
         let kind = inbound::classify(&raw, &row.mail_from);
+        // Replies to a project: who really sent them.
+        let projects = match &kind {
+            Kind::Mail(_) => self.projects_of(&row.rcpts).await?,
+            _ => Vec::new(),
+        };
+        let senders = match (&self.senders, projects.is_empty()) {
+            (Some((auth, host)), false) => {
+                let peer = row.peer.parse().unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]));
+                let helo = row.helo.as_deref().unwrap_or("unknown");
+                crate::services::sender_auth::check(auth, &raw, peer, helo, &row.mail_from, host).await
+            }
+            _ => Results::unchecked(),
+        };
         drop(raw);
         // The event an application writes: one id per message (and project), so a second run writes
         // nothing twice.
@@ -261,8 +285,8 @@ impl Inbound {
             }
             Kind::Mail(m) => {
                 let mut outcome = "not_for_a_project";
-                for project in self.projects_of(&row.rcpts).await? {
-                    outcome = self.record_received(&project, &m, &event_id(&project)).await?;
+                for project in projects {
+                    outcome = self.record_received(&project, &m, &event_id(&project), &senders).await?;
                     if outcome == "received" {
                         counted.push(project);
                     }
@@ -357,10 +381,15 @@ impl Inbound {
         project: &str,
         m: &inbound::Received,
         event_id: &str,
+        senders: &Results,
     ) -> Result<&'static str, StoreError> {
         let email = normalize_email(&m.from);
         if !is_email(&email) {
             return Ok("no_sender");
+        }
+        // A forged sender whose domain asks receivers to refuse it: not recorded, not counted.
+        if senders.reject {
+            return Ok("dmarc_reject");
         }
         if self.store.event_exists(event_id).await? {
             return Ok("received");
@@ -382,6 +411,7 @@ impl Inbound {
             Ok(Value::Object(map)) => map,
             _ => Map::new(),
         };
+        senders.write_into(&mut data);
         // A reply to one of Herald's emails names it.
         if let Some(reply_to) = &m.in_reply_to
             && let Some(key) = self.store.email_by_message_id(reply_to).await?

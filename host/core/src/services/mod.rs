@@ -31,6 +31,7 @@ pub mod relay;
 pub mod roles;
 pub mod segments;
 pub mod send;
+pub mod sender_auth;
 pub mod sending_domains;
 pub mod suppressions;
 pub mod suspension;

@@ -20,6 +20,9 @@ pub struct InboundRow {
     raw: Option<String>,
     encoding: String,
     pub peer: String,
+    /// The name the client gave in HELO or EHLO (rows from before have none).
+    #[serde(default)]
+    pub helo: Option<String>,
     pub received_at: i64,
 }
 
@@ -41,15 +44,16 @@ pub struct NewInbound<'a> {
     pub rcpts: &'a [String],
     pub size: u64,
     pub peer: &'a str,
+    pub helo: &'a str,
 }
 
 impl Store {
     /// Stores a received message with `job` (a job document that will apply it), in one transaction.
     pub async fn store_inbound(&self, m: NewInbound<'_>, job: Value, now: i64) -> Result<(), StoreError> {
-        let NewInbound { id, mail_from, rcpts, size, peer } = m;
+        let NewInbound { id, mail_from, rcpts, size, peer, helo } = m;
         let doc = json!({
             "mail_from": mail_from, "rcpts": rcpts, "encoding": "spool", "size": size, "peer": peer,
-            "received_at": now,
+            "helo": helo, "received_at": now,
         });
         self.write(|| async {
             self.query(
@@ -68,7 +72,7 @@ impl Store {
     /// A stored received message.
     pub async fn inbound_message(&self, id: &str) -> Result<Option<InboundRow>, StoreError> {
         self.query(
-            "SELECT record::id(id) AS id, mail_from, rcpts, raw, encoding, peer, received_at
+            "SELECT record::id(id) AS id, mail_from, rcpts, raw, encoding, peer, helo, received_at
              FROM ONLY type::record('inbound_message', $id)",
             vars! { "id": id },
         )
