@@ -566,3 +566,69 @@ async fn many_attempts_to_one_quick_endpoint_are_all_made_by_their_batch() {
     let d = deliveries(&p, &id).await;
     assert!(d.iter().all(|d| d["status"] == "SUCCEEDED"), "{d:?}");
 }
+
+/// The bytes the store holds for the project's webhook deliveries and their bodies.
+async fn stored_delivery_bytes(s: &Server, project: &str) -> usize {
+    let mut total = 0;
+    for table in ["webhook_delivery", "webhook_payload"] {
+        let sql = format!("SELECT * FROM {table} WHERE project = $p");
+        if let Ok(mut r) = s.state.store.query(&sql, json!({ "p": project })).await {
+            let rows = r.value(0).ok().and_then(|v| v.as_array().cloned()).unwrap_or_default();
+            total += rows.iter().map(|row| row.to_string().len()).sum::<usize>();
+        }
+    }
+    total
+}
+
+#[tokio::test]
+async fn an_event_sent_to_twenty_endpoints_is_stored_once_and_goes_with_its_last_delivery() {
+    let s = stepped().await;
+    let p = proj(&s, "o@example.com").await;
+    let sink = receiver(Arc::new(AtomicBool::new(false)), 500).await;
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        ids.push(endpoint(&p, &sink.url(&format!("/{n}")), json!(["*"])).await.0);
+    }
+    let note = "x".repeat(50_000);
+    let r = p
+        .secret
+        .post("/v1/track", json!({ "email": "ann@example.com", "event": "ping", "data": { "note": note } }))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json);
+    settle(&s).await;
+    let got = sink.requests();
+    assert_eq!(got.len(), 20);
+    assert!(got.iter().all(|r| r.body == got[0].body && r.body.len() > 50_000), "every endpoint got the same body");
+    let stored = stored_delivery_bytes(&s, &p.id).await;
+    assert!(stored < 2 * 50_000, "{stored} bytes stored for 20 deliveries of one event of 50 KB");
+
+    // A retry sends the same bytes.
+    let event = got[0].header("webhook-id").unwrap().to_string();
+    let r = p.secret.post(&format!("/webhooks/{}/deliveries/{event}/retry", ids[0]), json!({})).await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    settle(&s).await;
+    let again = sink.requests();
+    assert_eq!(again.len(), 21);
+    assert_eq!(again[20].body, got[0].body, "the retry's body");
+
+    // Deleting the endpoints one by one keeps the body while a delivery shares it, and none after.
+    for id in &ids[..19] {
+        assert_eq!(p.secret.delete(&format!("/webhooks/{id}")).await.status, 204);
+    }
+    let d = deliveries(&p, &ids[19]).await;
+    assert_eq!(d[0]["payload"]["data"]["data"]["note"].as_str().map(str::len), Some(50_000), "{}", d[0]["payload"]);
+    assert_eq!(p.secret.delete(&format!("/webhooks/{}", ids[19])).await.status, 204);
+    assert_eq!(stored_delivery_bytes(&s, &p.id).await, 0, "nothing is left of the deliveries");
+
+    // A project reset deletes the deliveries with their bodies.
+    for n in 0..2 {
+        endpoint(&p, &sink.url(&format!("/r{n}")), json!(["*"])).await;
+    }
+    track(&p, "bob@example.com", "ping").await;
+    settle(&s).await;
+    assert!(stored_delivery_bytes(&s, &p.id).await > 0);
+    let r = p.session.post(&format!("/users/@me/projects/{}/reset", p.id), json!({ "confirm": "P" })).await;
+    assert_eq!(r.status, 202, "{}", r.json);
+    settle(&s).await;
+    assert_eq!(stored_delivery_bytes(&s, &p.id).await, 0, "a reset leaves nothing of the deliveries");
+}

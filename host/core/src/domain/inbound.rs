@@ -17,7 +17,14 @@ pub const MAX_TEXT_BYTES: usize = 64 * 1024;
 /// The longest HTML part kept in an `email.received` event, in bytes (longer ones are cut and marked).
 pub const MAX_HTML_BYTES: usize = 256 * 1024;
 /// Attachments described in an `email.received` event (their metadata only, never their content).
-pub const MAX_ATTACHMENTS: usize = 50;
+pub const MAX_ATTACHMENTS: usize = 20;
+/// The longest attachment name kept, in bytes.
+pub const MAX_ATTACHMENT_NAME: usize = 100;
+/// The most an `email.received` event's data takes as JSON, [`Received`] within 60 KiB and room for what
+/// the service adds to it (the sender's authentication results, the id of the email it answers), so that
+/// the stored data stays within the 64 KiB of any event's: the text and the HTML share what the rest
+/// leaves, the text first.
+pub const MAX_EVENT_BYTES: usize = 60 * 1024;
 /// Recipients listed in an `email.received` event.
 pub const MAX_LISTED: usize = 50;
 
@@ -74,9 +81,12 @@ pub struct Received {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<String>,
     pub text: String,
+    /// The text part was cut ([`MAX_TEXT_BYTES`], or to fit [`MAX_EVENT_BYTES`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub text_truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub html: Option<String>,
-    /// The HTML part was longer than [`MAX_HTML_BYTES`] and was cut.
+    /// The HTML part was cut ([`MAX_HTML_BYTES`], or to fit [`MAX_EVENT_BYTES`]).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub html_truncated: bool,
     pub attachments: Vec<Attachment>,
@@ -315,7 +325,7 @@ fn received(message: &Message<'_>, envelope_from: &str, size: usize) -> Option<R
         .attachments()
         .take(MAX_ATTACHMENTS)
         .map(|p| Attachment {
-            filename: p.attachment_name().map(|n| cut(n, 255)),
+            filename: p.attachment_name().map(|n| cut(n, MAX_ATTACHMENT_NAME)),
             content_type: p
                 .content_type()
                 .map(|ct| format!("{}/{}", ct.ctype(), ct.subtype().unwrap_or("octet-stream")).to_ascii_lowercase())
@@ -323,21 +333,66 @@ fn received(message: &Message<'_>, envelope_from: &str, size: usize) -> Option<R
             size: p.contents().len(),
         })
         .collect();
-    Some(Received {
+    let text = message.body_text(0).unwrap_or_default();
+    let received = Received {
         from,
         from_name: from_addr.and_then(|a| a.name()).map(|n| cut(n, 255)),
         to: addresses(message.to()),
         cc: addresses(message.cc()),
         subject: cut(message.subject().unwrap_or(""), 998),
-        message_id: message.message_id().map(angle),
-        in_reply_to: message.in_reply_to().as_text().map(angle),
-        text: message.body_text(0).map(|t| cut(&t, MAX_TEXT_BYTES)).unwrap_or_default(),
+        message_id: message.message_id().map(|id| angle(&cut(id, 996))),
+        in_reply_to: message.in_reply_to().as_text().map(|id| angle(&cut(id, 996))),
+        text_truncated: text.len() > MAX_TEXT_BYTES,
+        text: cut(&text, MAX_TEXT_BYTES),
         html: html.map(|h| cut(&h, MAX_HTML_BYTES)),
         html_truncated,
         attachments,
         auto_reply: auto_reply(message),
         size,
-    })
+    };
+    Some(fit(received, MAX_EVENT_BYTES))
+}
+
+/// `r` within `max` bytes of JSON: the text and then the HTML cut to what the rest leaves (recipients
+/// dropped from the end first, should the rest alone not fit).
+fn fit(mut r: Received, max: usize) -> Received {
+    let text = std::mem::take(&mut r.text);
+    let html = r.html.take();
+    let (text_cut, html_cut) = (r.text_truncated, r.html_truncated);
+    // Measured with both flags set and an empty HTML part, as they may end up.
+    r.html = html.as_ref().map(|_| String::new());
+    r.text_truncated = true;
+    r.html_truncated = html.is_some();
+    let size = |r: &Received| serde_json::to_vec(r).map_or(usize::MAX, |v| v.len());
+    while size(&r) > max && (r.cc.pop().is_some() || r.to.pop().is_some() || r.attachments.pop().is_some()) {}
+    let mut room = max.saturating_sub(size(&r));
+    let (kept, used) = json_prefix(&text, room);
+    room -= used;
+    r.text_truncated = text_cut || kept.len() < text.len();
+    r.text = kept.to_string();
+    if let Some(h) = html {
+        let (kept, _) = json_prefix(&h, room);
+        r.html_truncated = html_cut || kept.len() < h.len();
+        r.html = Some(kept.to_string());
+    }
+    r
+}
+
+/// The longest start of `s` that takes at most `room` bytes inside a JSON string, and how many it takes.
+fn json_prefix(s: &str, room: usize) -> (&str, usize) {
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        let n = match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used + n > room {
+            return (&s[..i], used);
+        }
+        used += n;
+    }
+    (s, used)
 }
 
 /// True when the message has a real `text/html` part (mail-parser otherwise renders the text part as
@@ -465,14 +520,50 @@ mod tests {
         assert_eq!(m.to, vec!["support@mail.herald.test"]);
         assert_eq!(m.subject, "Re: your order");
         assert_eq!(m.text.trim(), "Thanks!");
-        assert!(m.html_truncated);
-        assert_eq!(m.html.as_ref().map(String::len), Some(MAX_HTML_BYTES));
+        assert!(m.html_truncated && !m.text_truncated);
+        assert!(m.html.as_ref().is_some_and(|h| h.starts_with("<p>xxx") && h.len() > MAX_EVENT_BYTES - 1024));
         assert_eq!(m.in_reply_to.as_deref(), Some("<id-3@herald.test>"));
         assert_eq!(m.attachments.len(), 1);
         assert_eq!(m.attachments[0].filename.as_deref(), Some("a.pdf"));
         assert_eq!(m.attachments[0].content_type, "application/pdf");
         assert_eq!(m.attachments[0].size, 9);
         assert!(!m.auto_reply);
+    }
+
+    #[test]
+    fn a_replys_event_data_stays_within_64_kb_whatever_it_carries() {
+        // The most a reply could carry before: 64 KiB of text, 256 KiB of HTML, 50 attachments with long
+        // names (~345 KB of event data), and text that JSON escapes six times over.
+        let name = "n".repeat(300);
+        let attachments: String = (0..50)
+            .map(|i| {
+                format!(
+                    "--M\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename=\"{i}{name}.pdf\"\r\n\
+                     \r\nx\r\n"
+                )
+            })
+            .collect();
+        for text in ["t".repeat(70_000), "\u{1}".repeat(70_000)] {
+            let raw = format!(
+                "From: ann@example.com\r\nTo: support@mail.herald.test\r\nSubject: Re: all of it\r\nMIME-Version: 1.0\r\n\
+                 Content-Type: multipart/mixed; boundary=\"M\"\r\n\r\n--M\r\nContent-Type: multipart/alternative; \
+                 boundary=\"A\"\r\n\r\n--A\r\nContent-Type: text/plain\r\n\r\n{text}\r\n--A\r\nContent-Type: text/html\r\n\r\n\
+                 <p>{}</p>\r\n--A--\r\n{attachments}--M--\r\n",
+                "h".repeat(300_000)
+            );
+            let Kind::Mail(m) = classify(raw.as_bytes(), "ann@example.com") else { panic!("not mail") };
+            let stored = serde_json::to_vec(&m).unwrap().len();
+            assert!(stored <= MAX_EVENT_BYTES, "{stored} bytes of event data");
+            const { assert!(MAX_EVENT_BYTES + 4096 <= 64 * 1024, "room for the authentication results") };
+            assert!(m.text_truncated && m.html_truncated);
+            assert!(stored > MAX_EVENT_BYTES - 64, "the text and HTML use the room left: {stored}");
+            assert_eq!(m.attachments.len(), MAX_ATTACHMENTS);
+            assert!(m.attachments.iter().all(|a| a.filename.as_ref().is_some_and(|n| n.len() == MAX_ATTACHMENT_NAME)));
+        }
+        // A short reply is kept whole.
+        let raw = "From: ann@example.com\r\nTo: support@mail.herald.test\r\nSubject: Hi\r\n\r\nThanks, \"all\".\r\n";
+        let Kind::Mail(m) = classify(raw.as_bytes(), "ann@example.com") else { panic!("not mail") };
+        assert_eq!((m.text.trim(), m.text_truncated, m.html_truncated), ("Thanks, \"all\".", false, false));
     }
 
     #[test]

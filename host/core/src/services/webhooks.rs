@@ -35,7 +35,9 @@ use crate::plugins::http::{FetchError, FetchRequest, Outbound};
 use crate::services::events::{BatchFuture, Subscriber, SubscriberFuture};
 use crate::store::events::Event;
 use crate::store::jobs::NewJob;
-use crate::store::webhooks::{Attempt, AttemptRecord, Delivery, Endpoint, EndpointPatch, NewDelivery, attempt_payload};
+use crate::store::webhooks::{
+    Attempt, AttemptRecord, Delivery, Endpoint, EndpointPatch, NewDelivery, Payload, attempt_payload,
+};
 use crate::store::{Store, StoreError};
 
 /// The job of one attempt of a delivery.
@@ -266,7 +268,7 @@ impl Webhooks {
         if !self.store.delete_webhook(project, id).await? {
             return Err(not_found());
         }
-        while self.store.delete_deliveries(id, 1000).await? > 0 {}
+        while self.store.delete_deliveries(project, id, 1000).await? > 0 {}
         Ok(())
     }
 
@@ -318,11 +320,11 @@ impl Webhooks {
             event: event.clone(),
             project: project.into(),
             event_type: TEST_EVENT.into(),
-            body,
             test: true,
             job: None,
         };
-        self.store.add_deliveries(&[row], now).await?;
+        let payload = Payload { event: event.clone(), project: project.into(), body };
+        self.store.add_deliveries(&[row], &[payload], now).await?;
         let d = self.store.delivery(id, &event).await?.ok_or_else(not_found)?;
         self.attempt(&e, &d, true).await?;
         self.store.delivery(id, &event).await?.ok_or_else(not_found)
@@ -609,22 +611,30 @@ impl Webhooks {
         let rows: Vec<NewDelivery> = wanted
             .iter()
             .map(|(ev, e)| {
-                let email = emails.get(&(ev.project.clone(), ev.contact.clone())).map(String::as_str);
-                let body =
-                    rules::body(&ev.id, &ev.name, &rfc3339(ev.created_at), &ev.contact, email, &ev.source, &ev.data);
                 let job = NewJob::new(DELIVER_JOB, attempt_payload(&ev.project, &e.id, &ev.id, false), now).doc(now);
                 NewDelivery {
                     webhook: e.id.clone(),
                     event: ev.id.clone(),
                     project: ev.project.clone(),
                     event_type: ev.name.clone(),
-                    body,
                     test: false,
                     job: Some(job),
                 }
             })
             .collect();
-        let added = self.store.add_deliveries(&rows, now).await?;
+        // One body per event, whatever the number of endpoints that want it.
+        let mut seen = HashSet::new();
+        let payloads: Vec<Payload> = wanted
+            .iter()
+            .filter(|(ev, _)| seen.insert(ev.id.as_str()))
+            .map(|(ev, _)| {
+                let email = emails.get(&(ev.project.clone(), ev.contact.clone())).map(String::as_str);
+                let body =
+                    rules::body(&ev.id, &ev.name, &rfc3339(ev.created_at), &ev.contact, email, &ev.source, &ev.data);
+                Payload { event: ev.id.clone(), project: ev.project.clone(), body }
+            })
+            .collect();
+        let added = self.store.add_deliveries(&rows, &payloads, now).await?;
         if added > 0 {
             self.wake();
         }

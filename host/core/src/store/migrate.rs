@@ -53,6 +53,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0043_deferral.surql", include_str!("../../../../migrations/0043_deferral.surql")),
     ("0044_inbound_optin.surql", include_str!("../../../../migrations/0044_inbound_optin.surql")),
     ("0045_inbound_spool.surql", include_str!("../../../../migrations/0045_inbound_spool.surql")),
+    ("0046_webhook_payloads.surql", include_str!("../../../../migrations/0046_webhook_payloads.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -1,7 +1,9 @@
 //! Outbound webhooks (docs/behaviour.md#webhooks): endpoints (`webhook:<uuid>`, filtered by project in
 //! every read and write) and their deliveries (`webhook_delivery:[webhook, event]`: one endpoint's
 //! deliveries are one record-id range in event order, and writing one event's deliveries again adds
-//! nothing). A delivery's attempts are recorded with the job of its next attempt in one transaction.
+//! nothing). An event's body is stored once (`webhook_payload:<event>`), shared by its deliveries to
+//! every endpoint and deleted with the last of them. A delivery's attempts are recorded with the job of
+//! its next attempt in one transaction.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -74,17 +76,24 @@ pub struct EndpointPatch {
     pub secret: Option<String>,
 }
 
-/// A delivery to write, with the job of its first attempt.
+/// A delivery to write, with the job of its first attempt. Its body is its event's [`Payload`].
 #[derive(Debug, Clone, Serialize)]
 pub struct NewDelivery {
     pub webhook: String,
     pub event: String,
     pub project: String,
     pub event_type: String,
-    pub body: String,
     pub test: bool,
     /// The job's row (`NewJob::doc`); none for a delivery attempted by its caller (a test).
     pub job: Option<Value>,
+}
+
+/// The body every delivery of an event sends, stored once.
+#[derive(Debug, Clone, Serialize)]
+pub struct Payload {
+    pub event: String,
+    pub project: String,
+    pub body: String,
 }
 
 /// An attempt of a delivery to record ([`Store::record_attempts`]).
@@ -109,12 +118,18 @@ pub const MAX_ATTEMPTS_KEPT: usize = 20;
 
 const ENDPOINT_FIELDS: &str = "record::id(id) AS id, project, url, events, description, enabled, secret, \
      disabled_reason, failing_since, created_at, updated_at";
-const DELIVERY_FIELDS: &str = "record::id(id)[1] AS event, record::id(id)[0] AS webhook, project, event_type, body, \
-     status, attempts, next_at, test, created_at, updated_at";
+/// A delivery's body is its event's payload (a delivery written before payloads were shared keeps its own).
+const DELIVERY_FIELDS: &str = "record::id(id)[1] AS event, record::id(id)[0] AS webhook, project, event_type, \
+     (body ?? type::record('webhook_payload', record::id(id)[1]).body ?? '') AS body, status, attempts, next_at, \
+     test, created_at, updated_at";
 
-/// A purge step (see [`Store::purge_project_batch`]): up to `$n` deliveries of the project `$p`.
+/// A purge step (see [`Store::purge_project_batch`]): up to `$n` deliveries of the project `$p`, then up to
+/// `$n` of its payloads.
 pub(super) const PURGE_DELIVERIES: &str =
-    "LET $r = (SELECT VALUE id FROM webhook_delivery WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;";
+    "LET $d = (SELECT VALUE id FROM webhook_delivery WHERE project = $p LIMIT $n); DELETE $d RETURN NONE;
+     LET $q = IF array::len($d) = 0 { (SELECT VALUE id FROM webhook_payload WHERE project = $p LIMIT $n) } ELSE { [] };
+     DELETE $q RETURN NONE;
+     LET $r = array::concat($d, $q);";
 /// A purge step: up to `$n` endpoints of the project `$p`.
 pub(super) const PURGE_WEBHOOKS: &str =
     "LET $r = (SELECT VALUE id FROM webhook WHERE project = $p LIMIT $n); DELETE $r RETURN NONE;";
@@ -261,14 +276,20 @@ impl Store {
         Ok(v.as_bool().unwrap_or(false))
     }
 
-    /// Deletes up to `n` deliveries of an endpoint; answers how many.
-    pub async fn delete_deliveries(&self, webhook: &str, n: usize) -> Result<usize, StoreError> {
+    /// Deletes up to `n` deliveries of an endpoint of `project` (deleted before), and the payloads no
+    /// delivery to the project's other endpoints shares; answers how many deliveries.
+    pub async fn delete_deliveries(&self, project: &str, webhook: &str, n: usize) -> Result<usize, StoreError> {
         let v = self
             .write(|| async {
                 self.query(
                     "{ LET $r = (SELECT VALUE id FROM webhook_delivery:[$w, NONE]..[$w, {}] LIMIT $n);
-                       DELETE $r RETURN NONE; RETURN array::len($r); }",
-                    vars! { "w": webhook, "n": n },
+                       DELETE $r RETURN NONE;
+                       LET $others = (SELECT VALUE record::id(id) FROM webhook WHERE project = $p AND record::id(id) != $w);
+                       LET $unshared = array::filter(array::map($r, |$d| record::id($d)[1]), |$e| array::len(
+                           array::filter($others, |$o| record::exists(type::record('webhook_delivery', [$o, $e])))) = 0);
+                       DELETE array::map($unshared, |$e| type::record('webhook_payload', $e)) RETURN NONE;
+                       RETURN array::len($r); }",
+                    vars! { "p": project, "w": webhook, "n": n },
                 )
                 .await?
                 .value_last()
@@ -278,8 +299,14 @@ impl Store {
     }
 
     /// Writes deliveries and the jobs of their first attempts, leaving out those already written (an
-    /// event handed out again): one transaction. Answers how many were new.
-    pub async fn add_deliveries(&self, rows: &[NewDelivery], now: i64) -> Result<usize, StoreError> {
+    /// event handed out again), with the payloads of their events that are not stored yet: one
+    /// transaction. Answers how many deliveries were new.
+    pub async fn add_deliveries(
+        &self,
+        rows: &[NewDelivery],
+        payloads: &[Payload],
+        now: i64,
+    ) -> Result<usize, StoreError> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -291,14 +318,22 @@ impl Store {
                             WHERE !record::exists(type::record('webhook_delivery', [webhook, event])));
                         FOR $d IN $new {
                             CREATE type::record('webhook_delivery', [$d.webhook, $d.event]) CONTENT {
-                                project: $d.project, event_type: $d.event_type, body: $d.body,
+                                project: $d.project, event_type: $d.event_type,
                                 status: $pending, attempts: [], test: $d.test, created_at: $now, updated_at: $now,
                                 next_at: IF $d.job { $now } ELSE { NONE } } RETURN NONE;
                             IF $d.job { INSERT INTO job [$d.job] RETURN NONE; };
                         };
+                        IF array::len($new) > 0 {
+                            FOR $p IN $payloads {
+                                IF !record::exists(type::record('webhook_payload', $p.event)) {
+                                    CREATE type::record('webhook_payload', $p.event)
+                                        CONTENT { project: $p.project, body: $p.body } RETURN NONE;
+                                };
+                            };
+                        };
                         RETURN array::len($new);
                     }",
-                    vars! { "rows": rows, "now": now, "pending": DeliveryStatus::Pending.as_str() },
+                    vars! { "rows": rows, "payloads": payloads, "now": now, "pending": DeliveryStatus::Pending.as_str() },
                 )
                 .await?
                 .value_last()
@@ -510,10 +545,18 @@ mod tests {
             event: event.into(),
             project: "p".into(),
             event_type: "signup".into(),
-            body: "{}".into(),
             test: false,
             job: Some(crate::store::jobs::NewJob::new("webhook.deliver", json!({}), 5).doc(5)),
         }
+    }
+
+    fn payload(event: &str) -> Payload {
+        Payload { event: event.into(), project: "p".into(), body: format!("{{\"id\":\"{event}\"}}") }
+    }
+
+    async fn payloads(s: &Store) -> Vec<String> {
+        let mut r = s.query("SELECT VALUE record::id(id) FROM webhook_payload ORDER BY id", vars! {}).await.unwrap();
+        serde_json::from_value(r.value(0).unwrap()).unwrap()
     }
 
     #[tokio::test]
@@ -523,8 +566,10 @@ mod tests {
         let w = e.unwrap().id;
         assert!(s.webhook("other", &w).await.unwrap().is_none(), "another project reads it");
         let rows: Vec<NewDelivery> = ["e1", "e2", "e3"].iter().map(|e| row(&w, e)).collect();
-        assert_eq!(s.add_deliveries(&rows, 5).await.unwrap(), 3);
-        assert_eq!(s.add_deliveries(&rows, 6).await.unwrap(), 0, "written twice");
+        let bodies: Vec<Payload> = ["e1", "e2", "e3"].iter().map(|e| payload(e)).collect();
+        assert_eq!(s.add_deliveries(&rows, &bodies, 5).await.unwrap(), 3);
+        assert_eq!(s.add_deliveries(&rows, &bodies, 6).await.unwrap(), 0, "written twice");
+        assert_eq!(s.delivery(&w, "e2").await.unwrap().unwrap().body, r#"{"id":"e2"}"#);
         let page = s.deliveries_page(&w, None, None, 2).await.unwrap();
         assert_eq!(page.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["e3", "e2"]);
         let page = s.deliveries_page(&w, Some("e2"), None, 2).await.unwrap();
@@ -554,14 +599,22 @@ mod tests {
         let e = s.update_webhook("p", &w, &patch, 120).await.unwrap().unwrap();
         assert!(e.enabled && e.disabled_reason.is_none() && e.failing_since.is_none());
         assert!(s.update_webhook("other", &w, &patch, 120).await.unwrap().is_none());
-        assert!(
-            s.create_webhook("p", "https://h.example/2", &["*".into()], None, true, "x", 2, 1).await.unwrap().is_some()
-        );
+        let w2 = s.create_webhook("p", "https://h.example/2", &["*".into()], None, true, "x", 2, 1).await.unwrap();
+        let w2 = w2.unwrap().id;
+        let changed = Payload { body: "changed".into(), ..payload("e1") };
+        assert_eq!(s.add_deliveries(&[row(&w2, "e1")], &[changed], 7).await.unwrap(), 1);
+        assert_eq!(s.delivery(&w2, "e1").await.unwrap().unwrap().body, r#"{"id":"e1"}"#, "one body per event");
         assert!(
             s.create_webhook("p", "https://h.example/3", &["*".into()], None, true, "x", 2, 1).await.unwrap().is_none()
         );
         assert!(!s.delete_webhook("other", &w).await.unwrap());
         assert!(s.delete_webhook("p", &w).await.unwrap());
-        assert_eq!(s.delete_deliveries(&w, 100).await.unwrap(), 3);
+        assert_eq!(payloads(&s).await, ["e1", "e2", "e3"]);
+        assert_eq!(s.delete_deliveries("p", &w, 100).await.unwrap(), 3);
+        assert_eq!(payloads(&s).await, ["e1"], "the payload another endpoint's delivery shares is kept");
+        assert_eq!(s.delivery(&w2, "e1").await.unwrap().unwrap().body, r#"{"id":"e1"}"#);
+        assert!(s.delete_webhook("p", &w2).await.unwrap());
+        assert_eq!(s.delete_deliveries("p", &w2, 100).await.unwrap(), 1);
+        assert!(payloads(&s).await.is_empty(), "the last delivery's payload is deleted with it");
     }
 }
