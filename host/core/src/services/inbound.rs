@@ -37,7 +37,7 @@ pub const PROCESS_BATCH: usize = 32;
 
 /// KiB of received messages read and parsed at once in a process, whatever their number: the jobs of a
 /// batch read their files in turn when they are large (docs/behaviour.md#receiving-mail).
-const READING_BUDGET_KIB: u32 = 64 * 1024;
+const READING_BUDGET_KIB: u32 = 32 * 1024;
 
 /// The event a reply or other mail becomes.
 pub const RECEIVED_EVENT: &str = "email.received";
