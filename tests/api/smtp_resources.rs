@@ -215,6 +215,18 @@ async fn clients_holding_connections_with_noop_from_a_hundred_addresses_lock_out
         }
     }
     assert!(last.starts_with("421 4.7.0"), "closed at the command cap: {last}");
+    // Greeting over and over is idling too.
+    let mut c = Client::connect("127.0.3.4", inbound).await;
+    let _ = c.reply_within(Duration::from_secs(30)).await;
+    let started = Instant::now();
+    let closed = loop {
+        let r = c.say("EHLO mx.example.org").await;
+        if !r.starts_with("250") || started.elapsed() > Duration::from_secs(20) {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert!(closed.starts_with("421 4.4.2"), "a client repeating EHLO is closed when idle: {closed}");
     s.stop().await;
 }
 

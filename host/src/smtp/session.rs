@@ -236,17 +236,18 @@ impl Session {
                 let _ = self.reply("421 4.7.0 This session has lasted long enough, connect again").await;
                 return Err(Closed);
             }
-            let forward = matches!(
-                request,
-                Ok(Request::Ehlo { .. }
-                    | Request::Helo { .. }
-                    | Request::StartTls
-                    | Request::Auth { .. }
-                    | Request::Mail { .. }
-                    | Request::Rcpt { .. }
-                    | Request::Data
-                    | Request::Quit)
-            );
+            // A greeting moves forward only once (and again after STARTTLS): EHLO over and over is idling.
+            let greeting = self.helo.is_none() && matches!(request, Ok(Request::Ehlo { .. } | Request::Helo { .. }));
+            let forward = greeting
+                || matches!(
+                    request,
+                    Ok(Request::StartTls
+                        | Request::Auth { .. }
+                        | Request::Mail { .. }
+                        | Request::Rcpt { .. }
+                        | Request::Data
+                        | Request::Quit)
+                );
             if forward {
                 self.progressed = tokio::time::Instant::now();
             } else if self.progressed.elapsed() >= self.timeout {
