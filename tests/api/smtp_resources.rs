@@ -282,6 +282,7 @@ async fn the_disk_space_of_received_messages_is_given_back_once_they_are_applied
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    println!("the server's files grew {} KiB for {} MiB accepted", grown >> 10, accepted >> 20);
     assert!(
         grown <= accepted / 4,
         "the server's files grew {grown} bytes for {accepted} accepted, 30 s after they were applied"
