@@ -245,3 +245,49 @@ async fn a_contact_starts_at_most_so_many_executions_an_hour_and_the_rest_are_st
     settle(&s, 2).await;
     assert_eq!(executions(&p, &wf).await.iter().filter(|e| e["status"] == "COMPLETED").count(), 5);
 }
+
+#[tokio::test]
+async fn two_workflows_moving_a_contact_in_and_out_of_a_tracked_segment_stop_at_the_depth_limit() {
+    let mut config = Config::for_tests();
+    config.run_jobs = false;
+    // The budgets off: the depth limit is what stops it.
+    config.workflow_starts_per_contact_hour = 0;
+    crate::plugin_kit::install(&config.plugins_dir, crate::plugin_kit::UPDATE_CONTACT);
+    let s = Server::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await;
+    let p = proj(&s, "o@example.com").await;
+    let condition = json!({ "logic": "AND", "groups": [{ "filters": [
+        { "field": "data.plan", "operator": "equals", "value": "vip" }] }] });
+    let r = p.secret.post("/segments", json!({ "name": "VIP", "trackMembership": true, "condition": condition })).await;
+    assert_eq!(r.status, 201, "{}", r.json);
+    // Entering the segment takes the contact out of it; leaving it puts the contact back.
+    let (out, _) = enabled_workflow(
+        &p,
+        "segment.vip.entry",
+        true,
+        &[("UPDATE_CONTACT", json!({ "updates": { "plan": "free" } }))],
+    )
+    .await;
+    let (back, _) =
+        enabled_workflow(&p, "segment.vip.exit", true, &[("UPDATE_CONTACT", json!({ "updates": { "plan": "vip" } }))])
+            .await;
+    let id = contact(&p, "ann@example.com", true, json!({ "plan": "vip" })).await;
+    settle(&s, 80).await;
+    // The API's change enters the contact, which starts depth 0; each move the workflows make enters or
+    // exits it again, one deeper: nine executions run, the tenth is stopped.
+    let (outs, backs) = (executions(&p, &out).await, executions(&p, &back).await);
+    let done = |l: &[Value]| l.iter().filter(|e| e["status"] == "COMPLETED").count();
+    assert_eq!(done(&outs) + done(&backs), 9, "{} and {} completed", done(&outs), done(&backs));
+    let stopped: Vec<String> = exit_reasons(&outs).into_iter().chain(exit_reasons(&backs)).collect();
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert!(stopped[0].starts_with("LOOP_LIMIT") && stopped[0].contains("chain of 8"), "{}", stopped[0]);
+    // Nothing more comes of it.
+    settle(&s, 10).await;
+    let events = p.secret.get(&format!("/events/contact/{id}?limit=100")).await.json;
+    let moves = events["data"]
+        .as_array()
+        .or(events.as_array())
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("segment.vip.")));
+    assert_eq!(moves.count(), 1 + 9, "{events}");
+}

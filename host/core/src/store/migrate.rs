@@ -54,6 +54,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0044_inbound_optin.surql", include_str!("../../../../migrations/0044_inbound_optin.surql")),
     ("0045_inbound_spool.surql", include_str!("../../../../migrations/0045_inbound_spool.surql")),
     ("0046_webhook_payloads.surql", include_str!("../../../../migrations/0046_webhook_payloads.surql")),
+    ("0047_segment_depth.surql", include_str!("../../../../migrations/0047_segment_depth.surql")),
 ];
 
 #[derive(serde::Deserialize)]

@@ -236,9 +236,11 @@ fn effects(
         events.extend(fx.events.iter());
         emails.extend(fx.emails.iter());
         if let Some(c) = &fx.contact {
+            // The execution's depth goes with the version its change makes: the segment tracker gives the
+            // entry and exit events this change causes that depth (`Store::apply_membership`).
             contacts.push(vars! {
                 "id": c.id, "project": project, "version": c.version, "email": c.email, "subscribed": c.subscribed,
-                "data": c.data, "created_at": now, "updated_at": now,
+                "data": c.data, "created_at": now, "updated_at": now, "depth": e.depth.unwrap_or(0),
             });
         }
         if fx.leaves {
@@ -254,7 +256,8 @@ fn effects(
                 OR (SELECT VALUE [record::id(id), version] FROM array::map($cids, |$i| type::record('contact', $i))
                     WHERE project = $p) != $cvers { THROW 'STALE_CONTACT'; };
              INSERT INTO contact $contacts ON DUPLICATE KEY UPDATE email = $input.email, subscribed = $input.subscribed,
-                data = $input.data, version = $input.version + 1, updated_at = $now RETURN NONE;\n",
+                data = $input.data, version = $input.version + 1, updated_at = $now, depth = $input.depth,
+                depth_version = $input.version + 1 RETURN NONE;\n",
         );
     }
     if !leaves.is_empty() {

@@ -35,6 +35,8 @@ mod translate;
 pub use evaluate::*;
 pub use translate::*;
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -490,13 +492,18 @@ impl Store {
         // The rows are built here, not by `array::map` in the query: 2,000 closure calls per batch cost
         // SurrealDB 3.3.5 about 13 ms of a batch's 80.
         let ev = if add { &events.entry } else { &events.exit };
+        let depths = self.workflow_depths(project, ids).await?;
         let evs: Vec<Value> = ids
             .iter()
             .map(|c| {
-                json!({
+                let mut e = json!({
                     "id": uuid::Uuid::now_v7().to_string(), "project": project, "contact": c, "name": ev,
                     "data": &events.data, "source": "system", "created_at": now,
-                })
+                });
+                if let Some(d) = depths.get(*c) {
+                    e["depth"] = json!(d);
+                }
+                e
             })
             .collect();
         let outbox = super::events::outbox_row(evs.iter().filter_map(|e| e["id"].as_str()));
@@ -542,6 +549,20 @@ impl Store {
             })
             .await?;
         Ok(v.as_i64().unwrap_or(0))
+    }
+
+    /// The depth of the workflow execution whose change made each of these contacts what it is, for those a
+    /// workflow step wrote last (docs/security.md#workflows): their entry or exit events carry it.
+    async fn workflow_depths(&self, project: &str, ids: &[&str]) -> Result<HashMap<String, i64>, StoreError> {
+        let rows: Vec<(String, i64)> = self
+            .query(
+                "SELECT VALUE [record::id(id), depth] FROM array::map($ids, |$c| type::record('contact', $c))
+                 WHERE project = $p AND depth != NONE AND depth_version = version",
+                vars! { "p": project, "ids": ids },
+            )
+            .await?
+            .all(0)?;
+        Ok(rows.into_iter().collect())
     }
 
     /// Whether anything a tracked segment may read changed at or after `since`: a contact written, or
