@@ -61,7 +61,7 @@ const MAX_ERROR_CHARS: usize = 300;
 const ANSWER_PREFIX: usize = 4 * 1024;
 
 /// Attempts to one endpoint in flight at once in a process; the next wait for one of them to end.
-pub const PER_ENDPOINT: usize = 16;
+pub const PER_ENDPOINT: usize = 64;
 /// How long a batch of attempts waits for them. Attempts still running then go on without it (their jobs
 /// wait until they must have ended and been recorded), and those still waiting for their endpoint are
 /// deferred: a worker's batch slot is never held by slow endpoints for longer (docs/behaviour.md#webhooks).
