@@ -154,7 +154,8 @@ async fn accept_loop(
     mode: Mode,
     mut stop: watch::Receiver<bool>,
 ) {
-    let wait = Duration::from_secs(state.config.smtp.timeout_secs);
+    // Idle sessions end within the command timeout and one more command: twice that covers them.
+    let wait = Duration::from_secs(2 * state.config.smtp.timeout_secs);
     loop {
         let (socket, peer) = tokio::select! {
             _ = stop.changed() => return,

@@ -1,24 +1,28 @@
 //! The spool of received messages (docs/behaviour.md#receiving-mail): each message Herald takes on port 25
-//! is a file of its own in `HERALD_SMTP_SPOOL_DIR`, written while it arrives, from its 250 until it is
-//! applied, and then deleted, so its disk space is given back at once. (The embedded database engine keeps
-//! the bytes of large values it deleted for a long time, and a stranger decides how many arrive.)
+//! is a file of its own in `HERALD_SMTP_SPOOL_DIR` from its 250 until it is applied, and then deleted, so
+//! its disk space is given back at once. (The embedded database engine keeps the bytes of large values it
+//! deleted for a long time, and a stranger decides how many arrive.)
 //!
-//! A message arrives as `<id>.part`; once whole it is flushed to the disk and renamed `<id>.eml`, and only
-//! then is its row written and the client told 250. Whatever a crash leaves behind is swept on start: parts
-//! always, whole files whose row never came after a while. The spool has a cap on its bytes (parts and
-//! whole files together): past it a message is refused with a temporary error instead of filling the disk.
+//! A message arriving is held in memory up to [`BUFFER`] bytes, then written to `<id>.eml` as it comes;
+//! once whole it is flushed to the disk (one hop to a blocking thread for a small message), and only then
+//! is its row written and the client told 250. Whatever a crash leaves behind (a message cut off, or one
+//! whose row never came) is a file with no row, swept once it is old. The spool has a cap on its bytes
+//! (messages arriving and waiting together): past it a message is refused with a temporary error instead
+//! of filling the disk.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-
 /// Files older than this with no row are left over from a crash: a message still arriving is younger
 /// (DATA takes at most ten minutes), and so is a whole one whose row another process sharing the folder
 /// is writing.
 const ORPHAN_AGE: Duration = Duration::from_secs(900);
+
+/// Bytes of a message held in memory before its file is written: most messages are smaller, and reach
+/// the disk in one write when they are whole.
+pub const BUFFER: usize = 64 * 1024;
 
 /// Why a message could not be spooled.
 #[derive(Debug, thiserror::Error)]
@@ -36,11 +40,13 @@ pub struct Spool {
     used: AtomicU64,
 }
 
-/// A message being received: its part file, removed when dropped unless it was kept.
+/// A message being received: its first bytes in memory, the rest in its file (removed when the draft
+/// is dropped unless it was kept).
 pub struct Draft {
     spool: Arc<Spool>,
     id: String,
-    file: Option<tokio::fs::File>,
+    buffer: Vec<u8>,
+    file: Option<std::fs::File>,
     len: u64,
     kept: bool,
 }
@@ -65,8 +71,8 @@ impl Spool {
         self.used.load(Ordering::Relaxed)
     }
 
-    fn path(&self, id: &str, ext: &str) -> PathBuf {
-        self.dir.join(format!("{id}.{ext}"))
+    fn path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.eml"))
     }
 
     /// Starts a message.
@@ -75,13 +81,12 @@ impl Spool {
             return Err(SpoolError::Full);
         }
         let id = uuid::Uuid::now_v7().to_string();
-        let file = tokio::fs::OpenOptions::new().write(true).create_new(true).open(self.path(&id, "part")).await?;
-        Ok(Draft { spool: self.clone(), id, file: Some(file), len: 0, kept: false })
+        Ok(Draft { spool: self.clone(), id, buffer: Vec::new(), file: None, len: 0, kept: false })
     }
 
     /// A whole message's bytes; None when its file is not here.
     pub async fn read(&self, id: &str) -> std::io::Result<Option<Vec<u8>>> {
-        match tokio::fs::read(self.path(id, "eml")).await {
+        match tokio::fs::read(self.path(id)).await {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -90,12 +95,12 @@ impl Spool {
 
     /// The size of a whole message's file, when it is here.
     pub async fn size(&self, id: &str) -> Option<u64> {
-        tokio::fs::metadata(self.path(id, "eml")).await.ok().map(|m| m.len())
+        tokio::fs::metadata(self.path(id)).await.ok().map(|m| m.len())
     }
 
     /// Deletes a whole message (applied); nothing when it is gone already.
     pub async fn remove(&self, id: &str) -> std::io::Result<()> {
-        let path = self.path(id, "eml");
+        let path = self.path(id);
         let len = match tokio::fs::metadata(&path).await {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -115,8 +120,7 @@ impl Spool {
         let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(n)));
     }
 
-    /// Files older than [`ORPHAN_AGE`]: what a crash may have left (a part always is; a whole message
-    /// is when no row names it).
+    /// Files older than [`ORPHAN_AGE`]: what a crash may have left, when no row names them.
     pub async fn stale(&self) -> std::io::Result<Vec<Stale>> {
         let mut out = Vec::new();
         let mut entries = tokio::fs::read_dir(&self.dir).await?;
@@ -124,8 +128,8 @@ impl Spool {
             let name = entry.file_name().to_string_lossy().to_string();
             let Ok(meta) = entry.metadata().await else { continue };
             let old = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age >= ORPHAN_AGE);
-            if let (true, Some((id, ext @ ("part" | "eml")))) = (old, name.rsplit_once('.')) {
-                out.push(Stale { id: id.to_string(), whole: ext == "eml", len: meta.len(), path: entry.path() });
+            if let (true, Some(id)) = (old, name.strip_suffix(".eml")) {
+                out.push(Stale { id: id.to_string(), len: meta.len(), path: entry.path() });
             }
         }
         Ok(out)
@@ -143,8 +147,6 @@ impl Spool {
 #[derive(Debug)]
 pub struct Stale {
     pub id: String,
-    /// A whole message (else a part).
-    pub whole: bool,
     len: u64,
     path: PathBuf,
 }
@@ -177,25 +179,44 @@ impl Draft {
             return Err(SpoolError::Full);
         }
         self.len += n;
-        let file = self.file.as_mut().ok_or_else(|| std::io::Error::other("the message was kept already"))?;
-        file.write_all(bytes).await?;
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= BUFFER {
+            self.flush(false).await?;
+        }
         Ok(())
     }
 
-    /// Flushes the message to the disk and makes it whole: from here it survives a crash, and it is
-    /// deleted only by [`Spool::remove`] (or the sweep, when no row names it).
+    /// Writes the buffered bytes to the file (created on the first write), on a blocking thread; with
+    /// `sync`, flushes the file to the disk as well.
+    async fn flush(&mut self, sync: bool) -> std::io::Result<()> {
+        let buffer = std::mem::take(&mut self.buffer);
+        let file = self.file.take();
+        let path = self.spool.path(&self.id);
+        let (file, buffer) = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut file = match file {
+                Some(f) => f,
+                None => std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?,
+            };
+            file.write_all(&buffer)?;
+            if sync {
+                file.sync_all()?;
+            }
+            Ok::<_, std::io::Error>((file, buffer))
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        self.file = Some(file);
+        self.buffer = buffer;
+        self.buffer.clear();
+        Ok(())
+    }
+
+    /// Writes the message and flushes it to the disk: from here it survives a crash, and it is deleted
+    /// only by [`Spool::remove`] (or the sweep, when no row names it). (A new file's name reaches the disk
+    /// with its first flush on the journaling file systems Herald runs on: ext4, XFS.)
     pub async fn keep(mut self) -> Result<String, SpoolError> {
-        let mut file = self.file.take().ok_or_else(|| std::io::Error::other("the message was kept already"))?;
-        file.flush().await?;
-        file.sync_all().await?;
-        drop(file);
-        let (part, whole) = (self.spool.path(&self.id, "part"), self.spool.path(&self.id, "eml"));
-        tokio::fs::rename(&part, &whole).await?;
-        // The rename itself reaches the disk with the folder's entry.
-        let dir = self.spool.dir.clone();
-        tokio::task::spawn_blocking(move || std::fs::File::open(dir).and_then(|d| d.sync_all()))
-            .await
-            .map_err(std::io::Error::other)??;
+        self.flush(true).await?;
         self.kept = true;
         Ok(self.id.clone())
     }
@@ -204,8 +225,9 @@ impl Draft {
 impl Drop for Draft {
     fn drop(&mut self) {
         if !self.kept {
-            self.file = None;
-            let _ = std::fs::remove_file(self.spool.path(&self.id, "part"));
+            if self.file.take().is_some() {
+                let _ = std::fs::remove_file(self.spool.path(&self.id));
+            }
             self.spool.release(self.len);
         }
     }

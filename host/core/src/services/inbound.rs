@@ -117,7 +117,7 @@ impl Inbound {
         let mut n = 0;
         for file in stale {
             // A row that cannot be looked up now keeps its file.
-            if file.whole && self.store.inbound_exists(&file.id).await.unwrap_or(true) {
+            if self.store.inbound_exists(&file.id).await.unwrap_or(true) {
                 continue;
             }
             if spool.discard(&file).await.is_ok() {
