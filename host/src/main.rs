@@ -28,6 +28,9 @@ enum Command {
     },
     /// Apply database migrations and exit
     Migrate {
+        /// List what would be applied (and what changed since it was applied) without applying anything
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         settings: Settings,
     },
@@ -154,7 +157,16 @@ async fn run() -> anyhow::Result<()> {
             store.close_last(std::time::Duration::from_secs(5)).await;
             Ok(())
         }
-        Command::Migrate { settings } => {
+        Command::Migrate { dry_run: true, settings } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, &config.log);
+            let store = Store::connect_only(&config).await?;
+            let plan = herald_host::store::migrate::plan(&store).await;
+            store.close_last(std::time::Duration::from_secs(5)).await;
+            println!("{}", serde_json::to_value(plan?)?);
+            Ok(())
+        }
+        Command::Migrate { dry_run: false, settings } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, &config.log);
             let store = Store::connect_only(&config).await?;

@@ -109,8 +109,24 @@ async fn the_cli_creates_a_project_and_a_trusted_domain_and_serve_shuts_down_gra
     let dir = herald_host::config::Config::test_scratch().join(format!("bin-{}", uuid::Uuid::new_v4()));
     let port = free_port();
 
+    // A dry run lists every migration of a new database and applies none of them.
+    let dry = |dir: &std::path::Path| {
+        let out = herald(dir, port).args(["migrate", "--dry-run"]).output().unwrap();
+        closed_cleanly(&out);
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let all = herald_host::store::migrate::MIGRATIONS.len();
+    for _ in 0..2 {
+        let plan = dry(&dir);
+        assert_eq!(plan["pending"].as_array().map(Vec::len), Some(all), "{plan}");
+        assert_eq!(plan["pending"][0], "0001_foundation.surql");
+        assert_eq!(plan["changed"], serde_json::json!([]));
+    }
     let out = herald(&dir, port).args(["migrate"]).output().unwrap();
     closed_cleanly(&out);
+    let applied: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(applied["applied"].as_array().map(Vec::len), Some(all), "the dry runs applied nothing");
+    assert_eq!(dry(&dir), serde_json::json!({ "pending": [], "changed": [] }), "nothing left to apply");
     let out = herald(&dir, port)
         .args(["project", "create", "CLI shop", "--owner", "cli@example.com", "--password", "password123"])
         .output()

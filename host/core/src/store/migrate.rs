@@ -67,6 +67,38 @@ fn checksum(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// What `herald migrate --dry-run` reports: the migrations not yet applied, in order, and those applied
+/// whose file changed since (applying would refuse to start).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Plan {
+    pub pending: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+/// The migrations `apply` would apply, without applying any (nor creating the migration table).
+pub async fn plan(store: &Store) -> Result<Plan, StoreError> {
+    plan_list(store, MIGRATIONS).await
+}
+
+pub async fn plan_list(store: &Store, list: &[(&str, &str)]) -> Result<Plan, StoreError> {
+    // A database no migration touched yet has no migration table: everything is pending.
+    let tables = store.query("INFO FOR DB", vars! {}).await?.value(0)?;
+    let known = tables.get("tables").and_then(|t| t.get("migration")).is_some();
+    let recorded: Vec<Applied> = match known {
+        true => store.query("SELECT name, checksum FROM migration", vars! {}).await?.all(0)?,
+        false => Vec::new(),
+    };
+    let mut plan = Plan::default();
+    for (name, text) in list {
+        match recorded.iter().find(|a| a.name == *name) {
+            None => plan.pending.push(name.to_string()),
+            Some(a) if a.checksum != checksum(text) => plan.changed.push(name.to_string()),
+            Some(_) => {}
+        }
+    }
+    Ok(plan)
+}
+
 /// Applies every migration not yet recorded. Returns the names applied now.
 pub async fn apply(store: &Store) -> Result<Vec<String>, StoreError> {
     apply_list(store, MIGRATIONS).await
