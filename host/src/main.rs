@@ -157,22 +157,16 @@ async fn run() -> anyhow::Result<()> {
             store.close_last(std::time::Duration::from_secs(5)).await;
             Ok(())
         }
-        Command::Migrate { dry_run: true, settings } => {
+        Command::Migrate { dry_run, settings } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, &config.log);
             let store = Store::connect_only(&config).await?;
-            let plan = herald_host::store::migrate::plan(&store).await;
+            let out = match dry_run {
+                true => herald_host::store::migrate::plan(&store).await.map(|p| serde_json::json!(p)),
+                false => herald_host::store::migrate::apply(&store).await.map(|a| serde_json::json!({ "applied": a })),
+            };
             store.close_last(std::time::Duration::from_secs(5)).await;
-            println!("{}", serde_json::to_value(plan?)?);
-            Ok(())
-        }
-        Command::Migrate { dry_run: false, settings } => {
-            let config = settings.resolve()?;
-            telemetry::init(config.log_format, &config.log);
-            let store = Store::connect_only(&config).await?;
-            let applied = herald_host::store::migrate::apply(&store).await;
-            store.close_last(std::time::Duration::from_secs(5)).await;
-            println!("{}", serde_json::json!({ "applied": applied? }));
+            println!("{}", out?);
             Ok(())
         }
         Command::NotificationsKey { settings } => {

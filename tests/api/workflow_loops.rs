@@ -170,13 +170,19 @@ async fn depth_alone_stops_a_workflow_that_its_own_emails_start_again() {
     assert_eq!(exit_reasons(&executions(&p, &wf).await).len(), 1);
 }
 
-#[tokio::test]
-async fn two_workflows_flipping_a_subscription_stop_at_the_depth_limit() {
+/// A server with the update-contact plugin, jobs run by hand, and the per-contact budgets off: the depth
+/// limit is what stops a loop.
+async fn loop_server() -> Server {
     let mut config = Config::for_tests();
     config.run_jobs = false;
     config.workflow_starts_per_contact_hour = 0;
     crate::plugin_kit::install(&config.plugins_dir, crate::plugin_kit::UPDATE_CONTACT);
-    let s = Server::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await;
+    Server::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await
+}
+
+#[tokio::test]
+async fn two_workflows_flipping_a_subscription_stop_at_the_depth_limit() {
+    let s = loop_server().await;
     let p = proj(&s, "o@example.com").await;
     let (on, _) = enabled_workflow(
         &p,
@@ -248,12 +254,7 @@ async fn a_contact_starts_at_most_so_many_executions_an_hour_and_the_rest_are_st
 
 #[tokio::test]
 async fn two_workflows_moving_a_contact_in_and_out_of_a_tracked_segment_stop_at_the_depth_limit() {
-    let mut config = Config::for_tests();
-    config.run_jobs = false;
-    // The budgets off: the depth limit is what stops it.
-    config.workflow_starts_per_contact_hour = 0;
-    crate::plugin_kit::install(&config.plugins_dir, crate::plugin_kit::UPDATE_CONTACT);
-    let s = Server::start_with(config, Some(ManualClock::new(1_800_000_000_000))).await;
+    let s = loop_server().await;
     let p = proj(&s, "o@example.com").await;
     let condition = json!({ "logic": "AND", "groups": [{ "filters": [
         { "field": "data.plan", "operator": "equals", "value": "vip" }] }] });
