@@ -13,8 +13,14 @@ pub use herald_plugin_runtime::manifest::PluginGrant;
 use clap::Args;
 use serde::Deserialize;
 
+mod backup;
 mod delivery;
+mod http;
+mod retention;
 mod smtp;
+pub use backup::{BackupConfig, BackupSettings};
+pub use http::{HttpConfig, HttpSettings};
+pub use retention::{RetentionConfig, RetentionSettings};
 pub use delivery::{
     DeliveryConfig, DeliverySettings, FILE, Limits, RouteSettings, SMTP, TransportSettings, TransportSpec,
     TransportTarget,
@@ -260,6 +266,18 @@ pub struct Settings {
     #[command(flatten)]
     #[serde(default)]
     pub smtp: SmtpSettings,
+    /// The HTTP listener behind proxies and with TLS (`[http]` in herald.toml)
+    #[command(flatten)]
+    #[serde(default)]
+    pub http: HttpSettings,
+    /// Retention periods (`[retention]` in herald.toml)
+    #[command(flatten)]
+    #[serde(default)]
+    pub retention: RetentionSettings,
+    /// Scheduled backups (`[backup]` in herald.toml)
+    #[command(flatten)]
+    #[serde(default)]
+    pub backup: BackupSettings,
     /// Path of the TOML settings file [default: ./herald.toml when it exists]
     #[arg(long, env = "HERALD_CONFIG")]
     #[serde(skip)]
@@ -339,6 +357,12 @@ pub struct Config {
     pub quotas: Quotas,
     /// The SMTP front end: receiving mail and the submission relay.
     pub smtp: SmtpConfig,
+    /// The HTTP listener: trusted proxies, TLS.
+    pub http: HttpConfig,
+    /// Retention periods.
+    pub retention: RetentionConfig,
+    /// Scheduled backups.
+    pub backup: BackupConfig,
     pub plugins_dir: PathBuf,
     pub plugin_cache_dir: PathBuf,
     /// `smtp`, `file` or a transport plugin's name; None: smtp when `smtp_url` is set, else file
@@ -521,6 +545,9 @@ impl Settings {
             oauth_github_client_id: self.oauth_github_client_id.or(other.oauth_github_client_id),
             oauth_github_client_secret: self.oauth_github_client_secret.or(other.oauth_github_client_secret),
             smtp: self.smtp.or(other.smtp),
+            http: self.http.or(other.http),
+            retention: self.retention.or(other.retention),
+            backup: self.backup.or(other.backup),
             config: self.config.or(other.config),
         }
     }
@@ -642,6 +669,9 @@ impl Settings {
         Ok(Config {
             delivery,
             smtp,
+            http: s.http.clone().resolve()?,
+            retention: s.retention.clone().resolve()?,
+            backup: s.backup.clone().resolve()?,
             oauth,
             stripe,
             plans: s.plan.unwrap_or_default(),
