@@ -55,6 +55,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("0045_inbound_spool.surql", include_str!("../../../../migrations/0045_inbound_spool.surql")),
     ("0046_webhook_payloads.surql", include_str!("../../../../migrations/0046_webhook_payloads.surql")),
     ("0047_segment_depth.surql", include_str!("../../../../migrations/0047_segment_depth.surql")),
+    ("0048_retention.surql", include_str!("../../../../migrations/0048_retention.surql")),
 ];
 
 #[derive(serde::Deserialize)]
