@@ -4,6 +4,7 @@
 //! core and serves it, so tests boot the real thing in-process on an ephemeral port.
 
 pub mod api;
+pub mod control;
 pub mod smtp;
 
 pub use herald_core::{BuildError, DOMAIN_CHECK_JOB, config, domain, error, infra, plugins, services, state, store};
@@ -59,9 +60,19 @@ impl App {
             .await
             .map_err(|e| BuildError::Listen(std::io::Error::other(e.to_string())))?;
         let http = api::serve::serve(self.state.clone(), listener).map_err(BuildError::Listen)?;
+        let control = control::start(self.state.clone());
         let state = self.state.clone();
         let background = herald_core::Core { state: self.state, worker: self.worker }.start();
-        Ok(Running { addr, smtp_addr: smtp.inbound, submission_addr: smtp.submission, state, http, smtp, background })
+        Ok(Running {
+            addr,
+            smtp_addr: smtp.inbound,
+            submission_addr: smtp.submission,
+            state,
+            http,
+            smtp,
+            control,
+            background,
+        })
     }
 
     /// Ends a front end that did not serve (a CLI command): drops the services, then closes the store as
@@ -88,6 +99,7 @@ pub struct Running {
     pub state: Arc<AppState>,
     http: api::serve::HttpServer,
     smtp: smtp::SmtpServers,
+    control: control::Control,
     background: herald_core::Background,
 }
 
@@ -95,6 +107,7 @@ impl Running {
     /// Graceful shutdown: stop accepting, let requests in flight finish (up to 30 s), let running jobs
     /// finish, release leases.
     pub async fn shutdown(self) {
+        self.control.stop();
         self.http.stop(Duration::from_secs(30));
         self.smtp.stop().await;
         self.background.signal();

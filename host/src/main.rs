@@ -10,6 +10,7 @@ use herald_host::App;
 use herald_host::config::Settings;
 use herald_host::infra::telemetry;
 use herald_host::services::accounts;
+use herald_host::services::backup::{self, BackupError};
 use herald_host::store::Store;
 
 #[derive(Parser)]
@@ -31,6 +32,24 @@ enum Command {
         /// List what would be applied (and what changed since it was applied) without applying anything
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Write a backup of the embedded database to a new folder, through the running server when there is
+    /// one (docs/behaviour.md#backups); prints its manifest
+    Backup {
+        /// The folder to create, e.g. /var/backups/herald-2026-12-07
+        dest: std::path::PathBuf,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Restore a backup into a new (or empty) embedded data directory and apply newer migrations
+    Restore {
+        /// The backup's folder
+        src: std::path::PathBuf,
+        /// The data directory to create (what HERALD_DB=surrealkv://DIR will name)
+        #[arg(long)]
+        data: std::path::PathBuf,
         #[command(flatten)]
         settings: Settings,
     },
@@ -110,6 +129,12 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     if e.downcast_ref::<herald_host::config::ConfigError>().is_some() {
         return 2;
     }
+    match e.downcast_ref::<BackupError>() {
+        Some(BackupError::Refused(_)) => return 2,
+        Some(BackupError::Store(_)) => return 3,
+        Some(BackupError::Io(_)) => return 1,
+        None => {}
+    }
     match e.downcast_ref::<BuildError>() {
         Some(BuildError::Store(_)) | Some(BuildError::Secret(_)) => 3,
         Some(BuildError::Listen(_)) => 4,
@@ -169,6 +194,21 @@ async fn run() -> anyhow::Result<()> {
             println!("{}", out?);
             Ok(())
         }
+        Command::Backup { dest, settings } => {
+            let config = settings.resolve()?;
+            telemetry::init(config.log_format, "warn");
+            let manifest = backup_through_server_or_here(&config, &dest).await?;
+            println!("{}", serde_json::to_string_pretty(&manifest)?);
+            Ok(())
+        }
+        Command::Restore { src, data, settings } => {
+            let mut config = settings.resolve()?;
+            telemetry::init(config.log_format, "warn");
+            config.db = format!("surrealkv://{}", std::path::absolute(&data)?.display());
+            let restored = backup::restore(&src, &config).await?;
+            println!("{}", serde_json::to_string_pretty(&restored)?);
+            Ok(())
+        }
         Command::NotificationsKey { settings } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, "warn");
@@ -209,6 +249,34 @@ async fn run() -> anyhow::Result<()> {
             let released = lifted.map_err(|e| anyhow::anyhow!("{e}"))?;
             println!("{}", serde_json::json!({ "project": project, "releasedJobs": released }));
             Ok(())
+        }
+    }
+}
+
+/// A backup through the server listening on the data directory's socket, or, with none there, with the
+/// database opened here (it fails to open while another process holds it).
+async fn backup_through_server_or_here(
+    config: &herald_host::config::Config,
+    dest: &std::path::Path,
+) -> anyhow::Result<backup::Manifest> {
+    use herald_host::control;
+    let Some(socket) = control::socket_path(&config.db) else {
+        let why = "herald backup reads the embedded database (HERALD_DB=surrealkv://DIR); on a SurrealDB server use surreal export";
+        return Err(BackupError::Refused(why.into()).into());
+    };
+    let dest = std::path::absolute(dest)?;
+    match control::request(&socket, &dest).await? {
+        Some(control::Answer { manifest: Some(m), .. }) => Ok(m),
+        Some(control::Answer { error, refused: true, .. }) => {
+            Err(BackupError::Refused(error.unwrap_or_default()).into())
+        }
+        Some(control::Answer { error, .. }) => Err(BackupError::Io(error.unwrap_or_default()).into()),
+        None => {
+            let store = Store::connect_only(config).await?;
+            let now = herald_host::infra::clock::wall_now_ms();
+            let written = backup::write(&store, config, &dest, now).await;
+            store.close_last(std::time::Duration::from_secs(5)).await;
+            Ok(written?)
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod account_mail;
 pub mod accounts;
 pub mod activity;
 pub mod analytics;
+pub mod backup;
 pub mod billing;
 pub mod campaigns;
 pub mod compose;

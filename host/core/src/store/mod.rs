@@ -13,6 +13,7 @@
 pub mod account_tokens;
 pub mod accounts;
 pub mod activity;
+pub mod backup;
 pub mod billing;
 pub mod campaigns;
 pub mod contact_jobs;
