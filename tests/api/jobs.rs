@@ -479,6 +479,7 @@ async fn each_recurring_kind_is_queued_once_with_its_interval() {
         ("events.dispatch", 1_234),
         ("jobs.purge", 3_600_000),
         ("projects.suspension-check", 60_000),
+        ("retention.purge", 600_000),
         ("segments.refresh", 300_000),
         ("segments.track", 2_000),
         ("workflows.schedule", 15_000),

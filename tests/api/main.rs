@@ -41,6 +41,7 @@ mod processes;
 mod project_state;
 mod quotas;
 mod relay_process;
+mod retention;
 mod segments;
 mod send;
 mod smtp_resources;

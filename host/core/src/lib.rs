@@ -251,10 +251,11 @@ impl Core {
             clock.clone(),
             return_path,
             quotas.clone(),
-            spool,
+            spool.clone(),
             senders,
         ));
         inbound.register(&mut registry);
+        services::retention::register(&mut registry, config.retention.clone(), spool);
         jobs::ensure_recurring(&store, &registry, clock.now_ms()).await?;
         let worker = Worker::new(
             store.clone(),

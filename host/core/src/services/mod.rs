@@ -29,6 +29,7 @@ pub mod payments;
 pub mod projects;
 pub mod quotas;
 pub mod relay;
+pub mod retention;
 pub mod roles;
 pub mod segments;
 pub mod send;

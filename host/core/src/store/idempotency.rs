@@ -88,10 +88,4 @@ impl Store {
         .await
         .map(|_| ())
     }
-
-    pub async fn purge_idempotency_keys(&self, now: i64) -> Result<(), StoreError> {
-        self.write(|| async { self.query("DELETE idempotency WHERE expires_at <= $now", vars! { "now": now }).await })
-            .await
-            .map(|_| ())
-    }
 }

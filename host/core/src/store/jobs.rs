@@ -525,16 +525,11 @@ impl Store {
         Ok(rows.into_iter().map(|r| (r.status, r.n)).collect())
     }
 
-    /// Deletes completed and dead jobs that finished before `before`, and the waits of jobs no longer
-    /// queued (a job that ran at its time before its signal came).
-    pub async fn purge_finished_jobs(&self, before: i64) -> Result<(), StoreError> {
+    /// Deletes the waits of jobs no longer queued (a job that ran at its time before its signal came).
+    /// Finished jobs go with the retention purge (`Store::purge_finished_jobs_batch`).
+    pub async fn purge_job_waits(&self) -> Result<(), StoreError> {
         self.write(|| async {
-            self.query(
-                "DELETE job WHERE status IN ['completed', 'dead'] AND finished_at < $before;
-                 DELETE job_wait WHERE type::record('job', job).status != 'queued';",
-                vars! { "before": before },
-            )
-            .await
+            self.query("DELETE job_wait WHERE type::record('job', job).status != 'queued';", vars! {}).await
         })
         .await
         .map(|_| ())

@@ -30,6 +30,7 @@ pub mod jobs;
 pub mod migrate;
 pub mod project_state;
 pub mod quotas;
+pub mod retention;
 pub mod segments;
 pub mod suppressions;
 pub mod suspensions;

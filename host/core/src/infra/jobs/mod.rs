@@ -708,10 +708,10 @@ pub fn builtin_registry() -> Registry {
     let mut r = Registry::new();
     r.every(PURGE_JOBS, 3_600_000);
     r.register(PURGE_JOBS, |ctx: JobContext| async move {
-        // Keep finished jobs for a week for inspection.
+        // Finished jobs and expired idempotency keys go with the retention purge, in batches
+        // (`services::retention`).
         let now = ctx.clock.now_ms();
-        ctx.store.purge_finished_jobs(now - 7 * 24 * 3_600_000).await.map_err(|e| e.to_string())?;
-        ctx.store.purge_idempotency_keys(now).await.map_err(|e| e.to_string())?;
+        ctx.store.purge_job_waits().await.map_err(|e| e.to_string())?;
         ctx.store.purge_revoked_sessions(now).await.map_err(|e| e.to_string())?;
         ctx.store.purge_throttles(now).await.map_err(|e| e.to_string())?;
         ctx.store.purge_seen_notifications(now).await.map_err(|e| e.to_string())
