@@ -59,7 +59,7 @@ impl App {
         let smtp = smtp::start(self.state.clone())
             .await
             .map_err(|e| BuildError::Listen(std::io::Error::other(e.to_string())))?;
-        let http = api::serve::serve(self.state.clone(), listener).map_err(BuildError::Listen)?;
+        let http = api::serve::serve(self.state.clone(), listener).await.map_err(BuildError::Listen)?;
         let control = control::start(self.state.clone());
         let state = self.state.clone();
         let background = herald_core::Core { state: self.state, worker: self.worker }.start();

@@ -39,6 +39,7 @@ mod payments;
 mod plugins;
 mod processes;
 mod project_state;
+mod proxies;
 mod quotas;
 mod relay_process;
 mod retention;

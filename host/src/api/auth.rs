@@ -275,8 +275,9 @@ pub use crate::services::accounts::LOGIN_FAILURES;
 /// Largest body `/auth` reads: an email, a password and a name.
 pub(crate) const AUTH_MAX_BODY: usize = 16 * 1024;
 
+/// The client's address: the peer, or the one trusted proxies name ([`super::client_addr`]).
 pub(crate) fn client_ip(req: &Request) -> String {
-    req.remote_addr().to_string().rsplit_once(':').map(|(ip, _)| ip.to_string()).unwrap_or_default()
+    super::client_addr::of(req)
 }
 
 /// Rate limit for unauthenticated account endpoints, per client address.

@@ -24,6 +24,7 @@ pub mod auth;
 pub mod billing;
 pub mod body;
 pub mod campaigns;
+pub mod client_addr;
 pub mod contact_jobs;
 pub mod contacts;
 pub mod dashboard;
@@ -205,8 +206,10 @@ pub fn service(state: Arc<AppState>) -> Service {
                 .hoop(dashboard::docs_headers)
                 .push(SwaggerUi::new("/openapi.json").title("Herald API reference").into_router("/docs")),
         );
+    let client = client_addr::Resolve::new(&state.config.http.trusted_proxies);
     Service::new(router)
         .hoop(InjectState(state))
+        .hoop(client)
         .hoop(request_context)
         .hoop(shadowed)
         .catcher(Catcher::new(catch_errors))

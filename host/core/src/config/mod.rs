@@ -19,7 +19,7 @@ mod http;
 mod retention;
 mod smtp;
 pub use backup::{BackupConfig, BackupSettings};
-pub use http::{HttpConfig, HttpSettings};
+pub use http::{Cidr, HttpConfig, HttpSettings};
 pub use retention::{RetentionConfig, RetentionSettings};
 pub use delivery::{
     DeliveryConfig, DeliverySettings, FILE, Limits, RouteSettings, SMTP, TransportSettings, TransportSpec,
@@ -68,7 +68,7 @@ pub struct Settings {
     /// message, say) [default: 4, SurrealKV's own]
     #[arg(long, env = "HERALD_DB_VLOG_KB")]
     pub db_vlog_kb: Option<u64>,
-    /// Public base URL, used for links in emails [default: http://<listen>]
+    /// Public base URL, used for links in emails [default: http://<listen>, https:// with tls_cert]
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
     /// Secret that signs cookies and tokens; generated and kept in the database when unset
@@ -573,7 +573,7 @@ impl Settings {
         {
             return Err(ConfigError::Invalid(format!("db = {db:?}: use surrealkv://PATH, mem:// or ws://HOST:PORT")));
         }
-        let public_url = s.public_url.unwrap_or_else(|| format!("http://{listen}"));
+        let public_url = s.public_url.unwrap_or_else(|| format!("{}://{listen}", s.http.scheme()));
         let public_url = public_url.trim_end_matches('/').to_string();
         if !(public_url.starts_with("http://") || public_url.starts_with("https://")) {
             return Err(ConfigError::Invalid(format!(
