@@ -53,6 +53,7 @@ mod suspension;
 mod templates;
 mod tracking;
 mod transport_faults;
+mod upgrades;
 mod uploads;
 mod webhooks;
 mod workflow_batches;
