@@ -1,5 +1,5 @@
 //! A disk that fills up while Herald runs (issue 60): requests that need to write are answered 503
-//! `SERVICE_UNAVAILABLE` with `Retry-After`, never 500, and once space returns the same process takes
+//! `STORAGE_FULL` with `Retry-After`, never 500, and once space returns the same process takes
 //! writes again with nothing it accepted lost (docs/behaviour.md#errors). The database lives on a small
 //! tmpfs the test mounts; where mounting is not permitted the test says so and does nothing.
 
@@ -92,7 +92,8 @@ async fn a_full_disk_answers_503_and_the_process_takes_writes_again_when_space_r
         match status {
             200 => accepted += 1,
             503 => {
-                assert_eq!(body["error"]["code"], "SERVICE_UNAVAILABLE", "{body}");
+                assert_eq!(body["error"]["code"], "STORAGE_FULL", "{body}");
+                assert!(body["error"]["suggestion"].as_str().is_some_and(|s| s.contains("disk")), "{body}");
                 assert_eq!(retry.as_deref(), Some("30"));
                 refused += 1;
             }

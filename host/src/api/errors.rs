@@ -80,7 +80,11 @@ fn parts(e: &Error) -> (u16, &'static str, Option<&'static str>) {
         PluginUnavailable(_) => {
             (503, "PLUGIN_UNAVAILABLE", Some("GET /plugins shows each plugin's status and last error"))
         }
-        StorageUnavailable(_) => (503, "SERVICE_UNAVAILABLE", Some("Retry after the Retry-After seconds")),
+        StorageUnavailable(_) => (
+            503,
+            "STORAGE_FULL",
+            Some("The server's disk is full: retry after the Retry-After seconds; the operator must free space"),
+        ),
         // The interface names this 403 INTERNAL_SERVER_ERROR (docs/behaviour.md#errors).
         SenderDomain { .. } => (
             403,

@@ -152,10 +152,12 @@ impl RecordCounter {
                 }
             }
             '[' | '{' | '(' => {
-                if c == '{' && self.depth == 1 && self.head == "INSERT" {
-                    if let Some(t) = &self.table {
-                        *self.counts.entry(t.clone()).or_insert(0) += 1;
-                    }
+                if c == '{'
+                    && self.depth == 1
+                    && self.head == "INSERT"
+                    && let Some(t) = &self.table
+                {
+                    *self.counts.entry(t.clone()).or_insert(0) += 1;
                 }
                 self.head_done = true;
                 self.depth += 1;

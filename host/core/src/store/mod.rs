@@ -103,6 +103,13 @@ impl StoreError {
 const STORAGE_FULL: [&str; 4] =
     ["no space left on device", "no storage space", "read-only file system", "disk quota exceeded"];
 
+/// Whether an error's text (a [`StoreError::Storage`] turned into a string on its way up) says the
+/// disk is full or read-only.
+pub fn says_storage_full(message: &str) -> bool {
+    let lower = message.to_lowercase();
+    STORAGE_FULL.iter().any(|m| lower.contains(m))
+}
+
 /// Classifies a SurrealDB error by its kind and message. SurrealDB reports unique-index violations and
 /// assertion failures as generic errors told apart only by their text, so this is the one place that
 /// reads that text.

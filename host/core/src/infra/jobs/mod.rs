@@ -176,6 +176,20 @@ pub fn backoff_ms(attempt: i64) -> i64 {
     (1000i64 << exp).min(3_600_000)
 }
 
+/// How long a job waits when its attempt failed because the disk is full (docs/behaviour.md#errors).
+const STORAGE_PAUSE_MS: i64 = 30_000;
+
+/// A failure that says the disk is full is no failure of the job: it waits [`STORAGE_PAUSE_MS`], the
+/// attempt not counted, so a full disk dead-letters nothing.
+fn paused_on_full_disk(error: JobError, now: i64) -> JobError {
+    match error {
+        JobError::Retry(m) if crate::store::says_storage_full(&m) => {
+            JobError::Wait { until: now + STORAGE_PAUSE_MS, signals: Vec::new(), reason: m }
+        }
+        other => other,
+    }
+}
+
 /// When a failed attempt runs again: after the backoff while attempts are left, never (dead-lettered)
 /// after the last or when the failure is [`JobError::Fatal`]; a job that waits at its time.
 fn retry_at(job: &Job, error: &JobError, now: i64) -> Option<i64> {
@@ -409,6 +423,7 @@ impl Worker {
         let mut outcomes = Vec::with_capacity(jobs.len());
         for (i, job) in jobs.into_iter().enumerate() {
             let result = results.get(i).cloned().unwrap_or_else(|| Err("the batch handler returned no result".into()));
+            let result = result.map_err(|e| paused_on_full_disk(e, now));
             let outcome = match result {
                 Ok(()) => {
                     done.push(job.id.clone());
@@ -482,7 +497,7 @@ impl Worker {
             }
         };
         let now = self.clock.now_ms();
-        let outcome = match result {
+        let outcome = match result.map_err(|e| paused_on_full_disk(e, now)) {
             Ok(()) => match self.store.complete_job(&job.id, &self.opts.id, now).await {
                 Ok(true) => Outcome::Completed,
                 Ok(false) => Outcome::LeaseLost,
@@ -722,6 +737,19 @@ pub fn builtin_registry() -> Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_disk_makes_a_job_wait_uncounted_and_other_failures_stay_failures() {
+        let full = JobError::Retry("database error: No space left on device (os error 28)".into());
+        match paused_on_full_disk(full, 1_000) {
+            JobError::Wait { until, signals, .. } => assert_eq!((until, signals.len()), (1_000 + STORAGE_PAUSE_MS, 0)),
+            other => panic!("{other:?}"),
+        }
+        let other = JobError::Retry("the relay said 451".into());
+        assert_eq!(paused_on_full_disk(other.clone(), 1_000), other);
+        let fatal = JobError::Fatal("no space left on device".into());
+        assert_eq!(paused_on_full_disk(fatal.clone(), 1_000), fatal, "a payload that never parses stays fatal");
+    }
 
     #[test]
     fn backoff_doubles_and_caps() {
