@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::context::Context;
 use crate::error::Error;
 use crate::infra::jobs::{JobContext, JobError, Registry};
+use crate::store::StoreError;
 use crate::store::jobs::NewJob;
 use crate::store::tallies::Scope;
 
@@ -20,7 +21,8 @@ pub const RECOUNT_AFTER_MS: i64 = 600_000;
 /// are counted live instead (their creation time is after this margin).
 const RECOUNT_MARGIN_MS: i64 = 5_000;
 
-/// How many rows the scope holds.
+/// How many rows the scope holds. A count is read, never refused, when the disk is full: the recount it
+/// would ask for is left for a later read, and a first count is taken without being kept.
 pub async fn count(st: &Context, project: &str, scope: Scope<'_>) -> Result<i64, Error> {
     let now = st.clock.now_ms();
     match st.store.tally(project, scope).await? {
@@ -30,15 +32,19 @@ pub async fn count(st: &Context, project: &str, scope: Scope<'_>) -> Result<i64,
                 // One recount per count: the next count has another moment.
                 job.unique_key = Some(format!("{RECOUNT_JOB}:{project}:{}:{at}", scope.key()));
                 job.max_attempts = 3;
-                st.store.enqueue(&job, now).await?;
-                st.job_wake.kind(RECOUNT_JOB);
+                match st.store.enqueue(&job, now).await {
+                    Ok(_) => st.job_wake.kind(RECOUNT_JOB),
+                    Err(StoreError::Storage(e)) => tracing::warn!(error = %e, "no recount while the disk is full"),
+                    Err(e) => return Err(e.into()),
+                }
             }
             Ok(n)
         }
-        None => {
-            st.store.recount(project, scope, now - RECOUNT_MARGIN_MS).await?;
-            Ok(st.store.tally(project, scope).await?.map(|(n, _)| n).unwrap_or(0))
-        }
+        None => match st.store.recount(project, scope, now - RECOUNT_MARGIN_MS).await {
+            Ok(_) => Ok(st.store.tally(project, scope).await?.map(|(n, _)| n).unwrap_or(0)),
+            Err(StoreError::Storage(_)) => Ok(st.store.count_unkept(project, scope).await?),
+            Err(e) => Err(e.into()),
+        },
     }
 }
 

@@ -95,6 +95,14 @@ impl Store {
         })
     }
 
+    /// Counts the scope's rows now (a walk over all of them) without keeping the count: what a read answers
+    /// when nothing can be written.
+    pub async fn count_unkept(&self, project: &str, scope: Scope<'_>) -> Result<i64, StoreError> {
+        let sql = format!("{{ LET $c = ({}); RETURN $c[0].count ?? 0; }}", scope.count_sql("<="));
+        let vars = vars! { "p": project, "name": scope.name(), "at": i64::MAX };
+        Ok(self.query(&sql, vars).await?.value_last()?.as_i64().unwrap_or(0))
+    }
+
     /// Counts the scope's rows created at or before `at` (a walk over all of them) and keeps the count
     /// with that moment, in one transaction. An event name with no events at all keeps nothing: asking
     /// about names nobody tracked must not store a row per name (its count stays a walk over no rows).
