@@ -5,14 +5,15 @@
 //! idempotency keys.
 //!
 //! It never holds up requests: each batch is one small transaction ([`Limits::batch`] rows, read oldest
-//! first as an index range that stops at the batch), with a pause between batches, and a run does at most
+//! first as an index range that stops at the batch), followed by a pause as long as the batch took (the
+//! purge works at most half the time), and a run does at most
 //! [`Limits::batches`] batches of each kind, so a large backlog is worked off over several runs instead of
 //! holding a worker. One job per cluster: one process purges at a time.
 //!
 //! Must not import: salvo, surrealdb.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::RetentionConfig;
 use crate::domain::status::JobStatus;
@@ -33,7 +34,8 @@ pub struct Limits {
     pub batch: usize,
     /// Batches of each kind per run at most.
     pub batches: usize,
-    /// Pause after each batch.
+    /// Pause after each batch, at least: the pause is as long as the batch took, so the purge works at
+    /// most half the time.
     pub pause: Duration,
 }
 
@@ -86,6 +88,11 @@ pub fn register(registry: &mut Registry, periods: RetentionConfig, spool: Option
     });
 }
 
+/// The pause after a batch that began at `began`: as long as it took, and `limits.pause` at least.
+async fn rest(limits: &Limits, began: Instant) {
+    tokio::time::sleep(began.elapsed().max(limits.pause)).await;
+}
+
 /// Batches of one kind, from the oldest on, until none is left or `limits.batches` ran; true when it
 /// stopped at the limit. `batch(from)` deletes one batch from `from` on.
 async fn batches<F, Fut>(limits: &Limits, count: &mut usize, mut batch: F) -> Result<bool, StoreError>
@@ -95,9 +102,10 @@ where
 {
     let mut from = i64::MIN;
     for _ in 0..limits.batches {
+        let began = Instant::now();
         let step = batch(from).await?;
         *count += step.deleted;
-        tokio::time::sleep(limits.pause).await;
+        rest(limits, began).await;
         match step.next {
             // A batch that deleted nothing and did not move on would read the same rows again.
             Some(next) if next > from || step.deleted > 0 => from = next,
@@ -181,9 +189,10 @@ pub async fn purge(
                     break 'projects;
                 }
                 left -= 1;
+                let began = Instant::now();
                 let (deleted, again) = store.purge_email_bodies(project, before, n).await?;
                 p.email_bodies += deleted;
-                tokio::time::sleep(limits.pause).await;
+                rest(&limits, began).await;
                 if !again {
                     break;
                 }

@@ -240,7 +240,9 @@ impl Store {
             (rows.into_iter().map(|r| r.id).collect(), BodyMark { at: mark.at, after: last }, true)
         } else {
             // Then the milliseconds after it, a batch of rows; a millisecond the batch may have cut off
-            // is left whole for the next call.
+            // is left whole for the next call. The mark moves only over emails read, never to the time
+            // itself: an email written later with an older time (another process's clock, a restore)
+            // is still found.
             let later: Vec<Candidate> = self
                 .query(
                     "SELECT record::id(id) AS id, created_at FROM email WHERE project = $p AND created_at > $at
@@ -250,11 +252,15 @@ impl Store {
                 .await?
                 .all(0)?;
             let full = later.len() >= n;
-            let last_at = later.last().map(|r| r.created_at);
-            let (next, more) = match last_at {
-                _ if later.iter().any(|r| r.created_at >= before) => (BodyMark { at: before, after: None }, false),
-                Some(x) if full => (BodyMark { at: x, after: None }, true),
-                _ => (BodyMark { at: before, after: None }, false),
+            let young = later.iter().find(|r| r.created_at >= before).map(|r| r.created_at);
+            let (next, more) = match (young, later.last()) {
+                (Some(y), _) => (BodyMark { at: y, after: None }, false),
+                (None, Some(last)) if full => (BodyMark { at: last.created_at, after: None }, true),
+                (None, Some(last)) => (BodyMark { at: last.created_at + 1, after: None }, false),
+                (None, None) => match rows.last() {
+                    Some(r) => (BodyMark { at: mark.at, after: Some(r.id.clone()) }, false),
+                    None => (mark.clone(), false),
+                },
             };
             rows.extend(later.into_iter().filter(|r| r.created_at < before && r.created_at < next.at));
             (rows.into_iter().map(|r| r.id).collect(), next, more)
@@ -390,10 +396,17 @@ mod tests {
             .value(0)
             .unwrap();
         assert_eq!(n[0]["n"], 44);
-        assert_eq!(s.body_mark("p").await.unwrap().unwrap().at, t0 + 100);
+        assert_eq!(s.body_mark("p").await.unwrap().unwrap().at, t0 + 100, "the mark stops at the first young email");
         // Nothing more until the time moves.
         assert_eq!(s.purge_email_bodies("p", t0 + 100, 4).await.unwrap(), (0, false));
         assert_eq!(s.purge_email_bodies("p", t0 + 101, 5).await.unwrap(), (4, false));
+        // A project with nothing old yet keeps its mark where it is: emails written later with older
+        // times (a restore, another process's clock) are found.
+        assert_eq!(s.purge_email_bodies("r", t0 + 100, 4).await.unwrap(), (0, false));
+        let late = ids("g", 3);
+        emails(&s, "r", &late, t0 + 50, "SENT").await;
+        assert_eq!(s.purge_email_bodies("r", t0 + 100, 4).await.unwrap(), (3, false));
+        assert_eq!(bodies(&s, &late).await, 0);
     }
 
     #[tokio::test]
