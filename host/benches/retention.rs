@@ -27,38 +27,9 @@ use herald_host::services::retention::{Limits, purge};
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_or, in_process, peak_rss_mb, percentile_ms};
+use common::{Rng, env_or, in_process, peak_rss_mb, percentile_ms, track_body};
 
 const DAY: i64 = 86_400_000;
-
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// The track benchmark's request mix.
-fn track_body(rng: &mut Rng, new_counter: &AtomicUsize, pool: u64) -> Value {
-    let email = if rng.below(10) < 3 {
-        format!("new{}@bench.example", new_counter.fetch_add(1, Ordering::Relaxed))
-    } else {
-        format!("user{}@bench.example", rng.below(pool))
-    };
-    let mut data = serde_json::Map::new();
-    for k in 0..1 + rng.below(10) {
-        data.insert(format!("k{k}"), json!(rng.below(1000)));
-    }
-    let events = ["page_view", "signup", "purchase", "login", "click"];
-    json!({ "email": email, "event": events[rng.below(5) as usize], "data": data })
-}
 
 /// `/v1/track` from `clients` clients until `deadline` or until `stop` is set; answers the sorted
 /// latencies (µs), the errors and the seconds it ran.

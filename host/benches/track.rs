@@ -22,41 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod common;
-use common::{env_or, free_port, peak_rss_mb, percentile_ms, wait_healthy};
-
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn track_body(rng: &mut Rng, new_counter: &AtomicUsize, pool: u64) -> Value {
-    let email = if rng.below(10) < 3 {
-        format!("new{}@bench.example", new_counter.fetch_add(1, Ordering::Relaxed))
-    } else {
-        format!("user{}@bench.example", rng.below(pool))
-    };
-    let keys = 1 + rng.below(10);
-    let mut data = serde_json::Map::new();
-    for k in 0..keys {
-        let v = match k % 3 {
-            0 => json!(format!("v{}", rng.below(50))),
-            1 => json!(rng.below(1000)),
-            _ => json!(rng.below(2) == 0),
-        };
-        data.insert(format!("k{k}"), v);
-    }
-    let events = ["page_view", "signup", "purchase", "login", "click"];
-    json!({ "email": email, "event": events[rng.below(5) as usize], "data": data })
-}
+use common::{Rng, env_or, free_port, peak_rss_mb, percentile_ms, track_body, wait_healthy};
 
 #[tokio::main]
 async fn main() {

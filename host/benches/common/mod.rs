@@ -4,6 +4,45 @@
 
 use std::time::Duration;
 
+/// A small deterministic generator (xorshift), so runs are comparable.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The track benchmark's request: 30% new contacts (numbered by `new_counter`), the rest of a pool of
+/// `pool`, with one to ten data fields of three types and one of five event names.
+pub fn track_body(rng: &mut Rng, new_counter: &std::sync::atomic::AtomicUsize, pool: u64) -> serde_json::Value {
+    use serde_json::json;
+    let email = if rng.below(10) < 3 {
+        format!("new{}@bench.example", new_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    } else {
+        format!("user{}@bench.example", rng.below(pool))
+    };
+    let keys = 1 + rng.below(10);
+    let mut data = serde_json::Map::new();
+    for k in 0..keys {
+        let v = match k % 3 {
+            0 => json!(format!("v{}", rng.below(50))),
+            1 => json!(rng.below(1000)),
+            _ => json!(rng.below(2) == 0),
+        };
+        data.insert(format!("k{k}"), v);
+    }
+    let events = ["page_view", "signup", "purchase", "login", "click"];
+    json!({ "email": email, "event": events[rng.below(5) as usize], "data": data })
+}
+
 /// A value parsed from the environment; `None` when unset or unparsable.
 pub fn env_opt<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())

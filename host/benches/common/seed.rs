@@ -14,21 +14,9 @@ use herald_host::infra::clock::rfc3339;
 use herald_host::store::Store;
 use serde_json::{Value, json};
 
-const DAY: i64 = 86_400_000;
+use super::Rng;
 
-/// A small deterministic generator (xorshift), so runs are comparable.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+const DAY: i64 = 86_400_000;
 
 /// The contact and event rows of contacts `from..to` of `project`.
 fn rows(project: &str, from: u64, to: u64, now: i64) -> (Vec<Value>, Vec<Value>) {
