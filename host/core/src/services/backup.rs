@@ -78,11 +78,10 @@ pub async fn write(store: &Store, config: &Config, dest: &Path, now_ms: i64) -> 
     if tokio::fs::symlink_metadata(dest).await.is_ok() {
         return Err(BackupError::Refused(format!("{} already exists: name a new folder", dest.display())));
     }
-    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let (parent, partial) = beside(dest, &name);
     if !tokio::fs::metadata(parent).await.is_ok_and(|m| m.is_dir()) {
         return Err(BackupError::Refused(format!("{} is not a folder", parent.display())));
     }
-    let partial = parent.join(format!(".{name}.partial-{}", uuid::Uuid::new_v4().simple()));
     private_dir(&partial).await.map_err(io(&partial))?;
     match fill(store, config, &partial, now_ms).await {
         Ok(manifest) => {
@@ -184,10 +183,9 @@ pub async fn restore(src: &Path, config: &Config) -> Result<Restored, BackupErro
     }
     // Into a partial folder beside the target, renamed when whole, so a restore that fails leaves the
     // target as it was.
-    let parent = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io(parent))?;
     let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "data".into());
-    let partial = parent.join(format!(".{name}.partial-{}", uuid::Uuid::new_v4().simple()));
+    let (parent, partial) = beside(&target, &name);
+    std::fs::create_dir_all(parent).map_err(io(parent))?;
     let restored = import_into(&partial, &data, &manifest, config).await;
     let migrated = match restored {
         Ok(m) => m,
@@ -299,6 +297,13 @@ async fn copy_files(from: &Path, to: &Path, keep: bool) -> Result<u64, BackupErr
         Ok(copied)
     });
     done.await.map_err(|e| BackupError::Io(e.to_string()))?
+}
+
+/// The folder `path` is in, and a new hidden name there for `path` while it is being written
+/// (`.NAME.partial-<random>`): renamed to `path` when whole, so a crash leaves nothing under `path`.
+fn beside<'a>(path: &'a Path, name: &str) -> (&'a Path, PathBuf) {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    (parent, parent.join(format!(".{name}.partial-{}", uuid::Uuid::new_v4().simple())))
 }
 
 async fn private_dir(dir: &Path) -> std::io::Result<()> {
