@@ -10,6 +10,13 @@
 //!
 //! Run: `cargo bench -p herald-host --bench soak` (env: SOAK_SECONDS; SOAK_TRACK, SOAK_SEND,
 //! SOAK_ENROLL, SOAK_READ: calls a second, default 280, 28, 7 and 2; SOAK_CONTACTS, default 20,000).
+//!
+//! The memory budget (issue 79, docs/performance.md#memory-budget-issue-79): SOAK_BUDGET_MB starts the
+//! server with `HERALD_MEMORY_BUDGET_MB`, and SOAK_IDLE_SECS (default 20 with a budget, else 0) waits
+//! that long on the empty database first. RSS is also sampled every second from the start in a separate
+//! task; the end prints the idle RSS (the last idle sample) and the highest sample of each phase (idle,
+//! seeding, the measured run). A quarter of the default rates: `SOAK_TRACK=70 SOAK_SEND=7 SOAK_ENROLL=2
+//! SOAK_READ=1` (2 and 1 round 1.75 and 0.5 up).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -124,6 +131,11 @@ async fn main() {
         ("HERALD_PLUGIN_CACHE_DIR", dir.join("plugin-cache").display().to_string()),
         ("HERALD_UPLOADS_DIR", dir.join("uploads").display().to_string()),
     ];
+    let budget = std::env::var("SOAK_BUDGET_MB").ok().filter(|b| !b.is_empty());
+    let mut envs = envs;
+    if let Some(b) = &budget {
+        envs.push(("HERALD_MEMORY_BUDGET_MB", b.clone()));
+    }
     let bin = env!("CARGO_BIN_EXE_herald");
     let key = project_with_trusted_domain(bin, &envs, DOMAIN);
     let mut server = Command::new(bin)
@@ -136,6 +148,23 @@ async fn main() {
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::builder().pool_max_idle_per_host(512).build().unwrap();
     wait_healthy(&http, &base).await;
+    // Every second's RSS from the start, with when each phase began (idle, seeding, the run).
+    let began = Instant::now();
+    let all_samples: Arc<Mutex<Vec<(f64, f64)>>> = Arc::default();
+    let sampler = {
+        let (samples, pid) = (all_samples.clone(), server.id());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                samples.lock().unwrap().push((began.elapsed().as_secs_f64(), rss_mb(pid)));
+            }
+        })
+    };
+    let idle_secs = env_or("SOAK_IDLE_SECS", if budget.is_some() { 20 } else { 0 });
+    tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+    let idle_rss = rss_mb(server.id());
+    let seeding_from = began.elapsed().as_secs_f64();
 
     // Set-up (not measured): the contacts, a workflow on `enroll` that sends an email, a campaign.
     let seeders: Vec<_> = (0..16u64)
@@ -211,6 +240,7 @@ async fn main() {
 
     let pid = server.id();
     let start = Instant::now();
+    let run_from = began.elapsed().as_secs_f64();
     let (mut baseline, mut worst, mut received) = (0.0f64, 0.0f64, 0usize);
     let mut peak = 0.0f64;
     let mut all_track: Vec<u64> = Vec::new();
@@ -266,6 +296,20 @@ async fn main() {
         all_track.len(),
         tally.server_errors.load(Ordering::Relaxed),
         tally.other_errors.load(Ordering::Relaxed)
+    );
+    sampler.abort();
+    let samples = std::mem::take(&mut *all_samples.lock().unwrap());
+    let max_in = |from: f64, to: f64| {
+        samples.iter().filter(|(t, _)| *t >= from && *t < to).map(|(_, r)| *r).fold(0.0f64, f64::max)
+    };
+    println!(
+        "soak memory: budget {} MB; idle RSS {idle_rss:.0} MB after {idle_secs} s (highest idle sample {:.0}); \
+         highest 1 s sample while seeding {:.0} MB, during the run {:.0} MB ({} samples in all)",
+        budget.as_deref().unwrap_or("none"),
+        max_in(0.0, seeding_from),
+        max_in(seeding_from, run_from),
+        max_in(run_from, f64::MAX),
+        samples.len()
     );
     let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     let _ = server.wait();

@@ -13,6 +13,8 @@ use herald_host::services::accounts;
 use herald_host::services::backup::{self, BackupError};
 use herald_host::store::Store;
 
+mod memory;
+
 #[derive(Parser)]
 #[command(name = "herald", version, about = "Herald: self-hostable email messaging service")]
 struct Cli {
@@ -116,9 +118,11 @@ enum ProjectCommand {
 /// part) holds a worker for a while; with one worker per core, two such writes left nothing to answer
 /// `/health` (p99 17-24 ms on two cores against 6-8 ms with four workers, `--bench compose`), while the
 /// tracking benchmark was unchanged (49% / 50% of its ceiling).
-fn worker_threads() -> usize {
+/// A memory budget lowers it (`config::worker_threads`).
+fn worker_threads(budget_mb: Option<u64>) -> usize {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
-    std::env::var("TOKIO_WORKER_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or((2 * cores).max(4))
+    let default = herald_host::config::worker_threads(budget_mb, cores);
+    std::env::var("TOKIO_WORKER_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Exit codes (docs/behaviour.md#command-line): 1 anything else, 2 the command line or the settings,
@@ -145,9 +149,22 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 /// Runs the command; a failure is one line on stderr (its causes joined, no backtrace) and an exit code.
 fn main() -> std::process::ExitCode {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(worker_threads()).enable_all().build();
+    let cli = Cli::parse();
+    // The memory budget of `serve` (docs/behaviour.md#memory-budget) sizes the runtime's threads too.
+    let budget = match &cli.command {
+        Command::Serve { settings } => settings.clone().resolve().ok().and_then(|c| c.memory_budget_mb),
+        _ => None,
+    };
+    if budget.is_some() {
+        memory::no_huge_pages();
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads(budget))
+        .max_blocking_threads(herald_host::config::max_blocking_threads(budget))
+        .enable_all()
+        .build();
     let outcome = match runtime {
-        Ok(rt) => rt.block_on(run()),
+        Ok(rt) => rt.block_on(run(cli)),
         Err(e) => Err(e.into()),
     };
     match outcome {
@@ -166,16 +183,28 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { settings } => {
             let config = settings.resolve()?;
             telemetry::init(config.log_format, &config.log);
+            let budget = config.memory_budget_mb;
             let app = App::build(config).await?;
             let store = app.state.store.clone();
             let running = app.listen().await?;
             tracing::info!(addr = %running.addr, "herald is listening");
+            if budget.is_some() {
+                // The start-up's code runs once, and a fault maps a whole large folio of code: let the
+                // kernel drop the executable's pages 10 s after start and every 30 s (`memory::trim_code`).
+                tokio::spawn(async {
+                    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+                    loop {
+                        let bytes = memory::trim_code();
+                        tracing::debug!(bytes, "code pages unmapped");
+                        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                    }
+                });
+            }
             shutdown_signal().await;
             tracing::info!("shutting down");
             running.shutdown().await;

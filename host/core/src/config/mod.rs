@@ -16,6 +16,7 @@ use serde::Deserialize;
 mod backup;
 mod delivery;
 mod http;
+mod memory;
 mod retention;
 mod smtp;
 mod testing;
@@ -25,6 +26,7 @@ pub use delivery::{
     TransportTarget,
 };
 pub use http::{Cidr, HttpConfig, HttpSettings};
+pub use memory::{MemorySizes, max_blocking_threads, worker_threads};
 pub use retention::{RetentionConfig, RetentionSettings};
 pub use smtp::{SmtpConfig, SmtpSettings};
 
@@ -69,6 +71,10 @@ pub struct Settings {
     /// message, say) [default: 4, SurrealKV's own]
     #[arg(long, env = "HERALD_DB_VLOG_KB")]
     pub db_vlog_kb: Option<u64>,
+    /// MiB the process should fit in: sizes the database cache and memtable, job concurrency and threads
+    /// unless set (docs/behaviour.md#memory-budget) [default: none, the sizes of each setting]
+    #[arg(long, env = "HERALD_MEMORY_BUDGET_MB")]
+    pub memory_budget_mb: Option<u64>,
     /// Public base URL, used for links in emails [default: http://<listen>, https:// with tls_cert]
     #[arg(long, env = "HERALD_PUBLIC_URL")]
     pub public_url: Option<String>,
@@ -309,6 +315,8 @@ pub struct Config {
     pub db_block_bytes: u64,
     /// SurrealKV value-log threshold in bytes (embedded database only).
     pub db_vlog_bytes: u64,
+    /// The memory budget in MiB (`memory.rs`), None without one.
+    pub memory_budget_mb: Option<u64>,
     pub public_url: String,
     pub secret: Option<String>,
     pub disable_signups: bool,
@@ -482,6 +490,7 @@ impl Settings {
             db_memtable_mb: self.db_memtable_mb.or(other.db_memtable_mb),
             db_block_kb: self.db_block_kb.or(other.db_block_kb),
             db_vlog_kb: self.db_vlog_kb.or(other.db_vlog_kb),
+            memory_budget_mb: self.memory_budget_mb.or(other.memory_budget_mb),
             public_url: self.public_url.or(other.public_url),
             secret: self.secret.or(other.secret),
             disable_signups: self.disable_signups.or(other.disable_signups),
@@ -666,6 +675,7 @@ impl Settings {
             }
         }
         let return_path_host = s.return_path_host.clone().filter(|h| !h.is_empty());
+        let mem = MemorySizes::of(s.memory_budget_mb, s.db_cache_mb, s.db_memtable_mb, s.job_concurrency);
         let smtp = s.smtp.clone().resolve(return_path_host.as_deref().unwrap_or(&mail_host(&public_url)))?;
         Ok(Config {
             delivery,
@@ -707,8 +717,9 @@ impl Settings {
             db_database: s.db_database.unwrap_or_else(|| "herald".into()),
             db_user: s.db_user,
             db_password: s.db_password,
-            db_cache_bytes: s.db_cache_mb.unwrap_or(128).max(8) << 20,
-            db_memtable_bytes: s.db_memtable_mb.unwrap_or(64).max(4) << 20,
+            db_cache_bytes: mem.cache_mb << 20,
+            db_memtable_bytes: mem.memtable_mb << 20,
+            memory_budget_mb: s.memory_budget_mb,
             db_block_bytes: s.db_block_kb.unwrap_or(4).clamp(1, 1024) << 10,
             db_vlog_bytes: s.db_vlog_kb.unwrap_or(4).clamp(1, 1024) << 10,
             public_url,
@@ -717,7 +728,7 @@ impl Settings {
             log_format: s.log_format.unwrap_or(LogFormat::Text),
             log: s.log.unwrap_or_else(|| "info".into()),
             rate_limit_per_minute: s.rate_limit_per_minute.unwrap_or(1000),
-            job_concurrency: s.job_concurrency.unwrap_or(8).max(1),
+            job_concurrency: mem.job_concurrency,
             job_lease_ms: (s.job_lease_secs.unwrap_or(60).max(1) * 1000) as i64,
             job_poll_ms: s.job_poll_ms.unwrap_or(500).max(10),
             run_jobs: s.run_jobs.unwrap_or(true),
