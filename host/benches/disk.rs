@@ -94,13 +94,7 @@ async fn write_emails(st: &AppState, project: &str, from: u64, to: u64, body: us
         bodies.push(json!({ "id": id, "html": filler(k, body), "text": "News", "headers": "[]",
             "attachments": "[]" }));
     }
-    st.store
-        .query(
-            "INSERT INTO email $e RETURN NONE; INSERT INTO email_body $b RETURN NONE;",
-            json!({ "e": emails, "b": bodies }),
-        )
-        .await
-        .unwrap();
+    common::insert_emails(&st.store, emails, bodies).await;
 }
 
 async fn build(dir: &Path) -> App {

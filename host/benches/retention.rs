@@ -134,13 +134,7 @@ async fn main() {
             bodies.push(json!({ "id": id, "html": "<p>An old newsletter</p>".repeat(100), "text": "An old newsletter",
                 "headers": "[]", "attachments": "[]" }));
         }
-        st.store
-            .query(
-                "INSERT INTO email $e RETURN NONE; INSERT INTO email_body $b RETURN NONE;",
-                json!({ "e": emails, "b": bodies }),
-            )
-            .await
-            .unwrap();
+        common::insert_emails(&st.store, emails, bodies).await;
     }
     for from in (0..old_deliveries).step_by(1_000) {
         let rows: Vec<Value> = (from..(from + 1_000).min(old_deliveries))

@@ -4,6 +4,21 @@
 
 use std::time::Duration;
 
+/// Writes email rows and their stored bodies straight into the database (benches that need old mail).
+pub async fn insert_emails(
+    store: &herald_host::store::Store,
+    emails: Vec<serde_json::Value>,
+    bodies: Vec<serde_json::Value>,
+) {
+    store
+        .query(
+            "INSERT INTO email $e RETURN NONE; INSERT INTO email_body $b RETURN NONE;",
+            serde_json::json!({ "e": emails, "b": bodies }),
+        )
+        .await
+        .unwrap();
+}
+
 /// A small deterministic generator (xorshift), so runs are comparable.
 pub struct Rng(pub u64);
 
