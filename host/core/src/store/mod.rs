@@ -22,6 +22,7 @@ pub mod domains;
 pub mod emails;
 mod engine_cache;
 mod engine_locks;
+mod engine_space;
 pub mod events;
 pub mod idempotency;
 pub mod inbound;

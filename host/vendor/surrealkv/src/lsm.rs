@@ -57,6 +57,12 @@ pub trait CompactionOperations: Send + Sync {
 
 	/// Returns true if there are immutable memtables pending flush.
 	fn has_pending_immutables(&self) -> bool;
+
+	/// Herald: rotates the active memtable when it holds deletions that should reach the tables
+	/// (see `CoreInner::tidy_memtable`); returns whether it did.
+	fn tidy_memtable(&self) -> Result<bool> {
+		Ok(false)
+	}
 }
 
 // ===== Core LSM Tree Implementation =====
@@ -273,6 +279,9 @@ impl CoreInner {
 		wal_number: u64,
 	) -> Result<Arc<Table>> {
 		let collect_bptree = self.versioned_index.is_some();
+		// Herald: values this flush writes into the log are referenced by no table in the
+		// manifest until step 4; this keeps `cleanup_unreferenced_files` away meanwhile.
+		let vlog_flush = self.vlog.as_deref().map(crate::vlog::VLogFlush::begin);
 
 		// Step 1: Flush memtable to SST (with VLog separation for large values)
 		// Also collects entries for B+tree versioned index if enabled
@@ -350,6 +359,7 @@ impl CoreInner {
 		// (independent of memtables), so dropping this Arc is safe.
 		memtable_lock.remove(table_id);
 		drop(memtable);
+		drop(vlog_flush);
 
 		log::info!(
 			"Manifest updated atomically: table_id={}, log_number={}, last_sequence={}",
@@ -829,12 +839,8 @@ impl CoreInner {
 		let manifest = self.level_manifest.read()?;
 		let min_oldest_vlog = manifest.min_oldest_vlog_file_id();
 
-		// If no SSTs reference VLog files yet, keep all files
-		// (This handles the fresh database case)
-		if min_oldest_vlog == 0 {
-			log::debug!("No SSTs with VLog references found, skipping VLog orphan cleanup");
-			return Ok(());
-		}
+		// Herald: with no SST referencing the log, `cleanup_vlog_and_index` deletes every file
+		// but the active one (upstream kept them all here).
 
 		log::info!("Cleaning up orphaned VLog files below min_oldest_vlog={}", min_oldest_vlog);
 
@@ -842,6 +848,24 @@ impl CoreInner {
 		cleanup_vlog_and_index(&self.vlog, &self.versioned_index, min_oldest_vlog, "startup");
 
 		Ok(())
+	}
+
+	/// Herald: rotates the active memtable (its flush follows) when it holds at least
+	/// `TIDY_MIN_DELETIONS` deletions and either no deletion came for `TIDY_QUIET_MS` or the first
+	/// came `TIDY_OLDEST_MS` ago. Upstream flushes a memtable only when it is full, so the
+	/// tombstones of a purge on a quiet server waited in memory for ever and compaction never saw
+	/// them (HERALD.md). Returns whether it rotated.
+	pub(crate) fn tidy_memtable(&self) -> Result<bool> {
+		let (count, first, last) = self.active_memtable.read()?.deletions();
+		if count < TIDY_MIN_DELETIONS {
+			return Ok(false);
+		}
+		let now = herald_now_ms();
+		if now.saturating_sub(last) < TIDY_QUIET_MS && now.saturating_sub(first) < TIDY_OLDEST_MS {
+			return Ok(false);
+		}
+		self.rotate_memtable()?;
+		Ok(true)
 	}
 
 	/// Resolves a value, checking if it's a VLog pointer and retrieving from
@@ -886,6 +910,10 @@ impl CompactionOperations for CoreInner {
 
 	fn has_pending_immutables(&self) -> bool {
 		self.immutable_memtables.read().map(|guard| !guard.is_empty()).unwrap_or(false)
+	}
+
+	fn tidy_memtable(&self) -> Result<bool> {
+		CoreInner::tidy_memtable(self)
 	}
 }
 
@@ -2111,6 +2139,16 @@ pub(crate) fn cleanup_vlog_and_index(
 ) {
 	// Skip cleanup if no SSTs reference VLog files yet (fresh database case)
 	if min_oldest_vlog == 0 {
+		// Herald: no table references the log any more (its values were all deleted, or copied
+		// inline by compaction): every file but the active one can go (see HERALD.md). Not
+		// with a versioned index, whose entries may still point into the log.
+		if versioned_index.is_none() {
+			if let Some(ref vlog) = vlog {
+				if let Err(e) = vlog.cleanup_unreferenced_files() {
+					log::warn!("Failed to cleanup unreferenced vlog files during {}: {}", context, e);
+				}
+			}
+		}
 		return;
 	}
 
@@ -2129,4 +2167,18 @@ pub(crate) fn cleanup_vlog_and_index(
 			// Don't propagate error - cleanup failures shouldn't fail the primary operation
 		}
 	}
+}
+
+/// Herald: a memtable with at least this many deletions is flushed once they pause (see
+/// `CoreInner::tidy_memtable`).
+pub(crate) const TIDY_MIN_DELETIONS: u64 = 64;
+/// Herald: milliseconds without a new deletion after which such a memtable is flushed.
+pub(crate) const TIDY_QUIET_MS: u64 = 5_000;
+/// Herald: milliseconds after its first deletion after which such a memtable is flushed anyway.
+pub(crate) const TIDY_OLDEST_MS: u64 = 60_000;
+
+/// Herald: milliseconds on a monotonic clock that starts at 1 on first use (0 means "never").
+pub(crate) fn herald_now_ms() -> u64 {
+	static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+	START.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64 + 1
 }

@@ -11,10 +11,16 @@ use crate::lsm::CompactionOperations;
 use crate::stall::WriteStallController;
 use crate::Options;
 
+/// Herald: how often the tidy task looks at the memtable and the levels.
+const TIDY_TICK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Manages background tasks for the LSM tree
 pub(crate) struct TaskManager {
 	/// Flag to signal tasks to stop
 	stop_flag: Arc<AtomicBool>,
+
+	/// Herald: wakes the tidy task when the manager stops
+	tidy_stop: Arc<Notify>,
 
 	/// Notification for memtable compaction task
 	memtable_notify: Arc<Notify>,
@@ -114,8 +120,49 @@ impl TaskManager {
 			task_handles.lock().unwrap().as_mut().unwrap().push(handle);
 		}
 
+		// Herald: every TIDY_TICK, flush a memtable that holds a paused purge's deletions, and
+		// let the level task look for a deletion merge (see HERALD.md), so space deleted on a
+		// quiet server comes back without waiting for more writes.
+		let deletion_merges = Arc::new(crate::compaction::leveled::DeletionMerges::default());
+		let tidy_stop = Arc::new(Notify::new());
+		{
+			let tidy_stop = Arc::clone(&tidy_stop);
+			let core = Arc::clone(&core);
+			let stop_flag = Arc::clone(&stop_flag);
+			let memtable_notify = Arc::clone(&memtable_notify);
+			let memtable_running = Arc::clone(&memtable_running);
+			let level_notify = Arc::clone(&level_notify);
+			let level_running = Arc::clone(&level_running);
+			let handle = tokio::spawn(async move {
+				loop {
+					tokio::select! {
+						_ = tokio::time::sleep(TIDY_TICK) => {}
+						_ = tidy_stop.notified() => {}
+					}
+					if stop_flag.load(Ordering::SeqCst) {
+						break;
+					}
+					match core.tidy_memtable() {
+						Ok(true) => {
+							if !memtable_running.load(Ordering::Acquire) {
+								memtable_notify.notify_one();
+							}
+						}
+						Ok(false) => {
+							if !level_running.load(Ordering::Acquire) {
+								level_notify.notify_one();
+							}
+						}
+						Err(e) => log::warn!("Herald tidy: cannot rotate the memtable: {e}"),
+					}
+				}
+			});
+			task_handles.lock().unwrap().as_mut().unwrap().push(handle);
+		}
+
 		// Spawn level compaction task
 		{
+			let deletion_merges = Arc::clone(&deletion_merges);
 			let core = Arc::clone(&core);
 			let stop_flag = Arc::clone(&stop_flag);
 			let notify = Arc::clone(&level_notify);
@@ -135,8 +182,10 @@ impl TaskManager {
 					log::debug!("Level compaction task starting");
 
 					// Use leveled compaction strategy
-					let strategy: Arc<dyn CompactionStrategy> =
-						Arc::new(Strategy::from_options(Arc::clone(&opts)));
+					let strategy: Arc<dyn CompactionStrategy> = Arc::new(
+						Strategy::from_options(Arc::clone(&opts))
+							.with_deletion_merges(Arc::clone(&deletion_merges)),
+					);
 					if let Err(e) = core.compact(strategy) {
 						log::error!("Level compaction task error: {e:?}");
 						core.error_handler().set_error(e, BackgroundErrorReason::Compaction);
@@ -145,6 +194,7 @@ impl TaskManager {
 						log::debug!("Level compaction completed successfully");
 						write_stall.signal_work_done();
 					}
+					deletion_merges.finished();
 					running.store(false, Ordering::SeqCst);
 				}
 			});
@@ -153,6 +203,7 @@ impl TaskManager {
 
 		Self {
 			stop_flag,
+			tidy_stop,
 			memtable_notify,
 			level_notify,
 			memtable_running,
@@ -182,6 +233,7 @@ impl TaskManager {
 		// Wake up any waiting tasks so they can check the stop flag and exit
 		self.memtable_notify.notify_one();
 		self.level_notify.notify_one();
+		self.tidy_stop.notify_one();
 
 		// Wait for any in-progress compactions to complete (no timeout - wait
 		// indefinitely)

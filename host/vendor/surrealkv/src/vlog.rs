@@ -2,7 +2,7 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Cursor, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use byteorder::{ReadBytesExt, WriteBytesExt};
@@ -554,6 +554,27 @@ pub(crate) struct VLog {
 
 	/// Options for VLog configuration
 	pub(crate) opts: Arc<Options>,
+
+	/// Herald: memtable flushes writing into the log right now, whose table is not in the
+	/// manifest yet (see `cleanup_unreferenced_files`).
+	flushes_in_flight: AtomicUsize,
+}
+
+/// Herald: counts a memtable flush that writes into the value log until its table is in the
+/// manifest (or the flush failed).
+pub(crate) struct VLogFlush<'a>(&'a VLog);
+
+impl<'a> VLogFlush<'a> {
+	pub(crate) fn begin(vlog: &'a VLog) -> Self {
+		vlog.flushes_in_flight.fetch_add(1, Ordering::SeqCst);
+		Self(vlog)
+	}
+}
+
+impl Drop for VLogFlush<'_> {
+	fn drop(&mut self) {
+		self.0.flushes_in_flight.fetch_sub(1, Ordering::SeqCst);
+	}
 }
 
 impl VLog {
@@ -574,6 +595,7 @@ impl VLog {
 			files_map: RwLock::new(HashMap::new()),
 			file_handles: RwLock::new(HashMap::new()),
 			opts,
+			flushes_in_flight: AtomicUsize::new(0),
 		};
 
 		// PRE-FILL ALL EXISTING FILE HANDLES ON STARTUP
@@ -961,6 +983,33 @@ impl VLog {
 		}
 
 		Ok(())
+	}
+
+	/// Herald: deletes every file older than the active one when no table references the log
+	/// (the caller saw no table with a value pointer, under the manifest's lock) and no memtable
+	/// flush is writing into it. Values reach the log only when a memtable is flushed, never
+	/// while it is active, so no memtable points into it either. Upstream keeps every file in
+	/// that case, so a log whose values were all deleted stayed on disk for ever (HERALD.md).
+	pub(crate) fn cleanup_unreferenced_files(&self) -> Result<()> {
+		if self.flushes_in_flight.load(Ordering::SeqCst) > 0 {
+			return Ok(());
+		}
+		let active = self.active_writer_id.load(Ordering::SeqCst);
+		if active == 0 {
+			return Ok(());
+		}
+		self.cleanup_obsolete_files(active)
+	}
+
+	/// Herald: the files no longer written to (every one but the active), with their sizes.
+	pub(crate) fn sealed_file_sizes(&self) -> Vec<(u32, u64)> {
+		let active = self.active_writer_id.load(Ordering::SeqCst);
+		let files_map = self.files_map.read();
+		files_map
+			.iter()
+			.filter(|(&id, _)| id != active)
+			.filter_map(|(&id, file)| Some((id, std::fs::metadata(&file.path).ok()?.len())))
+			.collect()
 	}
 
 	/// Syncs all data to disk.

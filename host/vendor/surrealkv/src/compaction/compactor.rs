@@ -1,3 +1,4 @@
+use std::collections::{HashMap, HashSet};
 use std::fs::File as SysFile;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, RwLockWriteGuard};
@@ -12,7 +13,7 @@ use crate::memtable::ImmutableMemtables;
 use crate::snapshot::SnapshotTracker;
 use crate::sstable::table::{Table, TableWriter};
 use crate::vfs::File;
-use crate::vlog::VLog;
+use crate::vlog::{VLog, VLogFlush, ValueLocation, ValuePointer};
 use crate::{Comparator, Options as LSMOptions};
 
 /// RAII guard to ensure tables are unhidden if compaction fails
@@ -119,6 +120,20 @@ impl Compactor {
 		let to_merge: Vec<_> =
 			input.tables_to_merge.iter().filter_map(|&id| tables.get(&id).cloned()).collect();
 
+		// Herald: a merge into the last level also collects the value log: live values in log
+		// files they fill less than half of are copied to the log's end, so the files can go.
+		// While it writes into the log its table is in no manifest: the flush guard keeps
+		// `cleanup_unreferenced_files` away until the manifest holds it (HERALD.md).
+		let sparse = if input.target_level >= self.options.lopts.level_count - 1 {
+			self.sparse_log_files(&to_merge)?
+		} else {
+			HashSet::new()
+		};
+		let _log_writes = match (&self.options.vlog, sparse.is_empty()) {
+			(Some(vlog), false) => Some(VLogFlush::begin(vlog)),
+			_ => None,
+		};
+
 		// Keep tables alive while iterators borrow from them
 		let iterators: Vec<BoxedLSMIterator<'_>> = to_merge
 			.iter()
@@ -134,7 +149,7 @@ impl Compactor {
 
 		// Write merged data
 		let table_created =
-			match self.write_merged_table(&new_table_path, new_table_id, iterators, input) {
+			match self.write_merged_table(&new_table_path, new_table_id, iterators, input, &sparse) {
 				Ok(result) => result,
 				Err(e) => {
 					// Guard will unhide tables on drop
@@ -170,6 +185,7 @@ impl Compactor {
 		table_id: u64,
 		merge_iter: Vec<BoxedLSMIterator<'_>>,
 		input: &CompactionInput,
+		sparse: &HashSet<u32>,
 	) -> Result<bool> {
 		let file = SysFile::create(path)?;
 		let mut writer =
@@ -196,6 +212,8 @@ impl Compactor {
 		let mut entries = 0;
 		for item in &mut comp_iter {
 			let (key, value) = item?;
+			let value = self.inline_if_small(value)?;
+			let value = self.relocate_if_sparse(&key, value, sparse)?;
 			writer.add(key, &value)?;
 			entries += 1;
 		}
@@ -208,6 +226,9 @@ impl Compactor {
 		}
 
 		writer.finish()?;
+		if let (Some(vlog), false) = (&self.options.vlog, sparse.is_empty()) {
+			vlog.sync()?;
+		}
 
 		// Durability fix: the SST's data and its directory entry must be
 		// durable BEFORE the manifest (fsynced in update_manifest) references
@@ -218,6 +239,98 @@ impl Compactor {
 		crate::lsm::fsync_directory(self.options.lopts.sstable_dir())?;
 
 		Ok(true)
+	}
+
+	/// Herald: a value the log holds that the current threshold keeps inline (the threshold was
+	/// raised since it was written) is copied into the table, so the log files it pinned can go
+	/// once no table points into them (HERALD.md). Not with a versioned index, whose entries keep
+	/// pointing into the log.
+	fn inline_if_small(&self, value: Vec<u8>) -> Result<Vec<u8>> {
+		let Some(vlog) = &self.options.vlog else {
+			return Ok(value);
+		};
+		if value.is_empty() || self.options.versioned_index.is_some() {
+			return Ok(value);
+		}
+		let location = ValueLocation::decode(&value)?;
+		if !location.is_value_pointer() {
+			return Ok(value);
+		}
+		let pointer = ValuePointer::decode(&location.value)?;
+		if pointer.value_size as usize > self.options.lopts.vlog_value_threshold {
+			return Ok(value);
+		}
+		Ok(ValueLocation::with_inline_value(vlog.get(&pointer)?).encode())
+	}
+
+	/// Herald: the sealed log files whose live values, as this merge will write them, take less
+	/// than half of the file (read with the same filtering as the merge, values not resolved).
+	fn sparse_log_files(&self, tables: &[Arc<Table>]) -> Result<HashSet<u32>> {
+		let Some(vlog) = &self.options.vlog else {
+			return Ok(HashSet::new());
+		};
+		let sizes = vlog.sealed_file_sizes();
+		if sizes.is_empty() || self.options.versioned_index.is_some() {
+			return Ok(HashSet::new());
+		}
+		let iterators: Vec<BoxedLSMIterator<'_>> = tables
+			.iter()
+			.filter_map(|table| table.iter(None).ok())
+			.map(|iter| Box::new(iter) as BoxedLSMIterator<'_>)
+			.collect();
+		let opts = &self.options.lopts;
+		let live_iter = CompactionIterator::new(
+			iterators,
+			Arc::clone(&opts.internal_comparator) as Arc<dyn Comparator>,
+			true,
+			opts.enable_versioning,
+			opts.versioned_history_retention_ns,
+			Arc::clone(&opts.clock),
+			self.options.snapshot_tracker.get_all_snapshots(),
+		);
+		let mut live: HashMap<u32, u64> = HashMap::new();
+		for item in live_iter {
+			let (_, value) = item?;
+			if value.is_empty() {
+				continue;
+			}
+			let location = ValueLocation::decode(&value)?;
+			if location.is_value_pointer() {
+				let pointer = ValuePointer::decode(&location.value)?;
+				*live.entry(pointer.file_id).or_default() +=
+					u64::from(pointer.key_size) + u64::from(pointer.value_size);
+			}
+		}
+		Ok(sizes
+			.into_iter()
+			.filter(|(id, size)| live.get(id).copied().unwrap_or(0) * 2 < *size)
+			.map(|(id, _)| id)
+			.collect())
+	}
+
+	/// Herald: a value in one of the `sparse` log files is copied to the log's end.
+	fn relocate_if_sparse(
+		&self,
+		key: &crate::InternalKey,
+		value: Vec<u8>,
+		sparse: &HashSet<u32>,
+	) -> Result<Vec<u8>> {
+		let Some(vlog) = &self.options.vlog else {
+			return Ok(value);
+		};
+		if sparse.is_empty() || value.is_empty() {
+			return Ok(value);
+		}
+		let location = ValueLocation::decode(&value)?;
+		if !location.is_value_pointer() {
+			return Ok(value);
+		}
+		let pointer = ValuePointer::decode(&location.value)?;
+		if !sparse.contains(&pointer.file_id) {
+			return Ok(value);
+		}
+		let moved = vlog.append(&key.encode(), &vlog.get(&pointer)?)?;
+		Ok(ValueLocation::with_pointer(moved).encode())
 	}
 
 	fn update_manifest(

@@ -1,5 +1,6 @@
 use std::collections::HashSet;
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{CompactionChoice, CompactionInput, CompactionStrategy};
@@ -31,6 +32,51 @@ pub(crate) struct Strategy {
 	// Size multiplier for each level
 	level_multiplier: f64,
 	compaction_priority: CompactionPriority,
+	// Herald: when set, deletion merges may be chosen (see `pick_deletions`)
+	deletion_merges: Option<Arc<DeletionMerges>>,
+}
+
+/// Herald: a merge of every table into the last level, chosen when no level is over its size and
+/// deletions make up `DELETION_SHARE` or more of the entries in the tables. Upstream leveled
+/// compaction moves a level down only when it is over its size, so a purge's tombstones never
+/// met the data they delete once that data lay in a level their few bytes never pushed over its
+/// target, and nothing deleted left the disk (HERALD.md).
+///
+/// One at a time, and spaced: the next may start `DELETION_MERGE_GAP_MS` after the last one
+/// started, or ten times as long as the last one took if that is longer, so merges take at most
+/// about a tenth of the time however large the tree.
+#[derive(Default)]
+pub(crate) struct DeletionMerges {
+	started_ms: AtomicU64,
+	took_ms: AtomicU64,
+	running: AtomicBool,
+}
+
+/// Herald: the share of deletions among the tables' entries that calls for a deletion merge
+/// (one in `DELETION_SHARE`), and the fewest deletions that do.
+const DELETION_SHARE: u64 = 5;
+const DELETION_MIN: u64 = 64;
+const DELETION_MERGE_GAP_MS: u64 = 30_000;
+
+impl DeletionMerges {
+	fn may_start(&self, now: u64) -> bool {
+		let started = self.started_ms.load(Ordering::Acquire);
+		let gap = DELETION_MERGE_GAP_MS.max(self.took_ms.load(Ordering::Acquire) * 10);
+		started == 0 || now >= started + gap
+	}
+
+	fn start(&self, now: u64) {
+		self.started_ms.store(now, Ordering::Release);
+		self.running.store(true, Ordering::Release);
+	}
+
+	/// Called after each level compaction: records how long a deletion merge took.
+	pub(crate) fn finished(&self) {
+		if self.running.swap(false, Ordering::AcqRel) {
+			let took = crate::lsm::herald_now_ms().saturating_sub(self.started_ms.load(Ordering::Acquire));
+			self.took_ms.store(took, Ordering::Release);
+		}
+	}
 }
 
 impl Default for Strategy {
@@ -41,11 +87,51 @@ impl Default for Strategy {
 			max_bytes_for_level: opts.max_bytes_for_level,
 			level_multiplier: opts.level_multiplier,
 			compaction_priority: CompactionPriority::default(),
+			deletion_merges: None,
 		}
 	}
 }
 
 impl Strategy {
+	/// Herald: lets this strategy choose deletion merges, spaced by `merges`.
+	pub(crate) fn with_deletion_merges(mut self, merges: Arc<DeletionMerges>) -> Self {
+		self.deletion_merges = Some(merges);
+		self
+	}
+
+	/// Herald: every table into the last level when deletions are a large enough share of the
+	/// entries (see `DeletionMerges`).
+	fn pick_deletions(&self, manifest: &LevelManifest) -> CompactionChoice {
+		let Some(merges) = &self.deletion_merges else {
+			return CompactionChoice::Skip;
+		};
+		if !manifest.hidden_set.is_empty() {
+			return CompactionChoice::Skip;
+		}
+		let (mut deletions, mut entries, mut tables) = (0u64, 0u64, Vec::new());
+		for table in manifest.iter() {
+			deletions += table.meta.properties.num_deletions;
+			entries += table.meta.properties.num_entries;
+			tables.push(table.id);
+		}
+		let now = crate::lsm::herald_now_ms();
+		if deletions < DELETION_MIN || deletions * DELETION_SHARE < entries || !merges.may_start(now)
+		{
+			return CompactionChoice::Skip;
+		}
+		merges.start(now);
+		let last = manifest.last_level_index();
+		log::info!(
+			"Herald: merging {} tables into level {last}: {deletions} deletions in {entries} entries",
+			tables.len()
+		);
+		CompactionChoice::Merge(CompactionInput {
+			tables_to_merge: tables,
+			source_level: 0,
+			target_level: last,
+		})
+	}
+
 	/// Create a Strategy from Options
 	pub(crate) fn from_options(opts: Arc<Options>) -> Self {
 		Self {
@@ -53,6 +139,7 @@ impl Strategy {
 			max_bytes_for_level: opts.max_bytes_for_level,
 			level_multiplier: opts.level_multiplier,
 			compaction_priority: CompactionPriority::default(),
+			deletion_merges: None,
 		}
 	}
 
@@ -67,6 +154,7 @@ impl Strategy {
 			max_bytes_for_level: opts.max_bytes_for_level,
 			level_multiplier: opts.level_multiplier,
 			compaction_priority: priority,
+			deletion_merges: None,
 		}
 	}
 
@@ -424,7 +512,7 @@ impl CompactionStrategy for Strategy {
 	fn pick_levels(&self, manifest: &LevelManifest) -> Result<CompactionChoice> {
 		let source_level = match self.find_compaction_level(manifest) {
 			Some(level) => level,
-			None => return Ok(CompactionChoice::Skip),
+			None => return Ok(self.pick_deletions(manifest)),
 		};
 
 		let levels = manifest.levels.get_levels();

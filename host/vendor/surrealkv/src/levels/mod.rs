@@ -297,7 +297,11 @@ impl LevelManifest {
 			.max()
 			.unwrap_or(0);
 
-		if computed_max_seq != last_sequence {
+		// Herald: tables may hold less than the manifest's last sequence (a merge into the last
+		// level drops tombstones, the newest entries among them, and may leave no table at all);
+		// only a table beyond it is damage. Upstream required equality, so a tree whose newest
+		// entries were dropped tombstones could not be opened again (HERALD.md).
+		if computed_max_seq > last_sequence {
 			return Err(Error::LoadManifestFail(format!(
 				"Manifest last_sequence mismatch: stored={}, computed from tables={}",
 				last_sequence, computed_max_seq

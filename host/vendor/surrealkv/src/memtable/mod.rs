@@ -79,6 +79,12 @@ pub(crate) struct MemTable {
 	/// to ensure batch-atomic insertion: a batch either fits entirely (reservation
 	/// succeeds) or the memtable is left unchanged (reservation fails with ArenaFull).
 	reserved: AtomicU64,
+	/// Herald: deletions applied to this memtable, and when the first and the latest of them came
+	/// (milliseconds of `crate::lsm::herald_now_ms`), so a memtable holding a purge's tombstones is
+	/// flushed once the purge pauses instead of waiting to fill (see HERALD.md).
+	deletions: AtomicU64,
+	first_delete_ms: AtomicU64,
+	last_delete_ms: AtomicU64,
 }
 
 impl Default for MemTable {
@@ -112,7 +118,20 @@ impl MemTable {
 			latest_seq_num: AtomicU64::new(0),
 			wal_number: AtomicU64::new(0),
 			reserved: AtomicU64::new(0),
+			deletions: AtomicU64::new(0),
+			first_delete_ms: AtomicU64::new(0),
+			last_delete_ms: AtomicU64::new(0),
 		}
+	}
+
+	/// Herald: how many deletions this memtable holds, and the times (ms) of the first and the
+	/// latest.
+	pub(crate) fn deletions(&self) -> (u64, u64, u64) {
+		(
+			self.deletions.load(Ordering::Acquire),
+			self.first_delete_ms.load(Ordering::Acquire),
+			self.last_delete_ms.load(Ordering::Acquire),
+		)
 	}
 
 	/// Sets the WAL number associated with this memtable.
@@ -242,10 +261,12 @@ impl MemTable {
 		// Pre-allocate empty value Bytes for delete operations to avoid repeated
 		// allocations
 		let empty_val = Value::new();
+		let mut deletions = 0;
 
 		// Process entries with pre-encoded ValueLocations
 		for (_i, entry, current_seq_num, timestamp) in batch.entries_with_seq_nums()? {
 			let ikey = InternalKey::new(entry.key.clone(), current_seq_num, entry.kind, timestamp);
+			deletions += u64::from(ikey.is_tombstone());
 
 			// Use the value directly (cheap Bytes clone), or reuse empty value for deletes
 			let val = if let Some(encoded_value) = &entry.value {
@@ -256,6 +277,13 @@ impl MemTable {
 			};
 
 			self.insert_into_memtable(&ikey, &val)?;
+		}
+
+		if deletions > 0 {
+			let now = crate::lsm::herald_now_ms();
+			let _ = self.first_delete_ms.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
+			self.last_delete_ms.fetch_max(now, Ordering::AcqRel);
+			self.deletions.fetch_add(deletions, Ordering::AcqRel);
 		}
 
 		// Get the highest sequence number used from the batch
