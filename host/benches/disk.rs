@@ -22,7 +22,8 @@
 //!
 //! Run: `cargo bench -p herald-host --bench disk` (env: BENCH_ONLY=giveback|plateau; BENCH_MB, default
 //! 1024; BENCH_BODY_KB, default 64; BENCH_GIVEBACK_SECS, default 600; BENCH_PLATEAU_SECS, default 600;
-//! BENCH_RATE_KB, default 1024; BENCH_KEEP_SECS, default 60; and the HERALD_DB_* caps).
+//! BENCH_RATE_KB, default 1024; BENCH_KEEP_SECS, default 60; BENCH_LOG, a log filter such as
+//! `surrealkv=info`; and the HERALD_DB_* caps).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -256,6 +257,9 @@ async fn plateau(root: &Path) {
 
 #[tokio::main]
 async fn main() {
+    // BENCH_LOG: a log filter (e.g. `surrealkv=info` shows the engine's flushes and merges) [default: warn].
+    let filter = std::env::var("BENCH_LOG").unwrap_or_else(|_| "warn".into());
+    herald_host::infra::telemetry::init(herald_host::config::LogFormat::Text, &filter);
     let root = std::env::temp_dir().join(format!("herald-bench-disk-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     if chosen("giveback", &["giveback", "plateau"]) {

@@ -480,6 +480,11 @@ impl Store {
     }
 }
 
+/// Size of a SurrealKV value-log file. The file being written is the one the engine never collects
+/// (docs/performance.md#disk-that-stops-growing-issue-79): SurrealDB sizes it from the machine's memory
+/// (64-512 MiB), so up to that much deleted data could stay on disk however long Herald waited.
+const VLOG_FILE_BYTES: u64 = 32 << 20;
+
 /// Opens the embedded SurrealKV datastore at `url` the way the SDK's own `surrealkv://` connection does
 /// (build without maintenance tasks, check the storage version, bootstrap, then start the tasks), but
 /// with the block cache and memtable sized from the configuration: left alone, SurrealKV sizes its
@@ -493,7 +498,8 @@ async fn open_surrealkv(
         .with_key_value("surrealkv_block_cache_capacity", config.db_cache_bytes.to_string())
         .with_key_value("surrealkv_max_memtable_size", config.db_memtable_bytes.to_string())
         .with_key_value("surrealkv_block_size", config.db_block_bytes.to_string())
-        .with_key_value("surrealkv_vlog_threshold", config.db_vlog_bytes.to_string());
+        .with_key_value("surrealkv_vlog_threshold", config.db_vlog_bytes.to_string())
+        .with_key_value("surrealkv_vlog_max_file_size", VLOG_FILE_BYTES.to_string());
     let failed = |e: &dyn std::fmt::Display| StoreError::Db(format!("cannot open {url}: {e}"));
     let kvs = surrealdb_engine_local::Datastore::builder()
         .with_config(settings)

@@ -129,7 +129,7 @@ impl Compactor {
 		} else {
 			HashSet::new()
 		};
-		let _log_writes = match (&self.options.vlog, sparse.is_empty()) {
+		let log_writes = match (&self.options.vlog, sparse.is_empty()) {
 			(Some(vlog), false) => Some(VLogFlush::begin(vlog)),
 			_ => None,
 		};
@@ -174,6 +174,20 @@ impl Compactor {
 		self.update_manifest(input, new_table, &mut guard)?;
 
 		self.cleanup_old_tables(input);
+
+		// Herald: the log cleanup in update_manifest ran while this merge still counted as writing
+		// into the log, which keeps `cleanup_unreferenced_files` away; run it again now, under the
+		// manifest's lock so no flush commits a table meanwhile.
+		if let Some(log_writes) = log_writes {
+			drop(log_writes);
+			let manifest = self.options.level_manifest.read()?;
+			cleanup_vlog_and_index(
+				&self.options.vlog,
+				&self.options.versioned_index,
+				manifest.min_oldest_vlog_file_id(),
+				"compaction",
+			);
+		}
 
 		Ok(())
 	}

@@ -37,14 +37,16 @@ pub(crate) struct Strategy {
 }
 
 /// Herald: a merge of every table into the last level, chosen when no level is over its size and
-/// deletions make up `DELETION_SHARE` or more of the entries in the tables. Upstream leveled
-/// compaction moves a level down only when it is over its size, so a purge's tombstones never
-/// met the data they delete once that data lay in a level their few bytes never pushed over its
-/// target, and nothing deleted left the disk (HERALD.md).
+/// the tables hold at least `DELETION_MIN` deletions. Upstream leveled compaction moves a level
+/// down only when it is over its size, so a purge's tombstones never met the data they delete once
+/// that data lay in a level their few bytes never pushed over its target, and nothing deleted left
+/// the disk (HERALD.md).
 ///
-/// One at a time, and spaced: the next may start `DELETION_MERGE_GAP_MS` after the last one
-/// started, or ten times as long as the last one took if that is longer, so merges take at most
-/// about a tenth of the time however large the tree.
+/// One at a time, and spaced: when deletions make up one in `DELETION_SHARE` of the entries, the
+/// next may start `HEAVY_GAP_MS` after the last one started; otherwise `LIGHT_GAP_MS` after (a
+/// deletion counts as one entry however large what it deletes: a purge of large values among
+/// rows with many index entries is a small share). Either way at least ten times as long as the
+/// last one took, so merges take at most about a tenth of the time however large the tree.
 #[derive(Default)]
 pub(crate) struct DeletionMerges {
 	started_ms: AtomicU64,
@@ -52,16 +54,22 @@ pub(crate) struct DeletionMerges {
 	running: AtomicBool,
 }
 
-/// Herald: the share of deletions among the tables' entries that calls for a deletion merge
-/// (one in `DELETION_SHARE`), and the fewest deletions that do.
-const DELETION_SHARE: u64 = 5;
+/// Herald: the fewest deletions that call for a deletion merge, the share of deletions among the
+/// tables' entries (one in `DELETION_SHARE`) that makes them heavy, and the gaps.
 const DELETION_MIN: u64 = 64;
-const DELETION_MERGE_GAP_MS: u64 = 30_000;
+const DELETION_SHARE: u64 = 20;
+const HEAVY_GAP_MS: u64 = 30_000;
+const LIGHT_GAP_MS: u64 = 600_000;
 
 impl DeletionMerges {
-	fn may_start(&self, now: u64) -> bool {
+	fn may_start(&self, now: u64, heavy: bool) -> bool {
 		let started = self.started_ms.load(Ordering::Acquire);
-		let gap = DELETION_MERGE_GAP_MS.max(self.took_ms.load(Ordering::Acquire) * 10);
+		let base = if heavy {
+			HEAVY_GAP_MS
+		} else {
+			LIGHT_GAP_MS
+		};
+		let gap = base.max(self.took_ms.load(Ordering::Acquire) * 10);
 		started == 0 || now >= started + gap
 	}
 
@@ -99,8 +107,8 @@ impl Strategy {
 		self
 	}
 
-	/// Herald: every table into the last level when deletions are a large enough share of the
-	/// entries (see `DeletionMerges`).
+	/// Herald: every table into the last level when the tables hold deletions and the last such
+	/// merge is far enough behind (see `DeletionMerges`).
 	fn pick_deletions(&self, manifest: &LevelManifest) -> CompactionChoice {
 		let Some(merges) = &self.deletion_merges else {
 			return CompactionChoice::Skip;
@@ -115,8 +123,8 @@ impl Strategy {
 			tables.push(table.id);
 		}
 		let now = crate::lsm::herald_now_ms();
-		if deletions < DELETION_MIN || deletions * DELETION_SHARE < entries || !merges.may_start(now)
-		{
+		let heavy = deletions * DELETION_SHARE >= entries;
+		if deletions < DELETION_MIN || !merges.may_start(now, heavy) {
 			return CompactionChoice::Skip;
 		}
 		merges.start(now);
