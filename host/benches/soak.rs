@@ -17,6 +17,10 @@
 //! task; the end prints the idle RSS (the last idle sample) and the highest sample of each phase (idle,
 //! seeding, the measured run). A quarter of the default rates: `SOAK_TRACK=70 SOAK_SEND=7 SOAK_ENROLL=2
 //! SOAK_READ=1` (2 and 1 round 1.75 and 0.5 up).
+//!
+//! SOAK_HERALD_BIN runs another `herald` than the one cargo built (e.g. a script that starts `serve`
+//! under heaptrack; the RSS samples and the closing TERM then reach the script's process, not the
+//! server: stop that yourself).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -136,7 +140,8 @@ async fn main() {
     if let Some(b) = &budget {
         envs.push(("HERALD_MEMORY_BUDGET_MB", b.clone()));
     }
-    let bin = env!("CARGO_BIN_EXE_herald");
+    let bin_path = std::env::var("SOAK_HERALD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_herald").to_string());
+    let bin = bin_path.as_str();
     let key = project_with_trusted_domain(bin, &envs, DOMAIN);
     let mut server = Command::new(bin)
         .arg("serve")

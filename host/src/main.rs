@@ -3,7 +3,9 @@
 use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc malloc: the database engine allocates heavily, and under load glibc's
-/// malloc/free took about a third of the server's CPU in the track benchmark.
+/// malloc/free took about a third of the server's CPU in the track benchmark. The `system-allocator`
+/// feature keeps glibc's, for heap profilers that intercept malloc (heaptrack).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use herald_host::App;
