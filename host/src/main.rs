@@ -159,6 +159,7 @@ fn main() -> std::process::ExitCode {
     };
     if budget.is_some() {
         memory::no_huge_pages();
+        memory::purge_freed_memory_at_once();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads(budget))
@@ -197,7 +198,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!(addr = %running.addr, "herald is listening");
             if budget.is_some() {
                 // The start-up's code runs once, and a fault maps a whole large folio of code: let the
-                // kernel drop the executable's pages 10 s after start and every 30 s (`memory::trim_code`).
+                // kernel page the executable's pages out 10 s after start and every 30 s (`memory::trim_code`).
                 tokio::spawn(async {
                     tokio::time::sleep(std::time::Duration::from_secs(10)).await;
                     loop {

@@ -16,11 +16,39 @@ pub fn no_huge_pages() {
     }
 }
 
-/// Unmaps this executable's read-only, never-written pages from the process (`MADV_DONTNEED` on its
-/// private file mappings with no anonymous page; the page cache keeps them, so the code that runs again
-/// comes back with a minor fault) and stops the kernel reading them ahead (`MADV_RANDOM`), so what stays
-/// resident is the code that runs. Called 10 s after the server listens and every 30 s. Returns the
-/// bytes of the ranges.
+/// Has mimalloc give freed memory back to the kernel at once (`mi_option_purge_delay` 0) instead of
+/// after its default delay of a second (ten for whole arenas): under load, memory that one request or
+/// a database flush frees is otherwise still resident when the next allocates elsewhere. In the
+/// quarter-rate soak with a budget of 128 it lowered the steady anonymous memory from ~86 to ~68 MB and
+/// the peaks by 15-25 MB (docs/performance.md#memory-budget-issue-79-2026-12-07). Without mimalloc (the
+/// `system-allocator` feature) it does nothing.
+pub fn purge_freed_memory_at_once() {
+    #[cfg(not(feature = "system-allocator"))]
+    {
+        // mimalloc's C API (`libmimalloc-sys` links it whole; its Rust declaration is behind a feature
+        // this crate does not need): `mi_option_purge_delay` is 15 in mimalloc 2 and 3.
+        #[allow(unsafe_code)]
+        unsafe extern "C" {
+            fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+        }
+        const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+        // SAFETY: mi_option_set stores an integer option; mimalloc reads the purge delay each time it
+        // schedules a purge, so changing it while allocating is allowed.
+        #[allow(unsafe_code)]
+        unsafe {
+            mi_option_set(MI_OPTION_PURGE_DELAY, 0);
+        }
+    }
+}
+
+/// Pages this executable's read-only, never-written pages out of the process (`MADV_PAGEOUT` on its
+/// private file mappings with no anonymous page; `MADV_DONTNEED` where the kernel has no `MADV_PAGEOUT`)
+/// and stops the kernel reading them ahead (`MADV_RANDOM`), so what stays resident is the code that runs.
+/// Paging out, not only unmapping, matters under load: an unmapped page stays in the page cache inside
+/// the large folio the kernel first read it in, and the next fault maps that whole folio again (the
+/// soak held 72-75 MB of code so, 22-59 MB with `MADV_PAGEOUT`; docs/performance.md#memory-budget-issue-79-2026-12-07);
+/// paged out, the code that runs again is read back one page at a time. Called 10 s after the server
+/// listens and every 30 s. Returns the bytes of the ranges.
 pub fn trim_code() -> usize {
     #[cfg(target_os = "linux")]
     {
@@ -36,8 +64,12 @@ pub fn trim_code() -> usize {
                 // changes no value the program can read: the next access maps the file's page again.
                 #[allow(unsafe_code)]
                 let done = unsafe {
-                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
-                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
+                    let addr = start as *mut libc::c_void;
+                    libc::madvise(addr, end - start, libc::MADV_RANDOM);
+                    match libc::madvise(addr, end - start, libc::MADV_PAGEOUT) {
+                        0 => 0,
+                        _ => libc::madvise(addr, end - start, libc::MADV_DONTNEED),
+                    }
                 };
                 if done == 0 {
                     trimmed += end - start;
@@ -66,4 +98,21 @@ pub fn trim_code() -> usize {
     }
     #[cfg(not(target_os = "linux"))]
     0
+}
+
+#[cfg(all(test, not(feature = "system-allocator")))]
+mod tests {
+    #[test]
+    fn budget_has_mimalloc_purge_at_once() {
+        #[allow(unsafe_code)]
+        unsafe extern "C" {
+            fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
+        }
+        // SAFETY: mi_option_get reads an integer option.
+        #[allow(unsafe_code)]
+        let delay = || unsafe { mi_option_get(15) };
+        assert!(delay() > 0, "option 15 is not mimalloc's purge delay (its default is 1000 ms in mimalloc 3, 10 in 2)");
+        super::purge_freed_memory_at_once();
+        assert_eq!(delay(), 0);
+    }
 }
