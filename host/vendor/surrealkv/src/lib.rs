@@ -643,6 +643,18 @@ pub trait FilterPolicy: Send + Sync {
 
 	/// Creates a filter based on given keys
 	fn create_filter(&self, keys: &[Vec<u8>]) -> Vec<u8>;
+
+	/// Herald: for a policy whose filter depends on one 32-bit hash per key, that hash (so a table
+	/// writer keeps 4 bytes per key until the filter is built, not a copy of the key); `None`, the
+	/// default, otherwise.
+	fn key_hash(&self, _key: &[u8]) -> Option<u32> {
+		None
+	}
+
+	/// Herald: the filter `create_filter` builds for keys with these `key_hash`es.
+	fn create_filter_from_hashes(&self, _hashes: &[u32]) -> Vec<u8> {
+		Vec::new()
+	}
 }
 
 use std::ops::Bound;

@@ -63,7 +63,17 @@ impl FilterPolicy for LevelDBBloomFilter {
 	}
 
 	fn create_filter(&self, keys: &[Vec<u8>]) -> Vec<u8> {
-		let n = keys.len();
+		let hashes: Vec<u32> = keys.iter().map(|key| Self::bloom_hash(key)).collect();
+		self.create_filter_from_hashes(&hashes)
+	}
+
+	fn key_hash(&self, key: &[u8]) -> Option<u32> {
+		Some(Self::bloom_hash(key))
+	}
+
+	// Herald: `create_filter`'s body, over the keys' hashes.
+	fn create_filter_from_hashes(&self, hashes: &[u32]) -> Vec<u8> {
+		let n = hashes.len();
 		if n == 0 {
 			return vec![];
 		}
@@ -78,9 +88,7 @@ impl FilterPolicy for LevelDBBloomFilter {
 		// Calculate number of hash functions
 		let k = (((self.bits_per_key as f64) * 0.7) as u32).clamp(1, 30);
 
-		for key in keys {
-			// Single hash computation per key
-			let h = Self::bloom_hash(key);
+		for &h in hashes {
 
 			// Bit rotation for generating multiple hash values from single computation
 			let delta = h.rotate_left(15);

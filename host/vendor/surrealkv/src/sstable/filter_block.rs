@@ -13,6 +13,9 @@ const FILTER_META_LENGTH: usize = 5; // 4bytes filter offsets length + 1bytes ba
 pub(crate) struct FilterBlockWriter {
 	policy: Arc<dyn FilterPolicy>, // The filter policy used to generate filters.
 	keys: Vec<Vec<u8>>,            // A collection of keys to be added to the filter.
+	// Herald: the keys' hashes instead, when the policy builds its filter from them (a copy of
+	// every key of a large merge took tens of MiB until the table was finished).
+	hashes: Vec<u32>,
 	filters: Vec<u8>,              // The generated filters.
 	filter_offsets: Vec<u32>,      // Offsets for each filter in the `filters` vector.
 }
@@ -23,6 +26,7 @@ impl FilterBlockWriter {
 		Self {
 			policy,
 			keys: vec![],
+			hashes: vec![],
 			filter_offsets: vec![],
 			filters: vec![],
 		}
@@ -30,6 +34,14 @@ impl FilterBlockWriter {
 
 	// Adds a key to the list of keys that will be included in the next filter.
 	pub(crate) fn add_key(&mut self, key: &[u8]) {
+		// Herald: a hash when the policy has one; the versions of a key come one after the
+		// other, and a filter is the same with their hash once.
+		if let Some(h) = self.policy.key_hash(key) {
+			if self.hashes.last() != Some(&h) {
+				self.hashes.push(h);
+			}
+			return;
+		}
 		let key = Vec::from(key);
 		self.keys.push(key);
 	}
@@ -50,6 +62,12 @@ impl FilterBlockWriter {
 	// vector.
 	fn generate_filter(&mut self) {
 		self.filter_offsets.push(self.filters.len() as u32); // Record the current filter's offset.
+		if !self.hashes.is_empty() {
+			let filter = self.policy.create_filter_from_hashes(&self.hashes);
+			self.filters.extend(filter);
+			self.hashes.clear();
+			return;
+		}
 		if self.keys.is_empty() {
 			return; // If there are no keys, do not generate a filter.
 		};
@@ -68,7 +86,7 @@ impl FilterBlockWriter {
 	// Finalizes the filter block, returning the complete set of filters and their
 	// offsets.
 	pub(crate) fn finish(mut self) -> Vec<u8> {
-		if !self.keys.is_empty() {
+		if !self.keys.is_empty() || !self.hashes.is_empty() {
 			self.generate_filter(); // Generate a final filter for any remaining keys.
 		};
 
