@@ -70,7 +70,7 @@ mod tests {
             let tree = open(&dir);
             for i in 0..COUNT {
                 let mut txn = tree.begin().unwrap();
-                txn.set(format!("k{i:06}").as_bytes(), &value(i)).unwrap();
+                txn.set(format!("k{i:06}").as_bytes(), value(i)).unwrap();
                 txn.commit().await.unwrap();
             }
             // The last writes are deletions: the newest entries of the tree are tombstones, which a merge
