@@ -13,7 +13,7 @@ use crate::memtable::ImmutableMemtables;
 use crate::snapshot::SnapshotTracker;
 use crate::sstable::table::{Table, TableWriter};
 use crate::vfs::File;
-use crate::vlog::{VLog, VLogFlush, ValueLocation, ValuePointer};
+use crate::vlog::{VLog, VLogFlush, ValueLocation, ValuePointer, BIT_VALUE_POINTER};
 use crate::{Comparator, Options as LSMOptions};
 
 /// RAII guard to ensure tables are unhidden if compaction fails
@@ -263,14 +263,12 @@ impl Compactor {
 		let Some(vlog) = &self.options.vlog else {
 			return Ok(value);
 		};
-		if value.is_empty() || self.options.versioned_index.is_some() {
+		if self.options.versioned_index.is_some() {
 			return Ok(value);
 		}
-		let location = ValueLocation::decode(&value)?;
-		if !location.is_value_pointer() {
+		let Some(pointer) = log_pointer(&value)? else {
 			return Ok(value);
-		}
-		let pointer = ValuePointer::decode(&location.value)?;
+		};
 		if pointer.value_size as usize > self.options.lopts.vlog_value_threshold {
 			return Ok(value);
 		}
@@ -305,12 +303,7 @@ impl Compactor {
 		let mut live: HashMap<u32, u64> = HashMap::new();
 		for item in live_iter {
 			let (_, value) = item?;
-			if value.is_empty() {
-				continue;
-			}
-			let location = ValueLocation::decode(&value)?;
-			if location.is_value_pointer() {
-				let pointer = ValuePointer::decode(&location.value)?;
+			if let Some(pointer) = log_pointer(&value)? {
 				*live.entry(pointer.file_id).or_default() +=
 					u64::from(pointer.key_size) + u64::from(pointer.value_size);
 			}
@@ -332,14 +325,12 @@ impl Compactor {
 		let Some(vlog) = &self.options.vlog else {
 			return Ok(value);
 		};
-		if sparse.is_empty() || value.is_empty() {
+		if sparse.is_empty() {
 			return Ok(value);
 		}
-		let location = ValueLocation::decode(&value)?;
-		if !location.is_value_pointer() {
+		let Some(pointer) = log_pointer(&value)? else {
 			return Ok(value);
-		}
-		let pointer = ValuePointer::decode(&location.value)?;
+		};
 		if !sparse.contains(&pointer.file_id) {
 			return Ok(value);
 		}
@@ -428,5 +419,16 @@ impl Compactor {
 		let file_size = file.size()?;
 
 		Ok(Arc::new(Table::new(table_id, Arc::clone(&self.options.lopts), file, file_size)?))
+	}
+}
+
+/// Herald: the value-log pointer an encoded value holds, if it is one. Reads the location's meta
+/// byte first, so an inline value (most of them) is not decoded (copied) to find out.
+fn log_pointer(value: &[u8]) -> Result<Option<ValuePointer>> {
+	match value.first() {
+		Some(meta) if meta & BIT_VALUE_POINTER != 0 => {
+			Ok(Some(ValuePointer::decode(&ValueLocation::decode(value)?.value)?))
+		}
+		_ => Ok(None),
 	}
 }
