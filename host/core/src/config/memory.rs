@@ -1,7 +1,8 @@
 //! The memory budget (issue 79, docs/behaviour.md#memory-budget): `--memory-budget-mb` /
 //! `HERALD_MEMORY_BUDGET_MB` sizes from one number what holds memory in proportion to a setting: the
 //! embedded database's block cache and memtable (the memtable counts twice: a flush holds the full one
-//! while the next fills), the job worker's concurrency, the async workers and the blocking pool. A size
+//! while the next fills), the job worker's concurrency, the rounds of a campaign's send, the async
+//! workers and the blocking pool. A size
 //! set by its own setting wins. Without a budget every size is the one Herald has always had. The
 //! binary (`host/src/memory.rs`) also turns transparent huge pages off and lets the kernel drop the
 //! start-up's code pages when a budget is set.
@@ -18,24 +19,44 @@ pub struct MemorySizes {
     pub memtable_mb: u64,
     /// Jobs one worker runs at once.
     pub job_concurrency: usize,
+    /// Recipients a campaign's send writes per round (each round's emails and jobs are built in memory
+    /// and written in one transaction).
+    pub campaign_batch: usize,
+    /// Emails one campaign delivery job carries (all of them rendered and held while it runs).
+    pub campaign_chunk: usize,
 }
 
 impl MemorySizes {
-    /// The sizes for `budget_mb` (None: today's defaults, 128 MiB cache, 64 MiB memtable, 8 jobs), each
-    /// replaced by its explicit setting when there is one. With a budget: an eighth to the block cache
-    /// (8-128 MiB), a sixteenth to the memtable (4-64 MiB, so both memtables of a flush take an eighth),
-    /// one job per 32 MiB (2-8).
-    pub fn of(budget_mb: Option<u64>, cache_mb: Option<u64>, memtable_mb: Option<u64>, jobs: Option<usize>) -> Self {
+    /// The sizes for `budget_mb` (None: today's defaults, 128 MiB cache, 64 MiB memtable, 8 jobs,
+    /// campaign rounds of 100), each replaced by its explicit setting when there is one. With a budget:
+    /// an eighth to the block cache (8-128 MiB), a sixteenth to the memtable (4-64 MiB, so both memtables
+    /// of a flush take an eighth), one job per 32 MiB (2-8), and one campaign recipient per round and per
+    /// delivery job for each 5 MiB (25-100: a round's rows and a job's rendered emails stay a few MiB
+    /// while several jobs run at once).
+    pub fn of(budget_mb: Option<u64>, explicit: Explicit) -> Self {
         let budget = budget_mb.map(|b| b.max(MIN_BUDGET_MB));
         let cache = budget.map_or(128, |b| (b / 8).clamp(8, 128));
         let memtable = budget.map_or(64, |b| (b / 16).clamp(4, 64));
         let job_default = budget.map_or(8, |b| (b / 32).clamp(2, 8) as usize);
+        let round = budget.map_or(100, |b| (b / 5).clamp(25, 100) as usize);
         MemorySizes {
-            cache_mb: cache_mb.unwrap_or(cache).max(8),
-            memtable_mb: memtable_mb.unwrap_or(memtable).max(4),
-            job_concurrency: jobs.unwrap_or(job_default).max(1),
+            cache_mb: explicit.cache_mb.unwrap_or(cache).max(8),
+            memtable_mb: explicit.memtable_mb.unwrap_or(memtable).max(4),
+            job_concurrency: explicit.jobs.unwrap_or(job_default).max(1),
+            campaign_batch: explicit.campaign_batch.unwrap_or(round).clamp(1, 5000),
+            campaign_chunk: explicit.campaign_chunk.unwrap_or(round).clamp(1, 1000),
         }
     }
+}
+
+/// The settings that name one of the sizes themselves; each wins over the budget's share.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Explicit {
+    pub cache_mb: Option<u64>,
+    pub memtable_mb: Option<u64>,
+    pub jobs: Option<usize>,
+    pub campaign_batch: Option<usize>,
+    pub campaign_chunk: Option<usize>,
 }
 
 /// Async worker threads: twice the cores, at least four, without a budget (host/src/main.rs says why);
@@ -59,31 +80,23 @@ pub fn max_blocking_threads(budget_mb: Option<u64>) -> usize {
 mod tests {
     use super::*;
 
+    fn sizes(cache_mb: u64, memtable_mb: u64, jobs: usize, round: usize) -> MemorySizes {
+        MemorySizes { cache_mb, memtable_mb, job_concurrency: jobs, campaign_batch: round, campaign_chunk: round }
+    }
+
     #[test]
     fn memory_budget_splits_into_the_sizes() {
+        let none = Explicit::default();
+        assert_eq!(MemorySizes::of(None, none), sizes(128, 64, 8, 100), "no budget: today's sizes");
+        assert_eq!(MemorySizes::of(Some(128), none), sizes(16, 8, 4, 25));
+        assert_eq!(MemorySizes::of(Some(256), none), sizes(32, 16, 8, 51));
+        assert_eq!(MemorySizes::of(Some(512), none), sizes(64, 32, 8, 100));
         assert_eq!(
-            MemorySizes::of(None, None, None, None),
-            MemorySizes { cache_mb: 128, memtable_mb: 64, job_concurrency: 8 },
-            "no budget: today's sizes"
-        );
-        assert_eq!(
-            MemorySizes::of(Some(128), None, None, None),
-            MemorySizes { cache_mb: 16, memtable_mb: 8, job_concurrency: 4 }
-        );
-        assert_eq!(
-            MemorySizes::of(Some(512), None, None, None),
-            MemorySizes { cache_mb: 64, memtable_mb: 32, job_concurrency: 8 }
-        );
-        assert_eq!(
-            MemorySizes::of(Some(4096), None, None, None),
-            MemorySizes { cache_mb: 128, memtable_mb: 64, job_concurrency: 8 },
+            MemorySizes::of(Some(4096), none),
+            sizes(128, 64, 8, 100),
             "a large budget never goes past the defaults"
         );
-        assert_eq!(
-            MemorySizes::of(Some(1), None, None, None),
-            MemorySizes { cache_mb: 8, memtable_mb: 4, job_concurrency: 2 },
-            "a budget below the floor is the floor"
-        );
+        assert_eq!(MemorySizes::of(Some(1), none), sizes(8, 4, 2, 25), "a budget below the floor is the floor");
         assert_eq!((worker_threads(Some(128), 2), worker_threads(Some(512), 2), worker_threads(None, 2)), (2, 4, 4));
         assert_eq!((worker_threads(Some(512), 8), worker_threads(Some(4096), 8)), (8, 16));
         assert_eq!(
@@ -94,12 +107,21 @@ mod tests {
 
     #[test]
     fn memory_budget_yields_to_explicit_settings() {
+        let set = |cache, memtable, jobs, batch, chunk| Explicit {
+            cache_mb: cache,
+            memtable_mb: memtable,
+            jobs,
+            campaign_batch: batch,
+            campaign_chunk: chunk,
+        };
         assert_eq!(
-            MemorySizes::of(Some(128), Some(48), Some(24), Some(6)),
-            MemorySizes { cache_mb: 48, memtable_mb: 24, job_concurrency: 6 }
+            MemorySizes::of(Some(128), set(Some(48), Some(24), Some(6), Some(300), Some(60))),
+            MemorySizes { cache_mb: 48, memtable_mb: 24, job_concurrency: 6, campaign_batch: 300, campaign_chunk: 60 }
         );
-        assert_eq!(MemorySizes::of(Some(128), None, Some(2), Some(0)).memtable_mb, 4, "floors still hold");
-        assert_eq!(MemorySizes::of(None, Some(16), None, None).memtable_mb, 64);
+        let floors = MemorySizes::of(Some(128), set(None, Some(2), Some(0), Some(0), Some(9999)));
+        assert_eq!((floors.memtable_mb, floors.job_concurrency), (4, 1), "floors still hold");
+        assert_eq!((floors.campaign_batch, floors.campaign_chunk), (1, 1000), "so do the rounds' bounds");
+        assert_eq!(MemorySizes::of(None, set(Some(16), None, None, None, None)).memtable_mb, 64);
     }
 
     #[derive(clap::Parser)]
@@ -116,8 +138,10 @@ mod tests {
         let c = super::super::Settings { db: Some("mem://".into()), ..cli.settings }.resolve().unwrap();
         assert_eq!(c.memory_budget_mb, Some(128));
         assert_eq!((c.db_cache_bytes >> 20, c.db_memtable_bytes >> 20, c.job_concurrency), (24, 8, 4));
+        assert_eq!((c.campaign_batch_size, c.campaign_delivery_chunk), (25, 25));
         let toml: super::super::Settings = toml::from_str("memory_budget_mb = 512").unwrap();
         let c = super::super::Settings { db: Some("mem://".into()), ..toml }.resolve().unwrap();
         assert_eq!((c.db_cache_bytes >> 20, c.db_memtable_bytes >> 20, c.job_concurrency), (64, 32, 8));
+        assert_eq!((c.campaign_batch_size, c.campaign_delivery_chunk), (100, 100));
     }
 }

@@ -124,10 +124,10 @@ pub struct Settings {
     /// Milliseconds between campaign progress runs (counters, completion) [default: 2000]
     #[arg(long, env = "HERALD_CAMPAIGN_PROGRESS_MS")]
     pub campaign_progress_ms: Option<u64>,
-    /// Contacts per campaign batch job [default: 100]
+    /// Contacts per campaign batch job [default: 100; a memory budget of N: N/5, 25-100]
     #[arg(long, env = "HERALD_CAMPAIGN_BATCH_SIZE")]
     pub campaign_batch_size: Option<usize>,
-    /// Campaign emails per delivery job [default: 100]
+    /// Campaign emails per delivery job [default: 100; a memory budget of N: N/5, 25-100]
     #[arg(long, env = "HERALD_CAMPAIGN_DELIVERY_CHUNK")]
     pub campaign_delivery_chunk: Option<usize>,
     /// Workflow executions events may start per contact per UTC hour; past it a start is written EXITED
@@ -675,7 +675,14 @@ impl Settings {
             }
         }
         let return_path_host = s.return_path_host.clone().filter(|h| !h.is_empty());
-        let mem = MemorySizes::of(s.memory_budget_mb, s.db_cache_mb, s.db_memtable_mb, s.job_concurrency);
+        let explicit = memory::Explicit {
+            cache_mb: s.db_cache_mb,
+            memtable_mb: s.db_memtable_mb,
+            jobs: s.job_concurrency,
+            campaign_batch: s.campaign_batch_size,
+            campaign_chunk: s.campaign_delivery_chunk,
+        };
+        let mem = MemorySizes::of(s.memory_budget_mb, explicit);
         let smtp = s.smtp.clone().resolve(return_path_host.as_deref().unwrap_or(&mail_host(&public_url)))?;
         Ok(Config {
             delivery,
@@ -736,8 +743,8 @@ impl Settings {
             idempotency_ttl_ms: (s.idempotency_ttl_hours.unwrap_or(24).max(1) * 3_600_000) as i64,
             event_dispatch_ms: s.event_dispatch_ms.unwrap_or(1000).max(10) as i64,
             campaign_progress_ms: s.campaign_progress_ms.unwrap_or(2000).max(10) as i64,
-            campaign_batch_size: s.campaign_batch_size.unwrap_or(100).clamp(1, 5000),
-            campaign_delivery_chunk: s.campaign_delivery_chunk.unwrap_or(100).clamp(1, 1000),
+            campaign_batch_size: mem.campaign_batch,
+            campaign_delivery_chunk: mem.campaign_chunk,
             workflow_starts_per_contact_hour: s.workflow_starts_per_contact_hour.unwrap_or(100),
             workflow_emails_per_contact_hour: s.workflow_emails_per_contact_hour.unwrap_or(20),
             quotas: Quotas {
