@@ -11,6 +11,7 @@ mod plugin_kit;
 mod account_mail;
 mod accounts;
 mod activity;
+mod api_doc;
 mod backups;
 mod billing;
 mod binary;
