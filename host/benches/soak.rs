@@ -16,7 +16,8 @@
 //! that long on the empty database first. RSS is also sampled every second from the start in a separate
 //! task; the end prints the idle RSS (the last idle sample) and the highest sample of each phase (idle,
 //! seeding, the measured run). A quarter of the default rates: `SOAK_TRACK=70 SOAK_SEND=7 SOAK_ENROLL=2
-//! SOAK_READ=1` (2 and 1 round 1.75 and 0.5 up).
+//! SOAK_READ=1` (2 and 1 round 1.75 and 0.5 up). SOAK_LOG sets the server's `HERALD_LOG` (default warn) and keeps
+//! its log in the temp directory as herald-soak-serve.log.
 //!
 //! SOAK_HERALD_BIN runs another `herald` than the one cargo built (e.g. a script that starts `serve`
 //! under heaptrack; the RSS samples and the closing TERM then reach the script's process, not the
@@ -130,7 +131,7 @@ async fn main() {
         ("HERALD_SMTP_URL", sink.url()),
         ("HERALD_RATE_LIMIT_PER_MINUTE", "0".into()),
         ("HERALD_SEND_RATE_PER_SECOND", "0".into()),
-        ("HERALD_LOG", "warn".into()),
+        ("HERALD_LOG", std::env::var("SOAK_LOG").unwrap_or_else(|_| "warn".into())),
         ("HERALD_PLUGINS_DIR", dir.join("plugins").display().to_string()),
         ("HERALD_PLUGIN_CACHE_DIR", dir.join("plugin-cache").display().to_string()),
         ("HERALD_UPLOADS_DIR", dir.join("uploads").display().to_string()),
@@ -318,5 +319,10 @@ async fn main() {
     );
     let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
     let _ = server.wait();
+    if std::env::var("SOAK_LOG").is_ok() {
+        let kept = std::env::temp_dir().join("herald-soak-serve.log");
+        let _ = std::fs::copy(dir.join("serve.log"), &kept);
+        println!("soak: the server's log is in {}", kept.display());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
