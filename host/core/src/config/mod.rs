@@ -17,6 +17,8 @@ mod backup;
 mod delivery;
 mod http;
 mod memory;
+#[cfg(test)]
+mod reference_doc;
 mod retention;
 mod smtp;
 mod testing;
