@@ -26,6 +26,9 @@
 //! neither salvo nor surrealdb and reads the wall clock only in its `clock.rs`; its manifest and the SDK test
 //! kit's depend on neither (a plugin author's `cargo test` must not compile the database).
 //!
+//! ARCHITECTURE.md's code map names every module of those three trees (in the part that lists the tree's
+//! files) and every test and bench target of the workspace, and every folder of `tests/`.
+//!
 //! Comments are not checked (they may name what a module must not import), nor are inline test modules
 //! (`#[cfg(test)] mod tests { … }`); the rest of a file is read whole, after its test modules too.
 
@@ -768,4 +771,261 @@ fn the_module_graph_sees_what_it_should() {
         ("error.rs", ""),
     ]);
     assert_eq!(cycles(&module_graph(&locator)), vec![vec!["services::s".to_string(), "state".to_string()]]);
+}
+
+/// The source trees whose files ARCHITECTURE.md's code map lists, each in a part of its own that opens
+/// with a line `` `<tree>`: ``.
+const SOURCE_TREES: &[&str] = &["host/core/src", "host/src", "host/plugin-runtime/src"];
+
+/// The part of ARCHITECTURE.md that lists the files of `tree`: from its line `` `<tree>`: `` to the
+/// next tree's or the next heading.
+fn code_map_part<'a>(doc: &'a str, tree: &str) -> &'a str {
+    let marker = |t: &str| format!("\n`{t}`:");
+    let Some(start) = doc.find(&marker(tree)) else { return "" };
+    let rest = &doc[start + 1..];
+    let end = SOURCE_TREES.iter().map(|t| marker(t)).chain(["\n## ".to_string()]).filter_map(|m| rest.find(&m)).min();
+    &rest[..end.unwrap_or(rest.len())]
+}
+
+/// What a text writes in backticks, in order (code fences left out).
+fn ticked(text: &str) -> Vec<&str> {
+    text.split("```").step_by(2).flat_map(|t| t.split('`').skip(1).step_by(2)).collect()
+}
+
+/// The name a backticked token gives: its last path segment without `.rs` (`` `config/smtp.rs` `` →
+/// `smtp`, `` `delivery/` `` → `delivery`, `` `domain::inbound::bounces` `` → `bounces`).
+fn name_in(token: &str) -> &str {
+    let t = token.trim_end_matches('/');
+    let last = t.rsplit(['/', ':']).next().unwrap_or(t);
+    last.strip_suffix(".rs").unwrap_or(last)
+}
+
+/// The name a source file's module goes by: its file's stem, or its folder's for a `mod.rs`
+/// (`services/delivery/mod.rs` → `delivery`; the crate roots `lib` and `main`).
+fn module_name(rel: &str) -> &str {
+    let path = rel.strip_suffix("/mod.rs").unwrap_or(rel);
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file.strip_suffix(".rs").unwrap_or(file)
+}
+
+/// The modules of `tree` (its files' paths under it) that its part of ARCHITECTURE.md's code map does
+/// not name. A file at the tree's top is named anywhere in the part; a file inside a top folder (`store/`)
+/// after that folder's `` `store/` `` and before the next top folder's, or by a path into the folder
+/// (`` `store/throttles.rs` ``) anywhere in the part: `throttles` listed among the services does not
+/// name `store/throttles.rs`.
+fn unnamed_modules(doc: &str, tree: &str, files: &[String]) -> Vec<String> {
+    // The top folder a module is inside (none for `lib.rs`, `store/mod.rs`).
+    let folder_of = |rel: &str| rel.strip_suffix("/mod.rs").unwrap_or(rel).split_once('/').map(|(f, _)| f.to_string());
+    let folders: BTreeSet<String> = files.iter().filter_map(|rel| folder_of(rel)).collect();
+    let mut anywhere = BTreeSet::new();
+    let mut inside: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut current = None;
+    for token in ticked(code_map_part(doc, tree)) {
+        let name = name_in(token);
+        anywhere.insert(name);
+        if token.strip_suffix('/').is_some_and(|f| folders.contains(f)) {
+            current = Some(name);
+            continue;
+        }
+        let first = token.split('/').next().unwrap_or_default();
+        let into = if token.contains('/') && folders.contains(first) { Some(first) } else { current };
+        if let Some(folder) = into {
+            inside.entry(folder).or_default().insert(name);
+        }
+    }
+    files
+        .iter()
+        .filter(|rel| {
+            let name = module_name(rel);
+            match folder_of(rel) {
+                None => !anywhere.contains(name),
+                Some(f) => !inside.get(f.as_str()).is_some_and(|n| n.contains(name)),
+            }
+        })
+        .map(|rel| format!("{tree}/{rel}: ARCHITECTURE.md's code map of `{tree}` does not name `{}`", module_name(rel)))
+        .collect()
+}
+
+/// A path with its `..` segments resolved (`host/../tests/api/main.rs` → `tests/api/main.rs`).
+fn normalise(path: &str) -> String {
+    let mut segs: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            ".." => {
+                segs.pop();
+            }
+            "." | "" => {}
+            s => segs.push(s),
+        }
+    }
+    segs.join("/")
+}
+
+/// The quoted strings of a manifest's `key = [ ... ]` list (the workspace's `members`).
+fn quoted_list(manifest: &str, key: &str) -> Vec<String> {
+    let Some(start) = manifest.find(&format!("\n{key} = [")) else { return Vec::new() };
+    let list = &manifest[start..];
+    let list = &list[..list.find(']').unwrap_or(list.len())];
+    list.split('"').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// The test and bench targets of the package in `dir` (a path from the repository's root), each as the
+/// path of its source from the root: its manifest's `[[test]]` and `[[bench]]` tables, and what Cargo
+/// finds by itself (`tests/*.rs`, `tests/*/main.rs`, the same under `benches/`).
+fn targets(root: &Path, dir: &str) -> BTreeSet<String> {
+    let manifest = std::fs::read_to_string(root.join(dir).join("Cargo.toml")).expect("read a manifest");
+    let mut out = BTreeSet::new();
+    let mut table: Option<(&str, Option<String>, Option<String>)> = None;
+    let close = |t: Option<(&str, Option<String>, Option<String>)>, out: &mut BTreeSet<String>| {
+        if let Some((folder, name, path)) = t {
+            let path = path.unwrap_or_else(|| format!("{folder}/{}.rs", name.unwrap_or_default()));
+            out.insert(normalise(&format!("{dir}/{path}")));
+        }
+    };
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            close(table.take(), &mut out);
+            table = match line {
+                "[[test]]" => Some(("tests", None, None)),
+                "[[bench]]" => Some(("benches", None, None)),
+                _ => None,
+            };
+        } else if let Some((_, name, path)) = table.as_mut()
+            && let Some((key, value)) = line.split_once('=')
+        {
+            let value = Some(value.trim().trim_matches('"').to_string());
+            match key.trim() {
+                "name" => *name = value,
+                "path" => *path = value,
+                _ => {}
+            }
+        }
+    }
+    close(table.take(), &mut out);
+    for folder in ["tests", "benches"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(folder)) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            let path = entry.path();
+            if path.is_dir() && path.join("main.rs").exists() {
+                out.insert(normalise(&format!("{dir}/{folder}/{name}/main.rs")));
+            } else if name.ends_with(".rs") {
+                out.insert(normalise(&format!("{dir}/{folder}/{name}")));
+            }
+        }
+    }
+    out
+}
+
+/// The targets (paths of their sources) that ARCHITECTURE.md does not name. A target is named by its
+/// path in backticks (its folder's, `` `tests/api/` ``, for a `main.rs`), or by its file in backticks on
+/// a line that names its folder (`` | `host/benches/` | … `track`, `send` … | ``).
+fn unnamed_targets(doc: &str, targets: &BTreeSet<String>) -> Vec<String> {
+    let ticked = |s: &str| format!("`{s}`");
+    targets
+        .iter()
+        .filter(|path| {
+            let (folder, file) = path.rsplit_once('/').unwrap_or(("", path));
+            let by_path = if file == "main.rs" { ticked(&format!("{folder}/")) } else { ticked(path) };
+            let stem = file.trim_end_matches(".rs");
+            let in_folder_line = doc.lines().any(|l| {
+                l.contains(&ticked(&format!("{folder}/"))) && (l.contains(&ticked(stem)) || l.contains(&ticked(file)))
+            });
+            !doc.contains(&by_path) && (file == "main.rs" || !in_folder_line)
+        })
+        .map(|path| format!("{path}: a test or bench target ARCHITECTURE.md does not name"))
+        .collect()
+}
+
+#[test]
+fn the_architecture_names_every_module_and_test_target() {
+    let root = &manifest_dir().join("..");
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
+    let mut found = Vec::new();
+    for tree in SOURCE_TREES {
+        let files: Vec<String> = read_tree(&root.join(tree)).into_iter().map(|(rel, _)| rel).collect();
+        assert!(files.len() >= 8, "{tree}: only {} source files found", files.len());
+        found.extend(unnamed_modules(&doc, tree, &files));
+    }
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).expect("read the workspace manifest");
+    let members = quoted_list(&workspace, "members");
+    assert!(members.len() >= 10, "the workspace's members were not found");
+    let mut all = BTreeSet::new();
+    for member in &members {
+        all.extend(targets(root, member));
+    }
+    assert!(all.contains("tests/tidy.rs") && all.contains("host/benches/track.rs"), "targets not found: {all:?}");
+    // Each folder of `tests/`, a target or not (`tests/surreal-server/` is a package of its own).
+    for entry in std::fs::read_dir(root.join("tests")).expect("read tests/").flatten() {
+        if entry.path().is_dir() {
+            all.insert(format!("tests/{}/main.rs", entry.file_name().to_string_lossy()));
+        }
+    }
+    found.extend(unnamed_targets(&doc, &all));
+    assert!(found.is_empty(), "ARCHITECTURE.md's code map is missing:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_architecture_check_catches_what_is_missing() {
+    let doc = concat!(
+        "## Code map\n\n| `host/benches/` | | programs: `track`, `send.rs` |\n| `tests/api/`, `tests/tidy.rs` | | |\n\n",
+        "`host/core/src`:\n\n- `lib.rs` (`Core`), `store/`: `mod.rs`, `emails`, `segments/` (`translate`).\n",
+        "- `services/`: `throttles`, `tallies` (its counts in `store/tallies.rs`).\n\n",
+        "`host/src`: `lib.rs`, `api/`: `mod.rs`, `context`.\n\n## Layering\n\n`backup`\n",
+    );
+    let core = |files: &[&str]| files.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+    let files = core(&[
+        "lib.rs",
+        "store/mod.rs",
+        "store/emails.rs",
+        "store/segments/mod.rs",
+        "store/segments/translate.rs",
+        "store/tallies.rs",
+        "services/mod.rs",
+        "services/throttles.rs",
+    ]);
+    assert_eq!(unnamed_modules(doc, "host/core/src", &files), Vec::<String>::new());
+    // Named under another folder, outside the code map or in another tree's part is not named.
+    let files = core(&["lib.rs", "store/throttles.rs", "store/backup.rs", "context.rs", "services/throttles.rs"]);
+    let missing = |tree: &str, rel: &str| {
+        format!("{tree}/{rel}: ARCHITECTURE.md's code map of `{tree}` does not name `{}`", module_name(rel))
+    };
+    assert_eq!(
+        unnamed_modules(doc, "host/core/src", &files),
+        [
+            missing("host/core/src", "store/throttles.rs"),
+            missing("host/core/src", "store/backup.rs"),
+            missing("host/core/src", "context.rs")
+        ]
+    );
+    assert_eq!(
+        unnamed_modules(doc, "host/src", &core(&["api/throttles.rs"])),
+        [missing("host/src", "api/throttles.rs")]
+    );
+    let all: BTreeSet<String> = [
+        "host/benches/track.rs",
+        "host/benches/send.rs",
+        "host/benches/soak.rs",
+        "tests/api/main.rs",
+        "tests/tidy.rs",
+        "tests/browser/main.rs",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    assert_eq!(
+        unnamed_targets(doc, &all),
+        [
+            "host/benches/soak.rs: a test or bench target ARCHITECTURE.md does not name",
+            "tests/browser/main.rs: a test or bench target ARCHITECTURE.md does not name",
+        ]
+    );
+    let manifest = "[package]\nname = \"x\"\n\n[[test]]\nname = \"api\"\npath = \"../tests/api/main.rs\"\n\n[[bench]]\nname = \"track\"\nharness = false\n\n[dependencies]\nname = \"y\"\n";
+    let dir = std::env::temp_dir().join(format!("herald-tidy-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("host/tests")).expect("a scratch folder");
+    std::fs::write(dir.join("host/Cargo.toml"), manifest).expect("write a manifest");
+    std::fs::write(dir.join("host/tests/units.rs"), "").expect("write a test");
+    let found = targets(&dir, "host");
+    std::fs::remove_dir_all(&dir).expect("remove the scratch folder");
+    assert_eq!(found, ["host/benches/track.rs", "host/tests/units.rs", "tests/api/main.rs"].map(str::to_string).into());
 }
