@@ -338,6 +338,8 @@ struct TempDir(PathBuf);
 impl TempDir {
     fn new() -> Result<TempDir, String> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        // Only to make a scratch folder's name unlikely to collide, not to tell the time.
+        #[expect(clippy::disallowed_methods)]
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         for _ in 0..100 {
             let n = NEXT.fetch_add(1, Ordering::Relaxed);
