@@ -82,42 +82,26 @@ impl TaskManager {
 					log::debug!("Memtable flush task starting");
 
 					// Flush ALL pending immutable memtables in a loop
-					// Herald: on the blocking pool, not on an async worker: a flush writes a whole
-					// table synchronously and held the worker (and the requests queued on it) for
-					// its full length.
-					let (core_b, stall_b) = (Arc::clone(&core), Arc::clone(&write_stall));
-					let flushed = tokio::task::spawn_blocking(move || {
-						let mut flush_count = 0;
-						loop {
-							match core_b.compact_memtable() {
-								Ok(()) => {
-									flush_count += 1;
-									stall_b.signal_work_done();
-									// Check if there are more immutables to flush
-									if !core_b.has_pending_immutables() {
-										break;
-									}
-								}
-								Err(e) => {
-									log::error!("Memtable compaction task error: {e:?}");
-									core_b
-										.error_handler()
-										.set_error(e, BackgroundErrorReason::MemtablaFlush);
-									stall_b.signal_shutdown();
+					let mut flush_count = 0;
+					loop {
+						match core.compact_memtable() {
+							Ok(()) => {
+								flush_count += 1;
+								write_stall.signal_work_done();
+								// Check if there are more immutables to flush
+								if !core.has_pending_immutables() {
 									break;
 								}
 							}
+							Err(e) => {
+								log::error!("Memtable compaction task error: {e:?}");
+								core.error_handler()
+									.set_error(e, BackgroundErrorReason::MemtablaFlush);
+								write_stall.signal_shutdown();
+								break;
+							}
 						}
-						flush_count
-					})
-					.await;
-					let flush_count = match flushed {
-						Ok(n) => n,
-						Err(e) => {
-							log::error!("Memtable flush task panicked: {e}");
-							0
-						}
-					};
+					}
 
 					if flush_count > 0 {
 						log::debug!(
@@ -202,13 +186,7 @@ impl TaskManager {
 						Strategy::from_options(Arc::clone(&opts))
 							.with_deletion_merges(Arc::clone(&deletion_merges)),
 					);
-					// Herald: on the blocking pool, not on an async worker (a merge of every table
-					// runs for seconds; see the flush above).
-					let core_b = Arc::clone(&core);
-					let compacted = tokio::task::spawn_blocking(move || core_b.compact(strategy))
-						.await
-						.unwrap_or_else(|e| Err(crate::error::Error::Other(format!("compaction panicked: {e}"))));
-					if let Err(e) = compacted {
+					if let Err(e) = core.compact(strategy) {
 						log::error!("Level compaction task error: {e:?}");
 						core.error_handler().set_error(e, BackgroundErrorReason::Compaction);
 						write_stall.signal_shutdown();
